@@ -1,0 +1,140 @@
+// cache.h: the C++ API of mrcache (the C API in mrcache.h wraps it).
+//
+// A Cache maps byte ranges to registrations. Get(addr, len, access) returns a
+// referenced Region that covers the (aligned) range and is compatible with
+// `access`: the same remote rights (never more) and a superset of the local
+// ones. A hit never calls the registrar. Put drops the reference; an unused
+// region stays registered on an LRU list until a limit (max_regions,
+// max_bytes) evicts it, until the registrar runs out of resources, or until
+// the memory it covers disappears.
+//
+// Region lifecycle (each transition under the cache lock):
+//   kActive  --last put-->            kUnused (on the LRU)
+//   kUnused  --get-->                 kActive
+//   kUnused  --evict/invalidate/flush--> deregistered and freed
+//   kActive  --invalidate/merge-->    kInvalid (out of the index; its holders
+//                                     keep it until their last put, then it is
+//                                     deregistered and freed)
+//
+// Locking invariant: no cache lock is held across a registrar call, an
+// allocation that can reach the system allocator's unmapping paths with the
+// lock held... precisely: Register/Deregister/monitor calls happen outside the
+// lock; after registering, the miss path re-validates under the lock and
+// discards its registration if an invalidation touched the range meanwhile.
+//
+// Invalidation (memory hooks): OnMemoryRelease never takes the lock, never
+// allocates, never deregisters; it records the range in a bounded,
+// preallocated ring and bumps a generation. The next Get (or Flush, Put of a
+// retired region, Invalidate, stats) drains the ring under the lock. If the
+// ring overflows, the drain retires every region (conservative, bounded).
+//
+// Fast path: each thread keeps a small table of recent lookups per cache,
+// validated by the cache's generation, and per-thread reference counters, so a
+// hit writes only thread-local memory. Reclaimers (eviction, invalidation)
+// bump the generation and issue an asymmetric memory barrier (membarrier)
+// before summing the per-thread counters: a concurrent hit either sees the
+// new generation and backs off, or its increment is counted.
+#ifndef MRCACHE_CACHE_H_
+#define MRCACHE_CACHE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "mrcache/config.h"
+#include "mrcache/registrar.h"
+
+struct ibv_pd;
+
+namespace mrcache {
+
+class Region;
+class CacheImpl;
+class Cache;
+
+struct RegionInfo {
+  void* addr = nullptr;  // the registered range (aligned; may be wider than requested)
+  size_t length = 0;
+  uint32_t lkey = 0;
+  uint32_t rkey = 0;
+  int access = 0;
+  uint64_t handle = 0;   // what the registrar returned
+};
+
+// Same fields and meaning as mrc_stats_t.
+struct CacheStats {
+  uint64_t hits = 0, misses = 0, registrations = 0, deregistrations = 0, evictions = 0,
+           invalidations = 0, merges = 0, regions = 0, pinned_bytes = 0, registrar_ns = 0;
+  uint64_t peak_pinned_bytes = 0, registrar_failures = 0, bypassed = 0;
+};
+
+// The registered range and keys of a region the caller holds.
+RegionInfo GetRegionInfo(const Region* region);
+
+// A move-only owning reference: Put on destruction.
+class RegionRef {
+ public:
+  RegionRef() = default;
+  RegionRef(Cache* cache, Region* region) : cache_(cache), region_(region) {}
+  RegionRef(RegionRef&& other) noexcept { *this = std::move(other); }
+  RegionRef& operator=(RegionRef&& other) noexcept;
+  RegionRef(const RegionRef&) = delete;
+  RegionRef& operator=(const RegionRef&) = delete;
+  ~RegionRef() { reset(); }
+
+  RegionInfo info() const { return GetRegionInfo(region_); }
+  Region* get() const { return region_; }
+  explicit operator bool() const { return region_ != nullptr; }
+  // Puts the region now.
+  void reset();
+  // Gives up ownership without putting; the caller must Put the result.
+  Region* release();
+
+ private:
+  Cache* cache_ = nullptr;
+  Region* region_ = nullptr;
+};
+
+class Cache {
+ public:
+  using RetireCallback = std::function<void(void* addr, size_t length, uint64_t handle)>;
+
+  // A cache over the registrar named by config.registrar (verbs needs `pd`).
+  static absl::StatusOr<std::unique_ptr<Cache>> Create(const Config& config, ibv_pd* pd = nullptr);
+  // A cache over a registrar the caller built (custom callbacks, fault injection, ...).
+  static absl::StatusOr<std::unique_ptr<Cache>> Create(const Config& config,
+                                                        std::unique_ptr<Registrar> registrar);
+  // Deregisters everything (see mrc_cache_destroy).
+  ~Cache();
+
+  absl::StatusOr<RegionRef> Get(void* addr, size_t length, int access);
+  // The same, returning a raw referenced region (for the C API).
+  absl::StatusOr<Region*> Acquire(void* addr, size_t length, int access);
+  // EINVAL for a null region.
+  absl::Status Put(Region* region);
+  absl::Status Invalidate(void* addr, size_t length);
+  absl::Status Flush();
+  absl::Status DeviceWrite(Region* region, size_t offset, const void* src, size_t length);
+  CacheStats stats() const;
+  void SetRetireCallback(RetireCallback callback);
+
+  const Config& config() const;
+  Registrar& registrar();
+  // The monitor(s) in effect, e.g. "patch+uffd" or "none".
+  std::string monitor_name() const;
+
+ private:
+  explicit Cache(std::unique_ptr<CacheImpl> impl);
+  std::unique_ptr<CacheImpl> impl_;
+};
+
+// Builds the registrar config.registrar names ("" picks uring if it works,
+// else sim). verbs requires a non-null pd (EINVAL otherwise).
+absl::StatusOr<std::unique_ptr<Registrar>> CreateRegistrar(const Config& config, ibv_pd* pd);
+
+}  // namespace mrcache
+
+#endif  // MRCACHE_CACHE_H_

@@ -1,0 +1,61 @@
+// config.h: the typed configuration behind mrc_config_t.
+//
+// Every key is settable by name (Config::Set) with the same spelling as its
+// environment variable MRCACHE_<KEY> (upper-case). Defaults are applied first,
+// then the environment (FromEnvironment), then explicit Set calls. A bad value
+// or an unknown key is EINVAL with a message naming the key and the value.
+#ifndef MRCACHE_CONFIG_H_
+#define MRCACHE_CONFIG_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include "absl/strings/string_view.h"
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace mrcache {
+
+enum class OdpMode { kOff, kExplicit, kImplicit, kAuto };
+
+struct Config {
+  std::string registrar;          // "uring" | "sim" | "verbs" | "" (= uring if io_uring works, else sim)
+  size_t max_regions = 16384;     // 0 = unlimited
+  size_t max_bytes = 0;           // pinned bytes; 0 = unlimited
+  size_t max_merge_bytes = size_t{1} << 30;  // 0 = merging off
+  size_t alignment = 0;           // 0 = page size; else a power of two >= page size
+  std::string monitor = "auto";
+  OdpMode odp = OdpMode::kOff;
+  size_t odp_prefetch_bytes = 0;  // 0 = never prefetch
+  uint64_t sim_base_ns = 3000;    // sim registrar: fixed cost per call
+  uint64_t sim_page_ns = 60;      // sim registrar: cost per 4 KiB page
+  bool sim_mlock = false;
+  uint64_t sim_odp_page_ns = 250; // sim registrar: ODP first-touch cost per page
+  size_t pool_max_bytes = size_t{1} << 30;
+  size_t pool_chunk_bytes = size_t{2} << 20;
+  bool pool_hugepages = false;
+  size_t uring_slots = 16384;     // uring registrar: fixed-buffer table size
+
+  // Sets one key from its string form. EINVAL (with a message) for an unknown
+  // key or a malformed/out-of-range value; the config is unchanged then.
+  absl::Status Set(absl::string_view key, absl::string_view value);
+  // The current value of a key in the form Set accepts. NOT_FOUND if unknown.
+  absl::StatusOr<std::string> Get(absl::string_view key) const;
+  // Applies every MRCACHE_<KEY> variable that is set. The first bad one wins.
+  absl::Status ApplyEnvironment();
+  // Defaults, then the environment.
+  static absl::StatusOr<Config> FromEnvironment();
+  // All keys, in documentation order.
+  static const std::vector<std::string>& Keys();
+  // Cross-key checks (alignment a power of two >= page size, ...).
+  absl::Status Validate() const;
+};
+
+// Parses "123", "64K", "2M", "1G" (binary multiples). EINVAL otherwise.
+absl::StatusOr<uint64_t> ParseSize(absl::string_view text);
+
+}  // namespace mrcache
+
+#endif  // MRCACHE_CONFIG_H_

@@ -1,0 +1,55 @@
+// interval_tree.h: an augmented interval tree over half-open ranges [start, end).
+//
+// The cache's index. Each node stores an interval and a value; every node also
+// keeps the maximum `end` of its subtree, so that all intervals overlapping a
+// query range are found in O(log n + k). The tree is balanced (AVL), so every
+// operation is O(log n) in the worst case. Several nodes may share a start.
+//
+// Not thread-safe: the cache guards it with its lock. Insert allocates a node;
+// the cache never calls it from a memory hook.
+#ifndef MRCACHE_INTERVAL_TREE_H_
+#define MRCACHE_INTERVAL_TREE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+
+namespace mrcache {
+
+template <typename V>
+class IntervalTree {
+ public:
+  IntervalTree() = default;
+  ~IntervalTree() { Clear(); }
+  IntervalTree(const IntervalTree&) = delete;
+  IntervalTree& operator=(const IntervalTree&) = delete;
+
+  // Inserts [start, end) -> value. Requires start < end. The pair
+  // (start, value) must be unique: Erase finds a node by it.
+  void Insert(uintptr_t start, uintptr_t end, V value);
+  // Removes the node with this start and value. Returns false if absent.
+  bool Erase(uintptr_t start, V value);
+  // Calls fn(start, end, value) for every interval overlapping [start, end),
+  // in increasing order of start. fn must not modify the tree.
+  void ForEachOverlap(uintptr_t start, uintptr_t end,
+                      const std::function<void(uintptr_t, uintptr_t, V)>& fn) const;
+  // Calls fn for every interval, in increasing order of start.
+  void ForEach(const std::function<void(uintptr_t, uintptr_t, V)>& fn) const;
+  size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  void Clear();
+  // Checks every invariant (BST order, AVL balance, max-end augmentation);
+  // for tests.
+  bool CheckInvariants() const;
+
+ private:
+  struct Node;
+  Node* root_ = nullptr;
+  size_t size_ = 0;
+};
+
+}  // namespace mrcache
+
+#include "mrcache/interval_tree_impl.h"  // IWYU pragma: export
+
+#endif  // MRCACHE_INTERVAL_TREE_H_

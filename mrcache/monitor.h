@@ -1,0 +1,43 @@
+// monitor.h: selecting and installing memory monitors.
+//
+// A monitor watches the ways memory can disappear (DESIGN.md section 5) and
+// reports them through ReportMemoryRelease (memory_events.h). Installation is
+// process-wide and reference-counted: several caches that ask for the same
+// monitor share one installation; it is uninstalled (where uninstallable) when
+// the last lease is released.
+//
+// Names (config key `monitor`, env MRCACHE_MONITOR): none, symbols, patch,
+// uffd, jemalloc, auto (the safest available combination). A '+'-separated
+// list selects several (e.g. "patch+uffd").
+#ifndef MRCACHE_MONITOR_H_
+#define MRCACHE_MONITOR_H_
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include "absl/strings/string_view.h"
+
+#include "absl/status/statusor.h"
+
+namespace mrcache {
+
+class MonitorLease {
+ public:
+  virtual ~MonitorLease() = default;
+  // The monitors actually in effect, e.g. "none" or "patch+uffd".
+  virtual std::string name() const = 0;
+  // Monitors that watch specific ranges (uffd) are told of each registered
+  // region. Called outside every cache lock, possibly from several threads.
+  virtual void Watch(void* addr, size_t length) {}
+  virtual void Unwatch(void* addr, size_t length) {}
+  // True if memory can disappear without this monitor seeing it (e.g. "none").
+  virtual bool blind() const { return false; }
+};
+
+// EINVAL for an unknown name; ENOTSUP (with the reason) when the monitor
+// cannot be installed in this process.
+absl::StatusOr<std::unique_ptr<MonitorLease>> AcquireMonitor(absl::string_view name);
+
+}  // namespace mrcache
+
+#endif  // MRCACHE_MONITOR_H_
