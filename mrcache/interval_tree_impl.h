@@ -98,13 +98,13 @@ typename IntervalTree<V>::Node* IntervalTree<V>::Rebalance(Node* n) {
 }
 
 template <typename V>
-typename IntervalTree<V>::Node* IntervalTree<V>::InsertNode(Node* root,
+typename IntervalTree<V>::Node* IntervalTree<V>::InsertInto(Node* root,
                                                             Node* node) {
   if (root == nullptr) return node;
   if (KeyLess(node->start, node->value, root->start, root->value)) {
-    root->left = InsertNode(root->left, node);
+    root->left = InsertInto(root->left, node);
   } else {
-    root->right = InsertNode(root->right, node);
+    root->right = InsertInto(root->right, node);
   }
   return Rebalance(root);
 }
@@ -112,8 +112,39 @@ typename IntervalTree<V>::Node* IntervalTree<V>::InsertNode(Node* root,
 template <typename V>
 void IntervalTree<V>::Insert(uintptr_t start, uintptr_t end, V value) {
   assert(start < end && "IntervalTree::Insert requires start < end");
-  root_ = InsertNode(root_, new Node(start, end, std::move(value)));
+  root_ = InsertInto(root_, new Node(start, end, std::move(value)));
   ++size_;
+}
+
+template <typename V>
+typename IntervalTree<V>::Node* IntervalTree<V>::AllocateNode() {
+  return new Node(0, 1, V());
+}
+
+template <typename V>
+void IntervalTree<V>::FreeNode(Node* node) {
+  delete node;
+}
+
+template <typename V>
+void IntervalTree<V>::InsertNode(Node* node, uintptr_t start, uintptr_t end, V value) {
+  assert(start < end && "IntervalTree::InsertNode requires start < end");
+  node->start = start;
+  node->end = end;
+  node->max_end = end;
+  node->value = std::move(value);
+  node->left = node->right = nullptr;
+  node->height = 1;
+  root_ = InsertInto(root_, node);
+  ++size_;
+}
+
+template <typename V>
+typename IntervalTree<V>::Node* IntervalTree<V>::DetachNode(uintptr_t start, V value) {
+  Node* erased = nullptr;
+  root_ = EraseNode(root_, start, value, &erased);
+  if (erased != nullptr) --size_;
+  return erased;
 }
 
 template <typename V>
@@ -154,11 +185,9 @@ typename IntervalTree<V>::Node* IntervalTree<V>::EraseNode(Node* root,
 
 template <typename V>
 bool IntervalTree<V>::Erase(uintptr_t start, V value) {
-  Node* erased = nullptr;
-  root_ = EraseNode(root_, start, value, &erased);
+  Node* erased = DetachNode(start, std::move(value));
   if (erased == nullptr) return false;
-  delete erased;
-  --size_;
+  FreeNode(erased);
   return true;
 }
 

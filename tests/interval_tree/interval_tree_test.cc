@@ -284,5 +284,20 @@ TEST(IntervalTreeTest, LargeTreeStaysBalanced) {
             (std::vector<Entry>{{500010, 500025, &values[50001]}}));
 }
 
+TEST(IntervalTreeTest, PreparedNodesInsertAndDetachWithoutAllocatingInside) {
+  IntervalTree<int> tree;
+  auto* a = IntervalTree<int>::AllocateNode();
+  auto* b = IntervalTree<int>::AllocateNode();
+  tree.InsertNode(a, 10, 20, 1);
+  tree.InsertNode(b, 15, 30, 2);
+  EXPECT_EQ(tree.size(), 2u);
+  EXPECT_TRUE(tree.CheckInvariants());
+  EXPECT_EQ(tree.DetachNode(10, 1), a);
+  EXPECT_EQ(tree.DetachNode(10, 1), nullptr);
+  EXPECT_EQ(tree.size(), 1u);
+  EXPECT_TRUE(tree.CheckInvariants());
+  IntervalTree<int>::FreeNode(a);
+}
+
 }  // namespace
 }  // namespace mrcache
