@@ -11,6 +11,7 @@
 #include "absl/strings/str_split.h"
 #include "mrcache/errno_status.h"
 #include "mrcache/fork_guard.h"
+#include "mrcache/patch_monitor.h"
 #include "mrcache/symbols_monitor.h"
 
 namespace mrcache {
@@ -29,6 +30,7 @@ struct Component {
 
 Component g_components[] = {
     {"symbols", &symbols_monitor::Enable, &symbols_monitor::Disable, nullptr, nullptr, 0},
+    {"patch", &patch_monitor::Enable, &patch_monitor::Disable, nullptr, nullptr, 0},
 };
 constexpr int kNumComponents = sizeof(g_components) / sizeof(g_components[0]);
 
