@@ -13,6 +13,7 @@
 #include "mrcache/fork_guard.h"
 #include "mrcache/patch_monitor.h"
 #include "mrcache/symbols_monitor.h"
+#include "mrcache/uffd_monitor.h"
 
 namespace mrcache {
 namespace {
@@ -31,6 +32,8 @@ struct Component {
 Component g_components[] = {
     {"symbols", &symbols_monitor::Enable, &symbols_monitor::Disable, nullptr, nullptr, 0},
     {"patch", &patch_monitor::Enable, &patch_monitor::Disable, nullptr, nullptr, 0},
+    {"uffd", &uffd_monitor::Enable, &uffd_monitor::Disable, &uffd_monitor::Watch,
+     &uffd_monitor::Unwatch, 0},
 };
 constexpr int kNumComponents = sizeof(g_components) / sizeof(g_components[0]);
 

@@ -52,7 +52,7 @@ TEST_P(ReleaseWaysTest, ReportsExactlyTheExpectedWays) {
 
 std::vector<Cell> AllCells() {
   std::vector<Cell> cells;
-  for (const char* m : {"none", "symbols", "patch"}) {
+  for (const char* m : {"none", "symbols", "patch", "uffd", "auto"}) {
     for (const ReleaseWay& w : AllReleaseWays()) cells.push_back({m, w.name});
   }
   return cells;
