@@ -11,6 +11,7 @@
 #include "absl/strings/str_split.h"
 #include "mrcache/errno_status.h"
 #include "mrcache/fork_guard.h"
+#include "mrcache/jemalloc_monitor.h"
 #include "mrcache/patch_monitor.h"
 #include "mrcache/symbols_monitor.h"
 #include "mrcache/uffd_monitor.h"
@@ -34,6 +35,7 @@ Component g_components[] = {
     {"patch", &patch_monitor::Enable, &patch_monitor::Disable, nullptr, nullptr, 0},
     {"uffd", &uffd_monitor::Enable, &uffd_monitor::Disable, &uffd_monitor::Watch,
      &uffd_monitor::Unwatch, 0},
+    {"jemalloc", &jemalloc_monitor::Enable, &jemalloc_monitor::Disable, nullptr, nullptr, 0},
 };
 constexpr int kNumComponents = sizeof(g_components) / sizeof(g_components[0]);
 

@@ -187,7 +187,7 @@ TEST(PatchMonitorTest, GlibcFreeOfALargeChunkIsReported) {
     listener.Clear();
     uintptr_t where = reinterpret_cast<uintptr_t>(p);  // p is dangling after free
     free(p);
-    EXPECT_TRUE(listener.Saw(reinterpret_cast<void*>(where), 64 << 20)) << "free number " << i;
+    EXPECT_TRUE(listener.SawAddress(where, 64 << 20)) << "free number " << i;
   }
 }
 

@@ -33,7 +33,11 @@ class RecordingListener : public MemoryEventListener {
 
   // True if a recorded range overlaps [addr, addr + length).
   bool Saw(const void* addr, size_t length) const {
-    uintptr_t s = reinterpret_cast<uintptr_t>(addr), e = s + length;
+    return SawAddress(reinterpret_cast<uintptr_t>(addr), length);
+  }
+  // The same, for an address whose memory is gone (no dangling pointer).
+  bool SawAddress(uintptr_t s, size_t length) const {
+    uintptr_t e = s + length;
     size_t n = count();
     for (size_t i = 0; i < n; ++i) {
       uintptr_t re = ranges_[i].end.load(std::memory_order_acquire);

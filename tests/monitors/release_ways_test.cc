@@ -52,7 +52,9 @@ TEST_P(ReleaseWaysTest, ReportsExactlyTheExpectedWays) {
 
 std::vector<Cell> AllCells() {
   std::vector<Cell> cells;
-  for (const char* m : {"none", "symbols", "patch", "uffd", "auto"}) {
+  std::vector<std::string> monitors = {"none", "symbols", "patch", "uffd", "auto"};
+  if (JemallocIsAllocator()) monitors.push_back("jemalloc");
+  for (const std::string& m : monitors) {
     for (const ReleaseWay& w : AllReleaseWays()) cells.push_back({m, w.name});
   }
   return cells;
