@@ -1,0 +1,121 @@
+#include "interpose/pd_caches.h"
+
+#include <cerrno>
+#include <utility>
+#include <vector>
+
+#include "mrcache/errno_status.h"
+#include "mrcache/verbs_registrar.h"
+
+namespace mrcache_preload {
+
+void AddStats(mrcache::CacheStats* a, const mrcache::CacheStats& b) {
+  a->hits += b.hits;
+  a->misses += b.misses;
+  a->registrations += b.registrations;
+  a->deregistrations += b.deregistrations;
+  a->evictions += b.evictions;
+  a->invalidations += b.invalidations;
+  a->merges += b.merges;
+  a->regions += b.regions;
+  a->pinned_bytes += b.pinned_bytes;
+  a->registrar_ns += b.registrar_ns;
+  a->peak_pinned_bytes += b.peak_pinned_bytes;
+  a->registrar_failures += b.registrar_failures;
+  a->bypassed += b.bypassed;
+}
+
+absl::StatusOr<PdCache*> PdCaches::ForPd(ibv_pd* pd) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = caches_.find(pd);
+    if (it != caches_.end()) return it->second.get();
+  }
+  // Build outside the lock: this queries the device and installs monitors.
+  auto registrar = mrcache::MakeVerbsRegistrar(pd, config_);
+  if (!registrar.ok()) return registrar.status();
+  auto cache = mrcache::Cache::Create(config_, std::move(*registrar));
+  if (!cache.ok()) return cache.status();
+  auto fresh = std::make_unique<PdCache>();
+  fresh->pd = pd;
+  fresh->context = pd->context;
+  fresh->cache = std::move(*cache);
+  std::unique_ptr<PdCache> loser;
+  PdCache* result = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto& slot = caches_[pd];
+    if (slot == nullptr) {
+      monitor_name_ = fresh->cache->monitor_name();
+      slot = std::move(fresh);
+      created_.fetch_add(1, std::memory_order_relaxed);
+    } else {
+      loser = std::move(fresh);  // another thread won the race
+    }
+    result = slot.get();
+  }
+  return result;  // `loser` (if any) is destroyed here, outside the lock
+}
+
+absl::Status PdCaches::ReleasePd(ibv_pd* pd) {
+  std::unique_ptr<PdCache> victim;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = caches_.find(pd);
+    if (it == caches_.end()) return absl::OkStatus();
+    if (it->second->aliases.load() > 0) {
+      return mrcache::ErrnoStatus(EBUSY, "the application still holds memory regions of this PD");
+    }
+    victim = std::move(it->second);
+    caches_.erase(it);
+  }
+  Retire(std::move(victim));
+  return absl::OkStatus();
+}
+
+void PdCaches::ReleaseContext(ibv_context* context,
+                              const std::function<void(PdCache*)>& before_destroy) {
+  std::vector<std::unique_ptr<PdCache>> victims;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = caches_.begin(); it != caches_.end();) {
+      if (it->second->context == context) {
+        victims.push_back(std::move(it->second));
+        it = caches_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (auto& victim : victims) {
+    before_destroy(victim.get());
+    Retire(std::move(victim));
+  }
+}
+
+void PdCaches::Retire(std::unique_ptr<PdCache> cache) {
+  mrcache::CacheStats last = cache->cache->stats();
+  cache->cache.reset();  // deregisters every region still cached
+  last.deregistrations += last.regions;
+  last.regions = 0;
+  last.pinned_bytes = 0;
+  std::lock_guard<std::mutex> lock(mu_);
+  AddStats(&retired_, last);
+}
+
+mrcache::CacheStats PdCaches::Totals() const {
+  mrcache::CacheStats total;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    total = retired_;
+    for (const auto& entry : caches_) AddStats(&total, entry.second->cache->stats());
+  }
+  return total;
+}
+
+std::string PdCaches::monitor_name() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return monitor_name_;
+}
+
+}  // namespace mrcache_preload

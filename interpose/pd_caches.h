@@ -1,0 +1,89 @@
+// pd_caches.h: one mrcache cache per protection domain.
+//
+// The shim registers through the verbs registrar on the application's own
+// ibv_pd, so every cached MR belongs to the PD the application named and its
+// keys are valid for that PD's QPs. A PD's cache is created on its first
+// cacheable registration and destroyed (every region deregistered) when the
+// application deallocates the PD or closes its device.
+//
+// Invariants:
+//  - A PdCache is destroyed only through ReleasePd (when no alias refers to
+//    it) or ReleaseContext (after the caller orphaned its aliases), so an
+//    alias's PdCache* stays valid for as long as the alias is registered.
+//  - The map lock is never held across Cache::Create, a cache call or a
+//    cache's destruction (those reach the registrar, malloc and the monitors).
+//  - Stats of destroyed caches are folded into `retired_`, so Totals() covers
+//    the whole run.
+// Using a PD in one thread while another deallocates it is an application
+// error (it is undefined without the shim too).
+#ifndef INTERPOSE_PD_CACHES_H_
+#define INTERPOSE_PD_CACHES_H_
+
+#include <infiniband/verbs.h>
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "mrcache/cache.h"
+#include "mrcache/config.h"
+
+namespace mrcache_preload {
+
+struct PdCache {
+  ibv_pd* pd = nullptr;
+  ibv_context* context = nullptr;
+  std::unique_ptr<mrcache::Cache> cache;
+  // Cached aliases handed to the application and not yet deregistered.
+  std::atomic<int64_t> aliases{0};
+};
+
+class PdCaches {
+ public:
+  explicit PdCaches(const mrcache::Config& config) : config_(config) {}
+  PdCaches(const PdCaches&) = delete;
+  PdCaches& operator=(const PdCaches&) = delete;
+
+  // The cache of `pd`, created on first use (verbs registrar on `pd`).
+  // Errors are those of Cache::Create (e.g. the device lacks a requested
+  // ODP mode); the caller then registers directly.
+  absl::StatusOr<PdCache*> ForPd(ibv_pd* pd);
+
+  // For ibv_dealloc_pd: EBUSY while the application holds aliases of `pd`;
+  // otherwise destroys its cache (deregistering every unused region) and
+  // returns OK. OK too when `pd` has no cache.
+  absl::Status ReleasePd(ibv_pd* pd);
+
+  // For ibv_close_device: destroys the cache of every PD of `context`,
+  // calling before_destroy(cache) first (to orphan its aliases).
+  void ReleaseContext(ibv_context* context, const std::function<void(PdCache*)>& before_destroy);
+
+  // Stats summed over every cache of the run, live and destroyed (peak
+  // pinned bytes is the sum of the per-PD peaks: an upper bound).
+  mrcache::CacheStats Totals() const;
+  uint64_t created() const { return created_.load(std::memory_order_relaxed); }
+  // The monitor(s) the caches use ("" before the first cache exists).
+  std::string monitor_name() const;
+
+ private:
+  void Retire(std::unique_ptr<PdCache> cache);
+
+  const mrcache::Config config_;
+  mutable std::mutex mu_;
+  std::unordered_map<ibv_pd*, std::unique_ptr<PdCache>> caches_;  // guarded by mu_
+  mrcache::CacheStats retired_;                                   // guarded by mu_
+  std::string monitor_name_;                                      // guarded by mu_
+  std::atomic<uint64_t> created_{0};
+};
+
+// a += b, field by field.
+void AddStats(mrcache::CacheStats* a, const mrcache::CacheStats& b);
+
+}  // namespace mrcache_preload
+
+#endif  // INTERPOSE_PD_CACHES_H_

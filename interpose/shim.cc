@@ -1,0 +1,263 @@
+#include "interpose/shim.h"
+
+#include <cerrno>
+#include <cstdio>
+#include <new>
+
+#include "interpose/real_verbs.h"
+#include "interpose/shim_scope.h"
+#include "mrcache/errno_status.h"
+#include "mrcache/registrar.h"
+
+namespace mrcache_preload {
+namespace {
+
+std::atomic<Shim*> g_shim{nullptr};
+
+constexpr unsigned kBypassAccess = mrcache::kAccessMwBind | mrcache::kAccessZeroBased;
+
+// DESIGN.md section 3: requests registered directly, never cached.
+bool MustBypass(void* addr, uint64_t iova, unsigned access) {
+  return addr == nullptr || iova != reinterpret_cast<uintptr_t>(addr) || (access & kBypassAccess);
+}
+
+ibv_mr* MissingFunction() {
+  errno = ENOSYS;
+  return nullptr;
+}
+
+void Relax(std::atomic<uint64_t>& counter) { counter.fetch_add(1, std::memory_order_relaxed); }
+
+}  // namespace
+
+Shim& Shim::Get() {
+  static Shim* shim = [] {
+    Shim* s = new Shim;  // leaked: interposers may run during exit
+    g_shim.store(s, std::memory_order_release);
+    return s;
+  }();
+  return *shim;
+}
+
+Shim* Shim::IfCreated() { return g_shim.load(std::memory_order_acquire); }
+
+Shim::Shim() {
+  ShimScope scope;
+  auto config = mrcache::Config::FromEnvironment();
+  if (!config.ok()) {
+    disabled_ = std::string(config.status().message());
+  } else if (config->monitor != "none") {
+    auto lease = mrcache::AcquireMonitor(config->monitor);
+    if (lease.ok() && !(*lease)->blind()) {
+      monitor_ = std::move(*lease);
+    } else if (config->odp == mrcache::OdpMode::kOff) {
+      disabled_ = lease.ok() ? "the memory monitor '" + config->monitor + "' sees nothing"
+                             : "no memory monitor: " + std::string(lease.status().message());
+    }
+  }
+  if (!disabled_.empty()) {
+    std::fprintf(stderr, "mrcache: libmrcache_preload passes every registration through (%s)\n",
+                 disabled_.c_str());
+    return;
+  }
+  caches_ = std::make_unique<PdCaches>(*config);
+}
+
+ibv_mr* Shim::Direct(RegEntry entry, ibv_pd* pd, void* addr, size_t length, uint64_t iova,
+                     unsigned access) {
+  const RealVerbs& real = Real();
+  switch (entry) {
+    case RegEntry::kRegMr:
+      if (real.reg_mr == nullptr) return MissingFunction();
+      return real.reg_mr(pd, addr, length, static_cast<int>(access));
+    case RegEntry::kRegMrIova:
+      if (real.reg_mr_iova == nullptr) return MissingFunction();
+      return real.reg_mr_iova(pd, addr, length, iova, static_cast<int>(access));
+    case RegEntry::kRegMrIova2:
+      if (real.reg_mr_iova2 == nullptr) return MissingFunction();
+      return real.reg_mr_iova2(pd, addr, length, iova, access);
+  }
+  return MissingFunction();
+}
+
+ibv_mr* Shim::Register(RegEntry entry, ibv_pd* pd, void* addr, size_t length, uint64_t iova,
+                       unsigned access) {
+  ShimScope scope;
+  Relax(calls_);
+  if (caches_ == nullptr || pd == nullptr || MustBypass(addr, iova, access)) {
+    Relax(bypassed_);
+    return Direct(entry, pd, addr, length, iova, access);
+  }
+  auto cache = caches_->ForPd(pd);
+  if (!cache.ok()) {
+    Relax(fallbacks_);
+    return Direct(entry, pd, addr, length, iova, access);
+  }
+  Relax(lookups_);
+  auto region = (*cache)->cache->Acquire(addr, length, static_cast<int>(access));
+  if (!region.ok()) {
+    Relax(fallbacks_);
+    return Direct(entry, pd, addr, length, iova, access);
+  }
+  auto* alias = new (std::nothrow) Alias;
+  if (alias == nullptr) {
+    (void)(*cache)->cache->Put(*region);
+    errno = ENOMEM;
+    return nullptr;
+  }
+  const mrcache::RegionInfo info = mrcache::GetRegionInfo(*region);
+  alias->TakeKeys(*reinterpret_cast<const ibv_mr*>(static_cast<uintptr_t>(info.handle)));
+  alias->mr.addr = addr;
+  alias->mr.length = length;
+  alias->kind = AliasKind::kCached;
+  alias->cache = *cache;
+  alias->region = *region;
+  alias->access = static_cast<int>(access);
+  (*cache)->aliases.fetch_add(1);
+  aliases_.Add(alias);
+  return &alias->mr;
+}
+
+ibv_mr* Shim::RegisterDmabuf(ibv_pd* pd, uint64_t offset, size_t length, uint64_t iova, int fd,
+                             int access) {
+  ShimScope scope;
+  Relax(calls_);
+  Relax(bypassed_);
+  if (Real().reg_dmabuf_mr == nullptr) return MissingFunction();
+  return Real().reg_dmabuf_mr(pd, offset, length, iova, fd, access);
+}
+
+int Shim::Deregister(ibv_mr* mr) {
+  ShimScope scope;
+  Alias* alias = aliases_.Remove(mr);
+  if (alias == nullptr) {
+    Relax(passthrough_deregs_);
+    return Real().dereg_mr == nullptr ? ENOSYS : Real().dereg_mr(mr);
+  }
+  int ret = 0;
+  switch (alias->kind) {
+    case AliasKind::kCached: {
+      absl::Status put = alias->cache->cache->Put(alias->region);
+      alias->cache->aliases.fetch_sub(1);
+      ret = put.ok() ? 0 : mrcache::StatusToErrno(put);
+      break;
+    }
+    case AliasKind::kDedicated:
+      ret = Real().dereg_mr(alias->real);
+      if (ret != 0) {  // the MR is still registered: so is the alias
+        aliases_.Add(alias);
+        return ret;
+      }
+      break;
+    case AliasKind::kOrphaned:
+      ret = EINVAL;  // its MR went away with ibv_close_device
+      break;
+  }
+  Relax(alias_deregs_);
+  delete alias;
+  return ret;
+}
+
+int Shim::Reregister(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, size_t length, int access) {
+  ShimScope scope;
+  Alias* alias = aliases_.Find(mr);
+  if (alias == nullptr) {
+    return Real().rereg_mr == nullptr ? ENOSYS : Real().rereg_mr(mr, flags, pd, addr, length, access);
+  }
+  switch (alias->kind) {
+    case AliasKind::kCached:
+      return ReregisterCached(alias, flags, pd, addr, length, access);
+    case AliasKind::kDedicated: {
+      int ret = Real().rereg_mr(alias->real, flags, pd, addr, length, access);
+      const int saved = errno;
+      alias->TakeKeys(*alias->real);
+      alias->mr.addr = alias->real->addr;
+      alias->mr.length = alias->real->length;
+      if (ret == 0 && (flags & IBV_REREG_MR_CHANGE_ACCESS)) alias->access = access;
+      errno = saved;
+      return ret;
+    }
+    case AliasKind::kOrphaned:
+      break;
+  }
+  errno = EINVAL;
+  return IBV_REREG_MR_ERR_INPUT;
+}
+
+int Shim::ReregisterCached(Alias* alias, int flags, ibv_pd* pd, void* addr, size_t length,
+                           int access) {
+  // libibverbs' own input checks, in its order.
+  if ((flags & ~IBV_REREG_MR_FLAGS_SUPPORTED) ||
+      ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) && (addr == nullptr || length == 0)) ||
+      (access != 0 && !(flags & IBV_REREG_MR_CHANGE_ACCESS))) {
+    errno = EINVAL;
+    return IBV_REREG_MR_ERR_INPUT;
+  }
+  if (flags == 0) return 0;  // nothing to change
+  ibv_pd* new_pd = (flags & IBV_REREG_MR_CHANGE_PD) ? pd : alias->mr.pd;
+  void* new_addr = (flags & IBV_REREG_MR_CHANGE_TRANSLATION) ? addr : alias->mr.addr;
+  size_t new_length = (flags & IBV_REREG_MR_CHANGE_TRANSLATION) ? length : alias->mr.length;
+  int new_access = (flags & IBV_REREG_MR_CHANGE_ACCESS) ? access : alias->access;
+  if (Real().reg_mr_iova2 == nullptr) {
+    errno = ENOSYS;
+    return IBV_REREG_MR_ERR_INPUT;
+  }
+  ibv_mr* real = Real().reg_mr_iova2(new_pd, new_addr, new_length,
+                                     reinterpret_cast<uintptr_t>(new_addr),
+                                     static_cast<unsigned>(new_access));
+  if (real == nullptr) return IBV_REREG_MR_ERR_INPUT;  // errno from libibverbs; alias untouched
+  (void)alias->cache->cache->Put(alias->region);
+  alias->cache->aliases.fetch_sub(1);
+  alias->kind = AliasKind::kDedicated;
+  alias->cache = nullptr;
+  alias->region = nullptr;
+  alias->real = real;
+  alias->access = new_access;
+  alias->TakeKeys(*real);
+  alias->mr.addr = real->addr;
+  alias->mr.length = real->length;
+  Relax(rereg_conversions_);
+  return 0;
+}
+
+int Shim::DeallocPd(ibv_pd* pd) {
+  ShimScope scope;
+  if (caches_ != nullptr) {
+    absl::Status released = caches_->ReleasePd(pd);
+    if (!released.ok()) {
+      Relax(busy_deallocs_);
+      return mrcache::StatusToErrno(released);
+    }
+  }
+  return Real().dealloc_pd == nullptr ? ENOSYS : Real().dealloc_pd(pd);
+}
+
+int Shim::CloseDevice(ibv_context* context) {
+  ShimScope scope;
+  if (caches_ != nullptr) {
+    caches_->ReleaseContext(context, [this](PdCache* cache) { aliases_.OrphanAll(cache); });
+  }
+  return Real().close_device == nullptr ? ENOSYS : Real().close_device(context);
+}
+
+Report Shim::MakeReport() const {
+  ShimScope scope;
+  Report r;
+  r.shim.calls = calls_.load();
+  r.shim.cache_lookups = lookups_.load();
+  r.shim.bypassed = bypassed_.load();
+  r.shim.fallbacks = fallbacks_.load();
+  r.shim.alias_deregs = alias_deregs_.load();
+  r.shim.passthrough_deregs = passthrough_deregs_.load();
+  r.shim.rereg_conversions = rereg_conversions_.load();
+  r.shim.busy_deallocs = busy_deallocs_.load();
+  if (caches_ != nullptr) {
+    r.cache = caches_->Totals();
+    r.shim.caches = caches_->created();
+    r.monitor = caches_->monitor_name();
+  }
+  r.disabled = disabled_;
+  return r;
+}
+
+}  // namespace mrcache_preload

@@ -1,0 +1,92 @@
+// shim.h: what each interposed libibverbs call does (preload.cc forwards the
+// exported symbols here).
+//
+// Registration (ibv_reg_mr, ibv_reg_mr_iova, ibv_reg_mr_iova2):
+//  - Requests DESIGN.md section 3 says must bypass the cache (MW_BIND,
+//    ZERO_BASED, iova != addr, a null address such as the implicit ODP MR),
+//    a null PD, and every request while caching is disabled go to the same
+//    real entry point the application called: the application gets the real
+//    MR, exactly as without the shim.
+//  - Everything else is one lookup in the PD's cache; the application gets an
+//    alias (alias_registry.h). If the cache fails for any reason, the request
+//    is registered directly instead, so the outcome -- including NULL + errno
+//    -- is the real library's.
+// ibv_dereg_mr: an alias is a put (or the dedicated MR's deregistration);
+//   anything else passes through.
+// ibv_rereg_mr on a cached alias: the same input checks as libibverbs
+//   (IBV_REREG_MR_ERR_INPUT + EINVAL), then the new translation/PD/access is
+//   registered directly and, only if that succeeded, the cached reference is
+//   put and the alias becomes dedicated -- the application's pointer stays
+//   valid, and on failure the old registration is untouched (the man page's
+//   ERR_INPUT contract). Keys may change, as the man page allows.
+// ibv_dealloc_pd: EBUSY while aliases of the PD are held; otherwise the PD's
+//   cache is destroyed (its unused regions deregistered) and the real
+//   function decides.
+// ibv_close_device: the caches of the context's PDs are destroyed first;
+//   aliases still held become orphans (dereg -> EINVAL, like the real
+//   library's registry after close).
+//
+// Caching is disabled (everything passes through, with one warning on
+// stderr) when the MRCACHE_* configuration is invalid, or when no memory
+// monitor can be installed although the configuration relies on one
+// (monitor != none and odp = off): a blind cache could return stale
+// registrations after free/munmap, and the shim must never do that.
+#ifndef INTERPOSE_SHIM_H_
+#define INTERPOSE_SHIM_H_
+
+#include <infiniband/verbs.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "interpose/alias_registry.h"
+#include "interpose/pd_caches.h"
+#include "interpose/stats_report.h"
+#include "mrcache/config.h"
+#include "mrcache/monitor.h"
+
+namespace mrcache_preload {
+
+enum class RegEntry { kRegMr, kRegMrIova, kRegMrIova2 };
+
+class Shim {
+ public:
+  // The process's shim, created on first use (reads MRCACHE_*).
+  static Shim& Get();
+  // nullptr until Get() was first called.
+  static Shim* IfCreated();
+
+  ibv_mr* Register(RegEntry entry, ibv_pd* pd, void* addr, size_t length, uint64_t iova,
+                   unsigned access);
+  ibv_mr* RegisterDmabuf(ibv_pd* pd, uint64_t offset, size_t length, uint64_t iova, int fd,
+                         int access);
+  int Deregister(ibv_mr* mr);
+  int Reregister(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, size_t length, int access);
+  int DeallocPd(ibv_pd* pd);
+  int CloseDevice(ibv_context* context);
+
+  Report MakeReport() const;
+  size_t live_aliases() const { return aliases_.size(); }
+
+ private:
+  Shim();
+  ibv_mr* Direct(RegEntry entry, ibv_pd* pd, void* addr, size_t length, uint64_t iova,
+                 unsigned access);
+  int ReregisterCached(Alias* alias, int flags, ibv_pd* pd, void* addr, size_t length,
+                       int access);
+
+  std::string disabled_;                         // non-empty: pass everything through
+  std::unique_ptr<mrcache::MonitorLease> monitor_;  // keeps the monitor installed all run
+  std::unique_ptr<PdCaches> caches_;             // null while disabled
+  AliasRegistry aliases_;
+
+  std::atomic<uint64_t> calls_{0}, lookups_{0}, bypassed_{0}, fallbacks_{0}, alias_deregs_{0},
+      passthrough_deregs_{0}, rereg_conversions_{0}, busy_deallocs_{0};
+};
+
+}  // namespace mrcache_preload
+
+#endif  // INTERPOSE_SHIM_H_

@@ -1,0 +1,114 @@
+#include "interpose/stats_report.h"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "mrcache/errno_status.h"
+
+namespace mrcache_preload {
+namespace {
+
+struct Derived {
+  double hit_rate = 0;
+  uint64_t device_registrations = 0;
+  uint64_t avoided = 0;
+  uint64_t mean_registrar_ns = 0;
+  uint64_t saved_ns = 0;
+};
+
+Derived Derive(const Report& r) {
+  Derived d;
+  const uint64_t lookups = r.cache.hits + r.cache.misses;
+  d.hit_rate = lookups == 0 ? 0.0 : static_cast<double>(r.cache.hits) / lookups;
+  d.device_registrations = r.cache.registrations + r.shim.bypassed + r.shim.fallbacks;
+  d.avoided = r.shim.calls > d.device_registrations ? r.shim.calls - d.device_registrations : 0;
+  d.mean_registrar_ns = r.cache.registrations == 0 ? 0 : r.cache.registrar_ns / r.cache.registrations;
+  d.saved_ns = r.cache.hits * d.mean_registrar_ns;
+  return d;
+}
+
+std::string Bytes(uint64_t n) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(n);
+  int u = 0;
+  while (v >= 1024 && u < 4) {
+    v /= 1024;
+    ++u;
+  }
+  return u == 0 ? absl::StrCat(n, " B") : absl::StrFormat("%.1f %s", v, units[u]);
+}
+
+}  // namespace
+
+std::string FormatText(const Report& r) {
+  const Derived d = Derive(r);
+  std::string out = "mrcache: libmrcache_preload summary\n";
+  if (!r.disabled.empty()) absl::StrAppend(&out, "  caching disabled:        ", r.disabled, "\n");
+  absl::StrAppendFormat(&out, "  registration calls:      %u (through the cache %u, direct %u by rule, %u after a cache error)\n",
+                        r.shim.calls, r.shim.cache_lookups, r.shim.bypassed, r.shim.fallbacks);
+  absl::StrAppendFormat(&out, "  hits / misses:           %u / %u   hit rate %.1f%%\n", r.cache.hits,
+                        r.cache.misses, 100.0 * d.hit_rate);
+  absl::StrAppendFormat(&out, "  device registrations:    %u (cache %u, direct %u)   avoided %u\n",
+                        d.device_registrations, r.cache.registrations,
+                        r.shim.bypassed + r.shim.fallbacks, d.avoided);
+  absl::StrAppendFormat(&out, "  registrar time saved:    %.3f ms (estimate: %u hits x %u ns, the mean register+deregister time per registration measured in this run)\n",
+                        d.saved_ns / 1e6, r.cache.hits, d.mean_registrar_ns);
+  absl::StrAppendFormat(&out, "  peak pinned bytes:       %s (sum of per-PD peaks)\n",
+                        Bytes(r.cache.peak_pinned_bytes));
+  absl::StrAppendFormat(&out, "  invalidations / evictions / merges: %u / %u / %u\n",
+                        r.cache.invalidations, r.cache.evictions, r.cache.merges);
+  absl::StrAppendFormat(&out, "  deregs: %u of aliases, %u passed through; rereg conversions %u; "
+                        "EBUSY deallocs %u; PD caches %u; monitor %s\n",
+                        r.shim.alias_deregs, r.shim.passthrough_deregs, r.shim.rereg_conversions,
+                        r.shim.busy_deallocs, r.shim.caches, r.monitor.empty() ? "-" : r.monitor);
+  return out;
+}
+
+std::string FormatJson(const Report& r) {
+  const Derived d = Derive(r);
+  return absl::StrFormat(
+      "{\"calls\": %u, \"cache_lookups\": %u, \"bypassed\": %u, \"fallbacks\": %u, "
+      "\"hits\": %u, \"misses\": %u, \"hit_rate\": %.6f, "
+      "\"device_registrations\": %u, \"cache_registrations\": %u, \"registrations_avoided\": %u, "
+      "\"deregistrations\": %u, \"invalidations\": %u, \"evictions\": %u, \"merges\": %u, "
+      "\"registrar_ns\": %u, \"mean_registrar_ns_per_registration\": %u, "
+      "\"registrar_ns_saved_estimate\": %u, \"peak_pinned_bytes\": %u, "
+      "\"alias_deregs\": %u, \"passthrough_deregs\": %u, \"rereg_conversions\": %u, "
+      "\"busy_deallocs\": %u, \"pd_caches\": %u, \"monitor\": \"%s\", \"disabled\": \"%s\"}\n",
+      r.shim.calls, r.shim.cache_lookups, r.shim.bypassed, r.shim.fallbacks, r.cache.hits,
+      r.cache.misses, d.hit_rate, d.device_registrations, r.cache.registrations, d.avoided,
+      r.cache.deregistrations, r.cache.invalidations, r.cache.evictions, r.cache.merges,
+      r.cache.registrar_ns, d.mean_registrar_ns, d.saved_ns, r.cache.peak_pinned_bytes,
+      r.shim.alias_deregs, r.shim.passthrough_deregs, r.shim.rereg_conversions,
+      r.shim.busy_deallocs, r.shim.caches, r.monitor, r.disabled);
+}
+
+absl::Status EmitReport(absl::string_view spec, const Report& report) {
+  if (spec == "1") {
+    std::string text = FormatText(report);
+    std::fwrite(text.data(), 1, text.size(), stderr);
+    return absl::OkStatus();
+  }
+  if (absl::StartsWith(spec, "json:") && spec.size() > 5) {
+    std::string path(spec.substr(5));
+    std::FILE* f = std::fopen(path.c_str(), "w");
+    if (f == nullptr) {
+      int err = errno;
+      return mrcache::ErrnoStatus(err, absl::StrCat("MRCACHE_STATS: cannot open ", path, ": ",
+                                                    strerror(err)));
+    }
+    std::string json = FormatJson(report);
+    bool ok = std::fwrite(json.data(), 1, json.size(), f) == json.size();
+    ok = (std::fclose(f) == 0) && ok;
+    if (!ok) return mrcache::ErrnoStatus(EIO, absl::StrCat("MRCACHE_STATS: cannot write ", path));
+    return absl::OkStatus();
+  }
+  return mrcache::ErrnoStatus(EINVAL, absl::StrCat("MRCACHE_STATS='", spec,
+                                                   "': expected 1 or json:PATH"));
+}
+
+}  // namespace mrcache_preload

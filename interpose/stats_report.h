@@ -1,0 +1,57 @@
+// stats_report.h: what the shim tells the user at exit (MRCACHE_STATS).
+//
+//   MRCACHE_STATS=1          a one-screen summary on stderr
+//   MRCACHE_STATS=json:PATH  the same figures as one JSON object in PATH
+//
+// Derived figures (stated in the output too):
+//  - hit rate = hits / (hits + misses) over cache lookups;
+//  - registrations avoided = application registration calls - registrations
+//    that reached the device (cache misses' registrations + direct ones);
+//  - registrar time saved is an ESTIMATE: hits x the mean registrar time per
+//    registration measured in this run (register + deregister time of the
+//    cache's own registrations / their number), since each hit replaced one
+//    ibv_reg_mr/ibv_dereg_mr pair;
+//  - peak pinned bytes: the sum of each PD cache's peak (an upper bound when
+//    several PDs are in use).
+#ifndef INTERPOSE_STATS_REPORT_H_
+#define INTERPOSE_STATS_REPORT_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "mrcache/cache.h"
+
+namespace mrcache_preload {
+
+// Counted by the interposers themselves.
+struct ShimCounters {
+  uint64_t calls = 0;               // application ibv_reg_mr* calls
+  uint64_t cache_lookups = 0;       // of those, served by a cache (hit or miss)
+  uint64_t bypassed = 0;            // registered directly by rule (DESIGN.md 3), dmabuf included
+  uint64_t fallbacks = 0;           // the cache failed; registered directly instead
+  uint64_t alias_deregs = 0;        // ibv_dereg_mr of an alias (a put)
+  uint64_t passthrough_deregs = 0;  // ibv_dereg_mr of an MR the shim did not create
+  uint64_t rereg_conversions = 0;   // aliases turned into dedicated registrations
+  uint64_t busy_deallocs = 0;       // ibv_dealloc_pd refused with EBUSY
+  uint64_t caches = 0;              // PD caches created
+};
+
+struct Report {
+  ShimCounters shim;
+  mrcache::CacheStats cache;   // summed over every PD cache of the run
+  std::string monitor;         // the monitors in effect ("" if no cache was made)
+  std::string disabled;        // why the shim passes everything through ("" if it caches)
+};
+
+std::string FormatText(const Report& report);
+std::string FormatJson(const Report& report);
+
+// Emits the report as `spec` (the value of MRCACHE_STATS) says. EINVAL for an
+// unknown spec; the errno of fopen/fwrite for an unwritable PATH.
+absl::Status EmitReport(absl::string_view spec, const Report& report);
+
+}  // namespace mrcache_preload
+
+#endif  // INTERPOSE_STATS_REPORT_H_
