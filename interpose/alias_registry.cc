@@ -30,16 +30,19 @@ Alias* AliasRegistry::Remove(const ibv_mr* mr) {
   return alias;
 }
 
-void AliasRegistry::OrphanAll(const PdCache* cache) {
+std::vector<mrcache::Region*> AliasRegistry::OrphanAll(const PdCache* cache) {
+  std::vector<mrcache::Region*> held;
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& entry : aliases_) {
     Alias* alias = entry.second;
     if (alias->kind == AliasKind::kCached && alias->cache == cache) {
+      held.push_back(alias->region);
       alias->kind = AliasKind::kOrphaned;
       alias->cache = nullptr;
       alias->region = nullptr;
     }
   }
+  return held;
 }
 
 size_t AliasRegistry::size() const {

@@ -28,6 +28,7 @@
 #include <cstddef>
 #include <mutex>
 #include <unordered_map>
+#include <vector>
 
 #include "mrcache/cache.h"
 
@@ -61,9 +62,9 @@ class AliasRegistry {
   Alias* Find(const ibv_mr* mr) const;
   // Like Find, and removes it: the caller owns the Alias afterwards.
   Alias* Remove(const ibv_mr* mr);
-  // Turns every kCached alias of `cache` into kOrphaned (its region is about
-  // to be destroyed with the cache).
-  void OrphanAll(const PdCache* cache);
+  // Turns every kCached alias of `cache` into kOrphaned (the cache is about
+  // to be destroyed) and returns the regions they held, for the caller to put.
+  std::vector<mrcache::Region*> OrphanAll(const PdCache* cache);
   size_t size() const;
 
  private:

@@ -235,7 +235,14 @@ int Shim::DeallocPd(ibv_pd* pd) {
 int Shim::CloseDevice(ibv_context* context) {
   ShimScope scope;
   if (caches_ != nullptr) {
-    caches_->ReleaseContext(context, [this](PdCache* cache) { aliases_.OrphanAll(cache); });
+    // The device takes every MR with it: aliases still held become orphans,
+    // and their references are dropped so the cache goes down cleanly.
+    caches_->ReleaseContext(context, [this](PdCache* cache) {
+      for (mrcache::Region* region : aliases_.OrphanAll(cache)) {
+        (void)cache->cache->Put(region);
+        cache->aliases.fetch_sub(1);
+      }
+    });
   }
   return Real().close_device == nullptr ? ENOSYS : Real().close_device(context);
 }
