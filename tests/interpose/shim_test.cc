@@ -1,0 +1,320 @@
+// The behaviour of libmrcache_preload.so as an application sees it, against
+// softverbs. run_with_shim.sh preloads the shim before running this binary.
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+#include <infiniband/verbs.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "interpose/preload.h"
+#include "tests/softverbs/softverbs_client.h"
+
+namespace {
+
+using StatsFn = void (*)(mrcache_preload_stats*);
+
+class ShimTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(client_.loaded()) << "run against softverbs (LD_LIBRARY_PATH=tests/softverbs)";
+    stats_fn_ = reinterpret_cast<StatsFn>(dlsym(RTLD_DEFAULT, "mrcache_preload_get_stats"));
+    ASSERT_NE(stats_fn_, nullptr) << "libmrcache_preload.so is not preloaded";
+    before_ = client_.Counters();
+    list_ = ibv_get_device_list(nullptr);
+    ASSERT_NE(list_, nullptr);
+    ctx_ = ibv_open_device(list_[0]);
+    ASSERT_NE(ctx_, nullptr);
+    pd_ = ibv_alloc_pd(ctx_);
+    ASSERT_NE(pd_, nullptr);
+    page_ = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    buf_ = static_cast<char*>(aligned_alloc(page_, kBytes));
+    memset(buf_, 0, kBytes);
+  }
+
+  // Deallocating the PD flushes its cache: afterwards every registration the
+  // test caused has been deregistered.
+  void TearDown() override {
+    if (pd_ != nullptr) EXPECT_EQ(ibv_dealloc_pd(pd_), 0);
+    if (ctx_ != nullptr) EXPECT_EQ(ibv_close_device(ctx_), 0);
+    if (list_ != nullptr) ibv_free_device_list(list_);
+    free(buf_);
+    softverbs_counters now = client_.Counters();
+    EXPECT_EQ(now.live_mrs, before_.live_mrs) << "MRs leaked";
+    EXPECT_EQ(now.registrations - before_.registrations,
+              now.deregistrations - before_.deregistrations + now.mrs_released_by_close -
+                  before_.mrs_released_by_close);
+    EXPECT_EQ(Stats().live_aliases, 0u);
+  }
+
+  mrcache_preload_stats Stats() const {
+    mrcache_preload_stats s{};
+    stats_fn_(&s);
+    return s;
+  }
+
+  uint64_t DeviceRegistrations() const { return client_.Counters().registrations; }
+
+  // True if a device write through mr's lkey at addr is what the CPU sees.
+  bool WriteLands(const ibv_mr* mr, void* addr, size_t len = 64) {
+    std::vector<unsigned char> src(len);
+    for (size_t i = 0; i < len; ++i) src[i] = static_cast<unsigned char>(i * 13 + 7);
+    memset(addr, 0, len);
+    if (client_.device_write(mr->lkey, reinterpret_cast<uintptr_t>(addr), src.data(), len) != 0) {
+      return false;
+    }
+    return memcmp(addr, src.data(), len) == 0;
+  }
+
+  static constexpr size_t kBytes = 1 << 20;
+  softverbs::Client client_;
+  StatsFn stats_fn_ = nullptr;
+  softverbs_counters before_{};
+  ibv_device** list_ = nullptr;
+  ibv_context* ctx_ = nullptr;
+  ibv_pd* pd_ = nullptr;
+  size_t page_ = 4096;
+  char* buf_ = nullptr;
+};
+
+TEST_F(ShimTest, ShimCachesWithAMemoryMonitor) {
+  ibv_mr* mr = ibv_reg_mr(pd_, buf_, kBytes, IBV_ACCESS_LOCAL_WRITE);  // creates the shim
+  ASSERT_NE(mr, nullptr);
+  EXPECT_EQ(Stats().enabled, 1u) << "no memory monitor could be installed: caching is off";
+  EXPECT_EQ(ibv_dereg_mr(mr), 0);
+}
+
+TEST_F(ShimTest, RepeatedRegistrationOfABufferReachesTheDeviceOnce) {
+  const uint64_t regs = DeviceRegistrations();
+  for (int i = 0; i < 100; ++i) {
+    ibv_mr* mr = ibv_reg_mr(pd_, buf_, kBytes, IBV_ACCESS_LOCAL_WRITE);
+    ASSERT_NE(mr, nullptr);
+    ASSERT_EQ(ibv_dereg_mr(mr), 0);
+  }
+  EXPECT_EQ(DeviceRegistrations() - regs, 1u);
+}
+
+TEST_F(ShimTest, AliasCarriesTheRequestedRangeAndTheCachedKeys) {
+  ibv_mr* whole = ibv_reg_mr(pd_, buf_, kBytes, IBV_ACCESS_LOCAL_WRITE);
+  ibv_mr* part = ibv_reg_mr(pd_, buf_ + 100, 1000, IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_NE(whole, nullptr);
+  ASSERT_NE(part, nullptr);
+  EXPECT_NE(whole, part);
+  EXPECT_EQ(part->addr, buf_ + 100);
+  EXPECT_EQ(part->length, 1000u);
+  EXPECT_EQ(part->pd, pd_);
+  EXPECT_EQ(part->context, ctx_);
+  EXPECT_EQ(part->lkey, whole->lkey);
+  EXPECT_EQ(part->rkey, whole->rkey);
+  EXPECT_TRUE(WriteLands(part, buf_ + 100));
+  EXPECT_EQ(ibv_dereg_mr(part), 0);
+  EXPECT_EQ(ibv_dereg_mr(whole), 0);
+}
+
+TEST_F(ShimTest, EveryRegistrationEntryPointIsOneCacheLookup) {
+  volatile int runtime_flags = IBV_ACCESS_LOCAL_WRITE;  // makes ibv_reg_mr call ibv_reg_mr_iova2
+  const mrcache_preload_stats s0 = Stats();
+  ibv_mr* mrs[] = {
+      ibv_reg_mr(pd_, buf_, kBytes, IBV_ACCESS_LOCAL_WRITE),
+      ibv_reg_mr(pd_, buf_, kBytes, runtime_flags),
+      ibv_reg_mr_iova(pd_, buf_, kBytes, reinterpret_cast<uintptr_t>(buf_), IBV_ACCESS_LOCAL_WRITE),
+      ibv_reg_mr_iova2(pd_, buf_, kBytes, reinterpret_cast<uintptr_t>(buf_), IBV_ACCESS_LOCAL_WRITE),
+  };
+  const mrcache_preload_stats s1 = Stats();
+  EXPECT_EQ(s1.calls - s0.calls, 4u);
+  EXPECT_EQ(s1.cache_lookups - s0.cache_lookups, 4u);
+  EXPECT_EQ((s1.hits + s1.misses) - (s0.hits + s0.misses), 4u);
+  for (ibv_mr* mr : mrs) {
+    ASSERT_NE(mr, nullptr);
+    EXPECT_EQ(ibv_dereg_mr(mr), 0);
+  }
+}
+
+TEST_F(ShimTest, RequestsThatMustBypassTheCacheAreRegisteredDirectly) {
+  const uint64_t regs = DeviceRegistrations();
+  const mrcache_preload_stats s0 = Stats();
+  ibv_mr* mw = ibv_reg_mr(pd_, buf_, kBytes, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND);
+  ibv_mr* zero = ibv_reg_mr(pd_, buf_, kBytes, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_ZERO_BASED);
+  ibv_mr* iova = ibv_reg_mr_iova(pd_, buf_, kBytes, 0x200000, IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_NE(mw, nullptr);
+  ASSERT_NE(zero, nullptr);
+  ASSERT_NE(iova, nullptr);
+  EXPECT_EQ(DeviceRegistrations() - regs, 3u);
+  EXPECT_EQ(Stats().bypassed - s0.bypassed, 3u);
+  EXPECT_EQ(Stats().live_aliases, 0u) << "bypassed requests get the real MR, not an alias";
+  unsigned char src[16];
+  memset(src, 0xab, sizeof src);
+  ASSERT_EQ(client_.device_write(iova->lkey, 0x200000 + 64, src, sizeof src), 0)
+      << "the direct MR keeps its own iova space";
+  EXPECT_EQ(memcmp(buf_ + 64, src, sizeof src), 0);
+  const uint64_t deregs = client_.Counters().deregistrations;
+  EXPECT_EQ(ibv_dereg_mr(mw), 0);
+  EXPECT_EQ(ibv_dereg_mr(zero), 0);
+  EXPECT_EQ(ibv_dereg_mr(iova), 0);
+  EXPECT_EQ(client_.Counters().deregistrations - deregs, 3u);
+}
+
+TEST_F(ShimTest, DeregOfAnAliasIsAPutThatKeepsTheRegistration) {
+  ibv_mr* mr = ibv_reg_mr(pd_, buf_, kBytes, IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_NE(mr, nullptr);
+  const softverbs_counters held = client_.Counters();
+  EXPECT_EQ(Stats().live_aliases, 1u);
+  EXPECT_EQ(ibv_dereg_mr(mr), 0);
+  EXPECT_EQ(Stats().live_aliases, 0u);
+  EXPECT_EQ(client_.Counters().deregistrations, held.deregistrations);
+  EXPECT_EQ(client_.Counters().live_mrs, held.live_mrs);
+}
+
+TEST_F(ShimTest, AnMrTheShimDidNotCreateGoesStraightToTheLibrary) {
+  void* lib = dlopen("libibverbs.so.1", RTLD_NOW | RTLD_NOLOAD);
+  ASSERT_NE(lib, nullptr);
+  using RegFn = ibv_mr* (*)(ibv_pd*, void*, size_t, int);
+  auto real_reg = reinterpret_cast<RegFn>(dlvsym(lib, "ibv_reg_mr", "IBVERBS_1.1"));
+  ASSERT_NE(real_reg, nullptr);
+  ibv_mr* mr = real_reg(pd_, buf_, kBytes, IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_NE(mr, nullptr);
+  const uint64_t deregs = client_.Counters().deregistrations;
+  EXPECT_EQ(ibv_dereg_mr(mr), 0);
+  EXPECT_EQ(client_.Counters().deregistrations - deregs, 1u);
+  dlclose(lib);
+}
+
+TEST_F(ShimTest, DeregistrationThroughADlopenHandleWorksOnAliases) {
+  void* lib = dlopen("libibverbs.so.1", RTLD_NOW);
+  ASSERT_NE(lib, nullptr);
+  using DeregFn = int (*)(ibv_mr*);
+  auto dereg = reinterpret_cast<DeregFn>(dlsym(lib, "ibv_dereg_mr"));
+  ASSERT_NE(dereg, nullptr);
+  for (int i = 0; i < 10; ++i) {
+    ibv_mr* mr = ibv_reg_mr(pd_, buf_, kBytes, IBV_ACCESS_LOCAL_WRITE);
+    ASSERT_NE(mr, nullptr);
+    EXPECT_TRUE(WriteLands(mr, buf_ + 4096));
+    EXPECT_EQ(dereg(mr), 0);
+  }
+  EXPECT_EQ(Stats().live_aliases, 0u);
+  dlclose(lib);
+}
+
+TEST_F(ShimTest, RegistrationAndDeregistrationThroughADlopenHandleWork) {
+  void* lib = dlopen("libibverbs.so.1", RTLD_NOW);
+  ASSERT_NE(lib, nullptr);
+  using RegFn = ibv_mr* (*)(ibv_pd*, void*, size_t, int);
+  using DeregFn = int (*)(ibv_mr*);
+  auto reg = reinterpret_cast<RegFn>(dlsym(lib, "ibv_reg_mr"));
+  auto dereg = reinterpret_cast<DeregFn>(dlsym(lib, "ibv_dereg_mr"));
+  ASSERT_NE(reg, nullptr);
+  ASSERT_NE(dereg, nullptr);
+  const uint64_t regs = DeviceRegistrations();
+  for (int i = 0; i < 10; ++i) {
+    ibv_mr* mr = reg(pd_, buf_, kBytes, IBV_ACCESS_LOCAL_WRITE);
+    ASSERT_NE(mr, nullptr);
+    EXPECT_TRUE(WriteLands(mr, buf_ + 8192));
+    EXPECT_EQ(dereg(mr), 0);
+  }
+  EXPECT_EQ(DeviceRegistrations() - regs, 1u) << "dlsym'd registrations are cached too";
+  dlclose(lib);
+}
+
+TEST_F(ShimTest, DeallocPdIsEbusyWhileAnAliasIsHeld) {
+  ibv_mr* mr = ibv_reg_mr(pd_, buf_, kBytes, IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_NE(mr, nullptr);
+  EXPECT_EQ(ibv_dealloc_pd(pd_), EBUSY);
+  EXPECT_TRUE(WriteLands(mr, buf_)) << "a refused dealloc changes nothing";
+  EXPECT_EQ(ibv_dereg_mr(mr), 0);
+}
+
+TEST_F(ShimTest, DeallocPdDeregistersThePdsUnusedRegions) {
+  ibv_mr* mr = ibv_reg_mr(pd_, buf_, kBytes, IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_NE(mr, nullptr);
+  ASSERT_EQ(ibv_dereg_mr(mr), 0);
+  EXPECT_GT(client_.Counters().live_mrs, before_.live_mrs);
+  EXPECT_EQ(ibv_dealloc_pd(pd_), 0);
+  pd_ = nullptr;
+  EXPECT_EQ(client_.Counters().live_mrs, before_.live_mrs);
+}
+
+TEST_F(ShimTest, CloseDeviceReleasesTheCachesOfItsPds) {
+  ibv_context* ctx = ibv_open_device(list_[0]);
+  ASSERT_NE(ctx, nullptr);
+  ibv_pd* pd = ibv_alloc_pd(ctx);
+  ASSERT_NE(pd, nullptr);
+  ibv_mr* mr = ibv_reg_mr(pd, buf_, kBytes, IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_NE(mr, nullptr);
+  ASSERT_EQ(ibv_dereg_mr(mr), 0);
+  const uint64_t released = client_.Counters().mrs_released_by_close;
+  EXPECT_EQ(ibv_close_device(ctx), 0);
+  EXPECT_EQ(client_.Counters().mrs_released_by_close, released)
+      << "the shim deregistered its cached MRs before the device closed";
+  EXPECT_EQ(client_.Counters().live_mrs, before_.live_mrs);
+}
+
+TEST_F(ShimTest, ReregOnAnAliasKeepsThePointerAndMovesTheTranslation) {
+  char* other = static_cast<char*>(aligned_alloc(page_, kBytes));
+  memset(other, 0, kBytes);
+  ibv_mr* keep = ibv_reg_mr(pd_, buf_, kBytes, IBV_ACCESS_LOCAL_WRITE);
+  ibv_mr* mr = ibv_reg_mr(pd_, buf_, kBytes, IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_NE(keep, nullptr);
+  ASSERT_NE(mr, nullptr);
+  ASSERT_EQ(ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_TRANSLATION, nullptr, other + 64, 4096, 0), 0);
+  EXPECT_EQ(mr->addr, other + 64);
+  EXPECT_EQ(mr->length, 4096u);
+  EXPECT_EQ(mr->pd, pd_);
+  EXPECT_TRUE(WriteLands(mr, other + 64));
+  EXPECT_TRUE(WriteLands(keep, buf_)) << "other holders of the cached region are unaffected";
+  EXPECT_EQ(ibv_dereg_mr(mr), 0);
+  EXPECT_EQ(ibv_dereg_mr(keep), 0);
+  free(other);
+}
+
+TEST_F(ShimTest, FailedReregLeavesTheAliasUsable) {
+  ibv_mr* mr = ibv_reg_mr(pd_, buf_, kBytes, IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_NE(mr, nullptr);
+  void* none = mmap(nullptr, 4096, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(none, MAP_FAILED);
+  errno = 0;
+  EXPECT_EQ(ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_TRANSLATION, nullptr, none, 4096, 0),
+            IBV_REREG_MR_ERR_INPUT);
+  EXPECT_EQ(errno, EFAULT);
+  EXPECT_EQ(mr->addr, buf_);
+  EXPECT_TRUE(WriteLands(mr, buf_));
+  EXPECT_EQ(ibv_dereg_mr(mr), 0);
+  munmap(none, 4096);
+}
+
+TEST_F(ShimTest, MemoryFreedAndReallocatedIsNeverServedStale) {
+  const size_t bytes = 4 << 20;  // mmapped by malloc, unmapped by free (glibc-internal munmap)
+  for (int round = 0; round < 5; ++round) {
+    char* p = static_cast<char*>(malloc(bytes));
+    ASSERT_NE(p, nullptr);
+    memset(p, 0, bytes);
+    for (int i = 0; i < 3; ++i) {
+      ibv_mr* mr = ibv_reg_mr(pd_, p, bytes, IBV_ACCESS_LOCAL_WRITE);
+      ASSERT_NE(mr, nullptr);
+      EXPECT_TRUE(WriteLands(mr, p + bytes / 2)) << "round " << round << " registration " << i;
+      ASSERT_EQ(ibv_dereg_mr(mr), 0);
+    }
+    free(p);
+  }
+}
+
+TEST_F(ShimTest, MunmappedAndRemappedMemoryIsNeverServedStale) {
+  const size_t bytes = 1 << 20;
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(p, MAP_FAILED);
+  ibv_mr* mr = ibv_reg_mr(pd_, p, bytes, IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_NE(mr, nullptr);
+  ASSERT_EQ(ibv_dereg_mr(mr), 0);
+  ASSERT_EQ(munmap(p, bytes), 0);
+  void* q = mmap(p, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+  ASSERT_EQ(q, p);
+  mr = ibv_reg_mr(pd_, q, bytes, IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_NE(mr, nullptr);
+  EXPECT_TRUE(WriteLands(mr, q));
+  ASSERT_EQ(ibv_dereg_mr(mr), 0);
+  munmap(q, bytes);
+}
+
+}  // namespace
