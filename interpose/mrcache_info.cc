@@ -1,0 +1,179 @@
+// mrcache_info.cc: mrcache-info, what mrcache would do in this environment
+// (in the spirit of ucx_info / fi_info):
+//  - the configuration in effect: every key with its value, after defaults
+//    and the MRCACHE_* environment (an invalid variable is reported);
+//  - the shim's own settings (MRCACHE_STATS);
+//  - the RDMA devices libibverbs lists, their limits and ODP capabilities
+//    (ibv_query_device_ex), and the ODP mode a cache would run in there;
+//  - which memory monitors can be installed in this process (each one is
+//    acquired and released again).
+// Exit status: 0; 1 if the MRCACHE_* environment is invalid; 2 bad usage.
+#include <infiniband/verbs.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "mrcache/config.h"
+#include "mrcache/monitor.h"
+#include "mrcache/odp.h"
+#include "mrcache/verbs_registrar.h"
+
+namespace {
+
+const char* OdpModeName(mrcache::OdpMode mode) {
+  switch (mode) {
+    case mrcache::OdpMode::kOff: return "off";
+    case mrcache::OdpMode::kExplicit: return "explicit";
+    case mrcache::OdpMode::kImplicit: return "implicit";
+    case mrcache::OdpMode::kAuto: return "auto";
+  }
+  return "?";
+}
+
+std::string TransportCaps(uint32_t caps) {
+  static const struct {
+    uint32_t bit;
+    const char* name;
+  } kBits[] = {{IBV_ODP_SUPPORT_SEND, "send"},     {IBV_ODP_SUPPORT_RECV, "recv"},
+               {IBV_ODP_SUPPORT_WRITE, "write"},   {IBV_ODP_SUPPORT_READ, "read"},
+               {IBV_ODP_SUPPORT_ATOMIC, "atomic"}, {IBV_ODP_SUPPORT_SRQ_RECV, "srq_recv"}};
+  std::string out;
+  for (const auto& b : kBits) {
+    if (caps & b.bit) absl::StrAppend(&out, out.empty() ? "" : ",", b.name);
+  }
+  return out.empty() ? "-" : out;
+}
+
+// Returns false if the environment is invalid (the defaults are shown then).
+bool PrintConfig(mrcache::Config* config) {
+  std::printf("Configuration in effect (defaults, then the MRCACHE_* environment):\n");
+  bool ok = true;
+  auto env = mrcache::Config::FromEnvironment();
+  if (env.ok()) {
+    *config = *env;
+  } else {
+    ok = false;
+    std::printf("  error: %s\n  (showing the defaults)\n", std::string(env.status().message()).c_str());
+  }
+  for (const std::string& key : mrcache::Config::Keys()) {
+    auto value = config->Get(key);
+    std::string name = "MRCACHE_" + key;
+    for (char& c : name) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    const bool set = std::getenv(name.c_str()) != nullptr;
+    std::string shown = !value.ok() ? "?" : value->empty() ? "\"\"" : *value;
+    std::printf("  %-20s = %-12s%s%s%s\n", key.c_str(), shown.c_str(),
+                set ? "  (from " : "", set ? name.c_str() : "", set ? ")" : "");
+  }
+  const char* stats = std::getenv("MRCACHE_STATS");
+  std::printf("\nPreload shim (libmrcache_preload.so):\n");
+  std::printf("  %-20s = %s\n", "MRCACHE_STATS", stats != nullptr ? stats : "(unset: no summary)");
+  std::printf("  %-20s = %s\n", "registrar", "verbs on the application's PD (one cache per PD)");
+  return ok;
+}
+
+void PrintDevices(const mrcache::Config& config) {
+  int n = 0;
+  ibv_device** list = ibv_get_device_list(&n);
+  std::printf("\nRDMA devices (ibv_get_device_list): %d\n", list == nullptr ? 0 : n);
+  if (list == nullptr) {
+    std::printf("  none: %s\n", std::strerror(errno));
+    return;
+  }
+  for (int i = 0; i < n; ++i) {
+    const char* name = ibv_get_device_name(list[i]);
+    ibv_context* ctx = ibv_open_device(list[i]);
+    if (ctx == nullptr) {
+      std::printf("  %s: cannot open: %s\n", name, std::strerror(errno));
+      continue;
+    }
+    ibv_device_attr_ex attr;
+    std::memset(&attr, 0, sizeof attr);
+    int err = ibv_query_device_ex(ctx, nullptr, &attr);
+    if (err != 0) {
+      std::printf("  %s: ibv_query_device_ex failed: %s\n", name, std::strerror(err));
+    } else {
+      const ibv_odp_caps& odp = attr.odp_caps;
+      std::printf("  %s: fw %s, max_mr_size %llu, max_mr %d, page_size_cap 0x%llx\n", name,
+                  attr.orig_attr.fw_ver, static_cast<unsigned long long>(attr.orig_attr.max_mr_size),
+                  attr.orig_attr.max_mr,
+                  static_cast<unsigned long long>(attr.orig_attr.page_size_cap));
+      std::printf("    odp general_caps: %s%s%s\n",
+                  (odp.general_caps & IBV_ODP_SUPPORT) ? "ODP_SUPPORT " : "",
+                  (odp.general_caps & IBV_ODP_SUPPORT_IMPLICIT) ? "ODP_SUPPORT_IMPLICIT" : "",
+                  odp.general_caps == 0 ? "none" : "");
+      std::printf("    odp per transport: rc %s, uc %s, ud %s\n",
+                  TransportCaps(odp.per_transport_caps.rc_odp_caps).c_str(),
+                  TransportCaps(odp.per_transport_caps.uc_odp_caps).c_str(),
+                  TransportCaps(odp.per_transport_caps.ud_odp_caps).c_str());
+    }
+    // What a cache on this device would make of it (the verbs registrar's view).
+    ibv_pd* pd = ibv_alloc_pd(ctx);
+    if (pd != nullptr) {
+      mrcache::Config probe = config;
+      probe.odp = mrcache::OdpMode::kOff;  // build the registrar whatever odp asks
+      auto registrar = mrcache::MakeVerbsRegistrar(pd, probe);
+      if (registrar.ok()) {
+        mrcache::OdpCapabilities caps = (*registrar)->odp_capabilities();
+        std::printf("    mrcache: explicit ODP %s, implicit ODP %s, prefetch %s\n",
+                    caps.explicit_odp ? "yes" : "no", caps.implicit_odp ? "yes" : "no",
+                    caps.prefetch ? "yes" : "no");
+        auto mode = mrcache::ResolveOdpMode(config.odp, caps);
+        if (mode.ok()) {
+          std::printf("    odp=%s runs as: %s\n", OdpModeName(config.odp), OdpModeName(*mode));
+        } else {
+          std::printf("    odp=%s: %s\n", OdpModeName(config.odp),
+                      std::string(mode.status().message()).c_str());
+        }
+      } else {
+        std::printf("    mrcache: %s\n", std::string(registrar.status().message()).c_str());
+      }
+      ibv_dealloc_pd(pd);
+    }
+    ibv_close_device(ctx);
+  }
+  ibv_free_device_list(list);
+}
+
+void PrintMonitors(const mrcache::Config& config) {
+  std::printf("\nMemory monitors (installed and released again in this process):\n");
+  for (const char* name : {"none", "symbols", "patch", "uffd", "jemalloc", "auto"}) {
+    auto lease = mrcache::AcquireMonitor(name);
+    if (lease.ok()) {
+      std::printf("  %-9s available%s%s\n", name,
+                  std::strcmp(name, "auto") == 0 ? ": " : "",
+                  std::strcmp(name, "auto") == 0 ? (*lease)->name().c_str() : "");
+    } else {
+      std::printf("  %-9s unavailable: %s\n", name, std::string(lease.status().message()).c_str());
+    }
+  }
+  auto chosen = mrcache::AcquireMonitor(config.monitor);
+  std::printf("  monitor=%s gives: %s\n", config.monitor.c_str(),
+              chosen.ok() ? (*chosen)->name().c_str()
+                          : std::string(chosen.status().message()).c_str());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "-h") == 0 || std::strcmp(argv[i], "--help") == 0) {
+      std::printf(
+          "usage: mrcache-info\n\n"
+          "Prints the mrcache configuration in effect (every key; set them with MRCACHE_<KEY>),\n"
+          "the RDMA devices libibverbs lists with their ODP capabilities, and which memory\n"
+          "monitors can be installed here. Exit status 1 if the MRCACHE_* environment is\n"
+          "invalid.\n");
+      return 0;
+    }
+    std::fprintf(stderr, "mrcache-info: unknown argument '%s' (see --help)\n", argv[i]);
+    return 2;
+  }
+  mrcache::Config config;
+  bool ok = PrintConfig(&config);
+  PrintDevices(config);
+  PrintMonitors(config);
+  return ok ? 0 : 1;
+}

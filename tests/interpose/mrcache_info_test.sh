@@ -1,0 +1,35 @@
+#!/bin/bash
+# mrcache-info against softverbs: every configuration key, the device and its
+# ODP capabilities, the monitors; exit 1 for a bad MRCACHE_* value, 2 for a
+# bad argument.
+set -uo pipefail
+info=interpose/mrcache-info
+out="${TEST_TMPDIR:-$(mktemp -d)}"
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+MRCACHE_MAX_BYTES=512M "$info" >"$out/info" 2>&1 || fail "exit $?: $(cat "$out/info")"
+for key in registrar max_regions max_bytes max_merge_bytes alignment monitor odp \
+    odp_prefetch_bytes sim_base_ns sim_page_ns sim_mlock sim_odp_page_ns pool_max_bytes \
+    pool_chunk_bytes pool_hugepages uring_slots MRCACHE_STATS; do
+  grep -Eq "^  $key +=" "$out/info" || fail "key $key missing"
+done
+grep -Eq "max_bytes += 536870912 +\(from MRCACHE_MAX_BYTES\)" "$out/info" || fail "environment not applied"
+grep -q "softverbs0" "$out/info" || fail "device missing"
+grep -q "odp general_caps: none" "$out/info" || fail "ODP caps (none)"
+for m in none symbols patch uffd jemalloc auto; do
+  grep -Eq "^  $m +(available|unavailable)" "$out/info" || fail "monitor $m missing"
+done
+grep -Eq "^  auto +available: " "$out/info" || fail "auto not installable here"
+
+SOFTVERBS_ODP=implicit MRCACHE_ODP=auto "$info" >"$out/odp" 2>&1 || fail "odp run"
+grep -q "ODP_SUPPORT ODP_SUPPORT_IMPLICIT" "$out/odp" || fail "implicit ODP caps: $(cat "$out/odp")"
+grep -q "explicit ODP yes, implicit ODP yes, prefetch yes" "$out/odp" || fail "mrcache's view of ODP"
+grep -q "odp=auto runs as: implicit" "$out/odp" || fail "odp=auto resolution"
+
+MRCACHE_ODP=sometimes "$info" >"$out/bad" 2>&1
+[ $? = 1 ] || fail "bad MRCACHE_ODP must exit 1"
+grep -q "MRCACHE_ODP" "$out/bad" || fail "bad value not named"
+"$info" --verbose >/dev/null 2>&1
+[ $? = 2 ] || fail "unknown argument must exit 2"
+"$info" --help | grep -q "usage: mrcache-info" || fail "--help"
+echo PASS
