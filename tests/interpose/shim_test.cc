@@ -7,7 +7,9 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <atomic>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "interpose/preload.h"
@@ -315,6 +317,42 @@ TEST_F(ShimTest, MunmappedAndRemappedMemoryIsNeverServedStale) {
   EXPECT_TRUE(WriteLands(mr, q));
   ASSERT_EQ(ibv_dereg_mr(mr), 0);
   munmap(q, bytes);
+}
+
+TEST_F(ShimTest, ThreadsRegisteringAtOnceEachGetWorkingAliases) {
+  constexpr int kThreads = 4, kIterations = 300;
+  std::vector<char*> own(kThreads);
+  for (char*& p : own) {
+    p = static_cast<char*>(aligned_alloc(page_, 256 << 10));
+    memset(p, 0, 256 << 10);
+  }
+  const uint64_t regs = DeviceRegistrations();
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kIterations; ++i) {
+        char* target = (i % 2 == 0) ? buf_ + t * 4096 : own[t];
+        ibv_mr* mr = ibv_reg_mr(pd_, target, 4096, IBV_ACCESS_LOCAL_WRITE);
+        if (mr == nullptr || mr->addr != target) {
+          ++failures;
+          continue;
+        }
+        unsigned char src[32];
+        memset(src, t * 16 + (i & 15), sizeof src);
+        if (client_.device_write(mr->lkey, reinterpret_cast<uintptr_t>(target), src, sizeof src) != 0 ||
+            memcmp(target, src, sizeof src) != 0) {
+          ++failures;
+        }
+        if (ibv_dereg_mr(mr) != 0) ++failures;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_LE(DeviceRegistrations() - regs, static_cast<uint64_t>(4 * kThreads))
+      << "each buffer is registered about once, not once per call";
+  for (char* p : own) free(p);
 }
 
 }  // namespace
