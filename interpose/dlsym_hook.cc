@@ -17,7 +17,7 @@ __attribute__((visibility("hidden"), used)) DlsymFn mrcache_resolve_real_dlsym()
   return real;
 }
 
-// Lookups through an explicit handle (or RTLD_DEFAULT): libc's answer, with
+// Lookups through an explicit handle: libc's answer, with
 // the shim's interposers substituted for the real functions.
 __attribute__((visibility("hidden"), used)) void* mrcache_dlsym_filtered(void* handle,
                                                                         const char* name) {
@@ -30,7 +30,10 @@ __attribute__((visibility("hidden"), used)) void* mrcache_dlsym_filtered(void* h
 
 }  // extern "C"
 
-// dlsym(handle, name): %rdi = handle, %rsi = name. RTLD_NEXT is (void*)-1.
+// dlsym(handle, name): %rdi = handle, %rsi = name. RTLD_NEXT ((void*)-1) and
+// RTLD_DEFAULT (0) depend on the caller (its namespace and scope), so they
+// jump to libc's dlsym with the caller's return address intact; the global
+// scope already finds the shim's interposers first for RTLD_DEFAULT.
 __asm__(R"(
     .text
     .globl dlsym
@@ -50,6 +53,8 @@ dlsym:
     jz 3f
 1:
     cmpq $-1, %rdi
+    je 2f
+    testq %rdi, %rdi
     je 2f
     jmp mrcache_dlsym_filtered
 2:

@@ -7,8 +7,9 @@
 // is the library and its dependencies -- not the preloaded shim -- so that
 // pointer is the real ibv_dereg_mr, which must never see an alias (providers
 // container_of() it). The shim therefore exports its own dlsym:
-//  - dlsym(RTLD_NEXT, name) jumps straight to libc's dlsym (a tail jump, so
-//    libc still sees the caller's return address, which RTLD_NEXT depends on);
+//  - dlsym(RTLD_NEXT, name) and dlsym(RTLD_DEFAULT, name) jump straight to
+//    libc's dlsym (a tail jump, so libc still sees the caller's return
+//    address, which both depend on);
 //  - any other handle is looked up by libc's dlsym; if the result is the real
 //    definition of a function the shim interposes, the shim's own function is
 //    returned instead (the same one the program's direct calls bind to).

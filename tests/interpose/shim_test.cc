@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <atomic>
 #include <cstring>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -218,6 +219,21 @@ TEST_F(ShimTest, RegistrationAndDeregistrationThroughADlopenHandleWork) {
   }
   EXPECT_EQ(DeviceRegistrations() - regs, 1u) << "dlsym'd registrations are cached too";
   dlclose(lib);
+}
+
+// RTLD_NEXT depends on who calls dlsym: from this executable the next
+// definition of ibv_dereg_mr is the preloaded shim's. A hook that lost the
+// caller would answer with libibverbs' instead.
+TEST_F(ShimTest, DlsymRtldNextStillSeesItsCaller) {
+  void* next = dlsym(RTLD_NEXT, "ibv_dereg_mr");
+  void* global = dlsym(RTLD_DEFAULT, "ibv_dereg_mr");
+  ASSERT_NE(next, nullptr);
+  EXPECT_EQ(next, global);
+  Dl_info info{};
+  ASSERT_NE(dladdr(next, &info), 0);
+  EXPECT_NE(std::string(info.dli_fname).find("libmrcache_preload.so"), std::string::npos)
+      << info.dli_fname;
+  EXPECT_NE(dlsym(RTLD_NEXT, "malloc"), nullptr);
 }
 
 TEST_F(ShimTest, DeallocPdIsEbusyWhileAnAliasIsHeld) {
