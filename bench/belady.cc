@@ -31,29 +31,27 @@ void EraseOverlapping(Map& m, uintptr_t start, uintptr_t end, F&& on_erase) {
   }
 }
 
-// next[i]: the index of the next access to the same key as event i, or
-// kNever if there is none before a release drops the key.
-std::vector<size_t> NextUses(const std::vector<CacheEvent>& events) {
-  std::vector<size_t> next(events.size(), kNever);
-  std::map<Key, size_t> upcoming;
-  for (size_t i = events.size(); i-- > 0;) {
+bool Contains(const Key& outer, const CacheEvent& e) {
+  return std::get<2>(outer) == e.access && std::get<0>(outer) <= e.start && e.end <= std::get<1>(outer);
+}
+
+// The index of the first access after `from` that `key` contains, or kNever
+// if none comes before a release overlapping it.
+size_t NextUse(const std::vector<CacheEvent>& events, size_t from, const Key& key) {
+  for (size_t i = from + 1; i < events.size(); ++i) {
     const CacheEvent& e = events[i];
     if (e.kind == CacheEvent::kRelease) {
-      EraseOverlapping(upcoming, e.start, e.end, [](const auto&) {});
-      continue;
+      if (e.start < std::get<1>(key) && std::get<0>(key) < e.end) return kNever;
+    } else if (Contains(key, e)) {
+      return i;
     }
-    const Key key{e.start, e.end, e.access};
-    auto it = upcoming.find(key);
-    if (it != upcoming.end()) next[i] = it->second;
-    upcoming[key] = i;
   }
-  return next;
+  return kNever;
 }
 
 }  // namespace
 
 OptimalResult OptimalHits(const std::vector<CacheEvent>& events, size_t max_regions) {
-  const std::vector<size_t> next = NextUses(events);
   OptimalResult r;
   std::map<Key, size_t> cached;             // key -> next use
   std::set<std::pair<size_t, Key>> by_next;  // (next use, key), furthest last
@@ -69,29 +67,36 @@ OptimalResult OptimalHits(const std::vector<CacheEvent>& events, size_t max_regi
       continue;
     }
     ++r.accesses;
-    const Key key{e.start, e.end, e.access};
-    const uint64_t size = e.end - e.start;
-    auto it = cached.find(key);
-    if (it != cached.end()) {
+    // Every cached region containing this transfer has it as its next use.
+    bool hit = false;
+    while (!by_next.empty() && by_next.begin()->first == i) {
+      const Key key = by_next.begin()->second;
+      by_next.erase(by_next.begin());
+      const size_t next = NextUse(events, i, key);
+      cached[key] = next;
+      by_next.insert({next, key});
+      hit = true;
+    }
+    if (hit) {
       ++r.hits;
-      by_next.erase({it->second, key});
-      it->second = next[i];
-      by_next.insert({next[i], key});
       continue;
     }
+    const Key key{e.start, e.end, e.access};
+    const uint64_t size = e.end - e.start;
     ++r.registrations;
     r.registered_bytes += size;
     r.peak_pinned_bytes = std::max(r.peak_pinned_bytes, pinned + size);  // registered while in use
-    if (next[i] == kNever) continue;  // not worth keeping
+    const size_t next = NextUse(events, i, key);
+    if (next == kNever) continue;  // not worth keeping
     if (max_regions != 0 && cached.size() >= max_regions) {
       auto furthest = std::prev(by_next.end());
-      if (furthest->first <= next[i]) continue;  // everything cached is needed sooner
+      if (furthest->first <= next) continue;  // everything cached is needed sooner
       auto victim = cached.find(furthest->second);
       drop(*victim);
       cached.erase(victim);
     }
-    cached.emplace(key, next[i]);
-    by_next.insert({next[i], key});
+    cached.emplace(key, next);
+    by_next.insert({next, key});
     pinned += size;
   }
   return r;

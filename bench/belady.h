@@ -1,19 +1,21 @@
 // belady.h: the offline optimum (Belady's MIN) for a registration cache
 // without merging.
 //
-// Model: a region is exactly the page-aligned range a transfer asks for,
-// with that transfer's access; a transfer hits when a cached region has the
-// identical range and access. At most `max_regions` regions stay cached
-// (0 = unlimited); a released range drops every cached region overlapping
-// it (the same invalidation the real caches get). On a miss, MIN keeps the
-// new region only if it is needed again sooner than some cached region, and
-// then evicts the cached region needed furthest in the future (regions that
-// will be invalidated before their next use count as never needed again).
-// For equal-sized items this is optimal, so the hit rate bounds that of
-// every such cache. Caches that also hit on a containing region (a transfer
-// inside a larger cached one) can beat it where transfers of one buffer use
-// different ranges (ring, kv); on whole-buffer workloads (pingpong, zipf)
-// the bound is exact.
+// Model: on a miss, a region is registered for exactly the page-aligned
+// range the transfer asks for, with that transfer's access; a transfer hits
+// when a cached region with the same access contains its range. At most
+// `max_regions` regions stay cached (0 = unlimited); a released range drops
+// every cached region overlapping it (the same invalidation the real caches
+// get). Belady's rule decides what stays: a region's next use is the next
+// transfer it contains, or never if a release drops it first; on a miss the
+// new region is kept only if it is needed sooner than some cached region,
+// and then the cached region needed furthest in the future is evicted.
+//
+// When every transfer of a buffer asks for the same range (pingpong, zipf),
+// this is exactly MIN, the optimum: no cache without merging can hit more
+// often. Where transfers nest inside one another (churn's partial transfers,
+// ring, kv), the rule is the natural generalisation of MIN, not a proven
+// bound.
 #ifndef BENCH_BELADY_H_
 #define BENCH_BELADY_H_
 

@@ -120,23 +120,35 @@ Trace Churn(const WorkloadParams& p) {
   return b.Finish();
 }
 
+// Zipf(0.99) over n ranks, shuffled so that popularity is unrelated to position.
+class ZipfPicker {
+ public:
+  ZipfPicker(uint32_t n, Rng& rng) : by_rank_(n), cdf_(n) {
+    std::iota(by_rank_.begin(), by_rank_.end(), 0u);
+    for (uint32_t i = n - 1; i > 0; --i) std::swap(by_rank_[i], by_rank_[rng.Below(i + 1)]);
+    double sum = 0;
+    for (uint32_t r = 0; r < n; ++r) cdf_[r] = sum += 1.0 / std::pow(r + 1.0, 0.99);
+  }
+  uint32_t Pick(Rng& rng) const {
+    const double u = rng.Unit() * cdf_.back();
+    const size_t r = std::upper_bound(cdf_.begin(), cdf_.end(), u) - cdf_.begin();
+    return by_rank_[std::min(r, by_rank_.size() - 1)];
+  }
+
+ private:
+  std::vector<uint32_t> by_rank_;
+  std::vector<double> cdf_;
+};
+
 Trace Zipf(const WorkloadParams& p) {
   Rng rng(p.seed);
   TraceBuilder b("zipf");
   const uint32_t n = static_cast<uint32_t>(4 * Capacity(p));
   std::vector<uint64_t> bytes(n);
   for (uint32_t i = 0; i < n; ++i) b.Alloc(i, bytes[i] = rng.LogUniform(4 * KiB, 128 * KiB));
-  // Popularity rank -> buffer, shuffled so popularity is unrelated to address.
-  std::vector<uint32_t> by_rank(n);
-  std::iota(by_rank.begin(), by_rank.end(), 0u);
-  for (uint32_t i = n - 1; i > 0; --i) std::swap(by_rank[i], by_rank[rng.Below(i + 1)]);
-  std::vector<double> cdf(n);
-  double sum = 0;
-  for (uint32_t r = 0; r < n; ++r) cdf[r] = sum += 1.0 / std::pow(r + 1.0, 0.99);
+  ZipfPicker popular(n, rng);
   while (b.transfers() < p.ops) {
-    const double u = rng.Unit() * sum;
-    const uint32_t r = static_cast<uint32_t>(std::upper_bound(cdf.begin(), cdf.end(), u) - cdf.begin());
-    const uint32_t id = by_rank[std::min(r, n - 1)];
+    const uint32_t id = popular.Pick(rng);
     b.Xfer(id, 0, bytes[id]);
   }
   for (uint32_t i = 0; i < n; ++i) b.Free(i);
@@ -147,11 +159,18 @@ Trace Kv(const WorkloadParams& p) {
   Rng rng(p.seed);
   TraceBuilder b("kv");
   constexpr uint64_t kPool = 64 * MiB;
+  const uint32_t keys = static_cast<uint32_t>(32 * Capacity(p));
   b.Alloc(0, kPool);
+  // Each key's value lives at a fixed random (64-byte aligned) offset.
+  std::vector<uint64_t> offset(keys), length(keys);
+  for (uint32_t k = 0; k < keys; ++k) {
+    length[k] = rng.LogUniform(256, 64 * KiB);
+    offset[k] = rng.Below((kPool - length[k]) / 64 + 1) * 64;
+  }
+  ZipfPicker popular(keys, rng);
   while (b.transfers() < p.ops) {
-    const uint64_t len = rng.LogUniform(256, 64 * KiB);
-    const uint64_t off = rng.Below((kPool - len) / 64 + 1) * 64;
-    b.Xfer(0, off, len);
+    const uint32_t k = popular.Pick(rng);
+    b.Xfer(0, offset[k], length[k]);
   }
   b.Free(0);
   return b.Finish();

@@ -10,8 +10,8 @@
 //             each buffer gets 1..8 transfers, then is freed and replaced, so
 //             the allocator reuses addresses and invalidation matters
 //   zipf      4 x max_regions buffers (4..128 KiB), Zipf(0.99)-popular
-//   kv        one 64 MiB pool, values of 256 B..64 KiB at random 64-byte
-//             aligned offsets
+//   kv        one 64 MiB pool holding 32 x max_regions values (256 B..64 KiB,
+//             each at a fixed random 64-byte aligned offset), Zipf(0.99)-popular
 //
 // Invariants: the same (name, params) always yields the same trace; `ops`
 // is the number of transfers; every trace frees what it allocates.

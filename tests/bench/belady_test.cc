@@ -54,6 +54,18 @@ TEST(Belady, RegionToBeReleasedIsTheFirstVictim) {
   EXPECT_EQ(r.hits, 2u);
 }
 
+TEST(Belady, ARegionServesTransfersInsideIt) {
+  const CacheEvent big = {CacheEvent::kAccess, 0x1000, 0x5000, 7};
+  const CacheEvent inside = {CacheEvent::kAccess, 0x2000, 0x3000, 7};
+  OptimalResult r = OptimalHits({big, inside, inside, big}, 1);
+  EXPECT_EQ(r.hits, 3u);
+  EXPECT_EQ(r.registrations, 1u);
+  // The nested range alone does not serve the larger one.
+  r = OptimalHits({inside, big, inside}, 0);
+  EXPECT_EQ(r.hits, 1u);
+  EXPECT_EQ(r.registrations, 2u);
+}
+
 TEST(Belady, DifferentAccessIsADifferentRegion) {
   CacheEvent read_only = A(1);
   read_only.access = 1;
