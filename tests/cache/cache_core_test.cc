@@ -403,7 +403,9 @@ TEST_F(CacheCoreTest, RegistrarThatAllocatesAndUnmapsDoesNotDeadlock) {
 TEST_F(CacheCoreTest, InvalidationDuringRegistrationDiscardsTheRegistration) {
   int calls = 0;
   state_->on_register = [this, &calls](void* addr, size_t len) {
-    if (calls++ == 0) ASSERT_TRUE(cache().Invalidate(addr, len).ok());
+    if (calls++ == 0) {
+      ASSERT_TRUE(cache().Invalidate(addr, len).ok());
+    }
   };
   Region* r = Get(0, kPage);
   EXPECT_EQ(state_->registrations.load(), 2) << "the first registration was discarded";
