@@ -1,9 +1,9 @@
 // bench_registrar.h: the registrar every configuration of an mrbench run uses.
 //
-// mrcache::CreateRegistrar builds `uring` and `sim` from the config; `verbs`
-// needs a protection domain, so for it the first RDMA device is opened and a
-// PD allocated once per process (kept until exit). ENODEV, with a hint, when
-// there is no RDMA device.
+// `uring` and `sim` are built from the config; `verbs` needs a protection
+// domain, so for it the first RDMA device is opened and a PD allocated once
+// per process (kept until exit). ENODEV, with a hint, when there is no RDMA
+// device.
 #ifndef BENCH_BENCH_REGISTRAR_H_
 #define BENCH_BENCH_REGISTRAR_H_
 

@@ -1,7 +1,9 @@
 // replay.h: drives one cache configuration through a trace and measures it.
 //
-// The replayer owns the buffers: `alloc` is malloc, `free` is free (the real
-// allocator, so addresses are reused), and before each free it tells the
+// The replayer owns the buffers: `alloc` is malloc (then every page is
+// written, as an application fills a buffer, so registrations pin resident
+// pages and the registrar is not charged for first-touch faults), `free` is
+// free (the real allocator, so addresses are reused), and before each free it tells the
 // configuration that the memory is going away (Driver::Release), which is
 // the explicit invalidation every configuration receives in the same way.
 // Each `xfer` is Get, optionally a verification, then Put.
