@@ -89,11 +89,34 @@ DataFiles MakeData(const std::vector<Row>& rows, const std::vector<Row>& sweep) 
   return d;
 }
 
+// The same colour for a configuration in every panel.
+std::string Colour(const std::string& config) {
+  static const std::map<std::string, std::string> colours = {{"none", "#888888"},
+                                                             {"mrcache", "#1b9e77"},
+                                                             {"mrcache-nomerge", "#66c2a5"},
+                                                             {"ucx", "#d95f02"},
+                                                             {"optimal", "#7570b3"}};
+  auto it = colours.find(config);
+  return it == colours.end() ? "#e7298a" : it->second;
+}
+
+// "plot 'file' using 2:xtic(1) title 'a' lc rgb '#..', '' using 3 ..." over `configs`.
+std::string PlotColumns(const std::string& file, const std::vector<std::string>& configs, bool lines) {
+  std::string s = "plot ";
+  for (size_t i = 0; i < configs.size(); ++i) {
+    if (i > 0) s += ", \\\n     ";
+    absl::StrAppend(&s, i == 0 ? Quote(file) : "''", " using ", lines ? "1:" : "", i + 2, lines ? "" : ":xtic(1)",
+                    " title ", Quote(configs[i]), lines ? " with linespoints pt 7 ps 0.6 lw 2" : "",
+                    " lc rgb ", Quote(Colour(configs[i])));
+  }
+  return s + "\n";
+}
+
 }  // namespace
 
 std::string GnuplotScript(const std::vector<Row>& rows, const std::vector<Row>& sweep, const std::string& dir,
                           const std::string& svg_path) {
-  const size_t ncols = Ordered(rows, &Row::config).size();
+  const std::vector<std::string> configs = Ordered(rows, &Row::config);
   const std::vector<std::string> sweep_workloads = Ordered(sweep, &Row::workload);
   const size_t sweep_panels = sweep_workloads.size();
   const size_t panel_rows = 1 + (sweep_panels + 1) / 2;
@@ -104,18 +127,16 @@ std::string GnuplotScript(const std::vector<Row>& rows, const std::vector<Row>& 
                   "set style data histograms\nset style histogram clustered gap 1\n",
                   "set style fill solid 0.85 border -1\nset boxwidth 0.9\n");
   absl::StrAppend(&s, "set title 'hit rate'\nset ylabel 'hits / transfers (%)'\nset yrange [0:105]\n",
-                  "plot for [i=2:", ncols + 1, "] ", Quote(dir + "/hit_rate.dat"),
-                  " using i:xtic(1) title columnheader(i)\n");
+                  PlotColumns(dir + "/hit_rate.dat", configs, false));
   absl::StrAppend(&s, "set title 'registrar time'\nset ylabel 'seconds (log)'\nset logscale y\nset yrange [*:*]\n",
-                  "plot for [i=2:", ncols + 1, "] ", Quote(dir + "/registrar.dat"),
-                  " using i:xtic(1) title columnheader(i)\n", "unset logscale y\n");
+                  PlotColumns(dir + "/registrar.dat", configs, false), "unset logscale y\n");
   if (sweep_panels > 0) {
-    const size_t sweep_cols = Ordered(sweep, &Row::config).size();
-    absl::StrAppend(&s, "set style data linespoints\nset logscale x 2\nset xlabel 'max\\_regions'\n",
+    const std::vector<std::string> sweep_configs = Ordered(sweep, &Row::config);
+    absl::StrAppend(&s, "set logscale x 2\nset xlabel 'max\\_regions'\n",
                     "set ylabel 'hit rate (%)'\nset yrange [0:105]\n");
     for (const std::string& w : sweep_workloads) {
-      absl::StrAppend(&s, "set title ", Quote("hit rate vs capacity: " + w), "\n", "plot for [i=2:", sweep_cols + 1,
-                      "] ", Quote(dir + "/sweep_" + w + ".dat"), " using 1:i title columnheader(i)\n");
+      absl::StrAppend(&s, "set title ", Quote("hit rate vs capacity: " + w), "\n",
+                      PlotColumns(dir + "/sweep_" + w + ".dat", sweep_configs, true));
     }
   }
   s += "unset multiplot\n";
