@@ -42,6 +42,10 @@ void DumpRegion(void*, ucs_rcache_t*, ucs_rcache_region_t* region, char* buf, si
 
 const ucs_rcache_ops_t kOps = {MemReg, MemDereg, DumpRegion};
 
+// What UCX's InfiniBand memory domain uses by default (UCX_IB_RCACHE_ADDR_ALIGN,
+// one cache line): regions are not page-aligned.
+constexpr size_t kUcxIbAlignment = 64;
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<UcxRcache>> UcxRcache::Create(const UcsApi& api, mrcache::Registrar& registrar,
@@ -49,7 +53,7 @@ absl::StatusOr<std::unique_ptr<UcxRcache>> UcxRcache::Create(const UcsApi& api, 
   std::unique_ptr<UcxRcache> cache(new UcxRcache(api, registrar, access));
   ucs_rcache_params_t params = {};
   params.region_struct_size = sizeof(UcxRegion);
-  params.alignment = UCS_RCACHE_MIN_ALIGNMENT;
+  params.alignment = kUcxIbAlignment;
   params.max_alignment = static_cast<size_t>(getpagesize());
   params.ucm_events = UCM_EVENT_VM_UNMAPPED;
   params.ucm_event_priority = 1000;

@@ -7,6 +7,11 @@
 // PROT_* bits, not by IBV access, so per-request access would let a hit
 // return a region without the remote rights the request needs.
 //
+// Regions are aligned to 64 bytes, UCX's InfiniBand default, not to pages:
+// a free therefore drops only regions overlapping the freed bytes, whereas a
+// page-aligned cache also drops a neighbour's region that shares a page with
+// the freed buffer (both are correct; the finer one keeps more hits).
+//
 // Limits map one to one: max_regions -> params.max_regions, max_bytes ->
 // params.max_size (0 = unlimited for both, as in mrcache). Release(addr, len)
 // reports the range with ucm_vm_munmap (see ucs_api.h), so ucs_rcache drops
