@@ -48,4 +48,16 @@ if grep -q '"monitor": "none"' "$out/stats.json"; then
   echo "FAIL: the shim ran without a memory monitor" >&2
   exit 1
 fi
+# A pinned-bytes bound forces evictions while aliases are held: still correct.
+LD_PRELOAD="$shim" MRCACHE_MAX_BYTES=1M "$app" "${args[@]}" >"$out/bounded.out" 2>/dev/null ||
+  { echo "FAIL: max_bytes=1M run failed" >&2; exit 1; }
+diff -u "$out/plain.out" "$out/bounded.out" >/dev/null || { echo "FAIL: max_bytes=1M output differs" >&2; exit 1; }
+
+# The oracle can fail: a cache without a memory monitor serves stale
+# registrations to this program (so the runs above prove the monitor works).
+if LD_PRELOAD="$shim" MRCACHE_MONITOR=none "$app" "${args[@]}" >"$out/blind.out" 2>/dev/null; then
+  echo "FAIL: with monitor=none the program should have seen stale writes" >&2
+  exit 1
+fi
+grep -Eq "stale [1-9]" "$out/blind.out" || { echo "FAIL: blind run failed without stale writes" >&2; exit 1; }
 echo "PASS"
