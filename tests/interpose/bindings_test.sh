@@ -4,6 +4,8 @@
 # ibv_reg_mr_iova@IBVERBS_1.7, ibv_reg_mr_iova2@IBVERBS_1.8, ...) to the
 # shim, not to libibverbs (LD_DEBUG=bindings).
 set -uo pipefail
+# Sanitizer builds: the preloaded shim precedes the ASan runtime (harmless here).
+[ -n "${ASAN_OPTIONS:-}" ] && export ASAN_OPTIONS="$ASAN_OPTIONS:verify_asan_link_order=0"
 app=tests/legacy/legacy_app
 shim="$PWD/interpose/libmrcache_preload.so"
 out="${TEST_TMPDIR:-$(mktemp -d)}"

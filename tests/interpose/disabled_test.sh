@@ -3,6 +3,8 @@
 # installed, or the MRCACHE_* environment is invalid -- it says so once and
 # passes every call through: same output, same registrations as without it.
 set -uo pipefail
+# Sanitizer builds: the preloaded shim precedes the ASan runtime (harmless here).
+[ -n "${ASAN_OPTIONS:-}" ] && export ASAN_OPTIONS="$ASAN_OPTIONS:verify_asan_link_order=0"
 app=tests/legacy/legacy_app
 shim="$PWD/interpose/libmrcache_preload.so"
 out="${TEST_TMPDIR:-$(mktemp -d)}"

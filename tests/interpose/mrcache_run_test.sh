@@ -1,6 +1,8 @@
 #!/bin/bash
 # mrcache-run: options, errors, and a real run of the legacy program.
 set -uo pipefail
+# Sanitizer builds: the preloaded shim precedes the ASan runtime (harmless here).
+[ -n "${ASAN_OPTIONS:-}" ] && export ASAN_OPTIONS="$ASAN_OPTIONS:verify_asan_link_order=0"
 run=interpose/mrcache-run
 app=tests/legacy/legacy_app
 out="${TEST_TMPDIR:-$(mktemp -d)}"
