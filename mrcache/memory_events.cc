@@ -26,6 +26,15 @@ std::mutex& TableMutex() {
 
 }  // namespace
 
+void NotifyListenersOfFork() noexcept {
+  int n = g_high_water.load(std::memory_order_acquire);
+  for (int i = 0; i < n; ++i) {
+    MemoryEventListener* l = g_slots[i].listener.load(std::memory_order_acquire);
+    if (l != nullptr) l->OnForkChild();
+  }
+}
+
+
 absl::Status AddMemoryEventListener(MemoryEventListener* listener) {
   if (listener == nullptr) return ErrnoStatus(EINVAL, "null memory event listener");
   std::lock_guard<std::mutex> lock(TableMutex());
