@@ -48,7 +48,7 @@ Context* FindContext(ibv_context* ctx) {
   return it == r.contexts.end() ? nullptr : it->second;
 }
 
-void FillDeviceAttr(ibv_device_attr* a) {
+void FillDeviceAttr(const Context* ctx, ibv_device_attr* a) {
   memset(a, 0, sizeof *a);
   snprintf(a->fw_ver, sizeof a->fw_ver, "softverbs-1.0");
   a->node_guid = htobe64(kGuid);
@@ -57,7 +57,7 @@ void FillDeviceAttr(ibv_device_attr* a) {
   a->page_size_cap = ~(static_cast<uint64_t>(PageSize()) - 1);
   a->vendor_id = 0;
   a->vendor_part_id = 0;
-  a->max_mr = static_cast<int>(kDefaultSlots);
+  a->max_mr = static_cast<int>(ctx->slots);
   a->max_pd = 1 << 16;
   a->atomic_cap = IBV_ATOMIC_NONE;
   a->max_pkeys = 1;
@@ -89,7 +89,7 @@ int QueryDeviceEx(ibv_context* context, const ibv_query_device_ex_input* input,
   if (ctx == nullptr) return EINVAL;
   ibv_device_attr_ex ex;
   memset(&ex, 0, sizeof ex);
-  FillDeviceAttr(&ex.orig_attr);
+  FillDeviceAttr(ctx, &ex.orig_attr);
   if (ctx->odp != OdpLevel::kNone) {
     ex.odp_caps.general_caps = IBV_ODP_SUPPORT;
     if (ctx->odp == OdpLevel::kImplicit) ex.odp_caps.general_caps |= IBV_ODP_SUPPORT_IMPLICIT;
@@ -191,6 +191,7 @@ ibv_context* softverbs_ibv_open_device_1_1(ibv_device* device) {
     return nullptr;
   }
   ctx->odp = softverbs::OdpLevelFromEnvironment();
+  ctx->slots = slots;
   verbs_context& v = ctx->vctx;
   v.sz = sizeof(verbs_context);
   v.query_device_ex = softverbs::QueryDeviceEx;
@@ -247,8 +248,9 @@ int softverbs_ibv_close_device_1_1(ibv_context* context) {
 
 SOFTVERBS_DEFAULT_1_1(ibv_query_device);
 int softverbs_ibv_query_device_1_1(ibv_context* context, ibv_device_attr* attr) {
-  if (FindContext(context) == nullptr || attr == nullptr) return EINVAL;
-  softverbs::FillDeviceAttr(attr);
+  const Context* ctx = FindContext(context);
+  if (ctx == nullptr || attr == nullptr) return EINVAL;
+  softverbs::FillDeviceAttr(ctx, attr);
   return 0;
 }
 

@@ -33,6 +33,7 @@ enum class OdpLevel { kNone, kExplicit, kImplicit };
 struct Context {
   verbs_context vctx;  // first: verbs_get_ctx() computes its address from &vctx.context
   OdpLevel odp = OdpLevel::kNone;
+  unsigned slots = 0;  // size of the pin table: the device's max_mr
   PinTable pins;
 };
 
