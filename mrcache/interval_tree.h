@@ -29,6 +29,18 @@ class IntervalTree {
   void Insert(uintptr_t start, uintptr_t end, V value);
   // Removes the node with this start and value. Returns false if absent.
   bool Erase(uintptr_t start, V value);
+
+  // Allocation-free variants, for callers that must not allocate or free
+  // while holding a lock: AllocateNode() before locking, InsertNode() under
+  // the lock; DetachNode() under the lock, FreeNode() after unlocking.
+  struct Node;
+  static Node* AllocateNode();
+  static void FreeNode(Node* node);
+  // Takes ownership of `node` (from AllocateNode). Requires start < end.
+  void InsertNode(Node* node, uintptr_t start, uintptr_t end, V value);
+  // Unlinks the node with this start and value and hands it back (nullptr if
+  // absent); the caller frees it with FreeNode.
+  Node* DetachNode(uintptr_t start, V value);
   // Calls fn(start, end, value) for every interval overlapping [start, end),
   // in increasing order of start. fn must not modify the tree.
   void ForEachOverlap(uintptr_t start, uintptr_t end,
@@ -43,7 +55,34 @@ class IntervalTree {
   bool CheckInvariants() const;
 
  private:
-  struct Node;
+  using Visitor = std::function<void(uintptr_t, uintptr_t, V)>;
+
+  // Order of nodes: by start, then by value (std::less<V>).
+  static bool KeyLess(uintptr_t a_start, const V& a_value, uintptr_t b_start,
+                      const V& b_value);
+  static int HeightOf(const Node* n);
+  static uintptr_t MaxEndOf(const Node* n);
+  // Recomputes n's height and max_end from its own interval and children.
+  static void Update(Node* n);
+  static Node* RotateLeft(Node* n);
+  static Node* RotateRight(Node* n);
+  // Updates n and restores AVL balance at n; returns the subtree's new root.
+  static Node* Rebalance(Node* n);
+  static Node* InsertInto(Node* root, Node* node);
+  // Detaches the leftmost node of `root` into *min; returns the new root.
+  static Node* DetachMin(Node* root, Node** min);
+  // Unlinks the node keyed (start, value) into *erased (null if absent).
+  static Node* EraseNode(Node* root, uintptr_t start, const V& value,
+                         Node** erased);
+  static void VisitOverlap(const Node* n, uintptr_t start, uintptr_t end,
+                           const Visitor& fn);
+  static void VisitAll(const Node* n, const Visitor& fn);
+  static void Destroy(Node* n);
+  // Checks the subtree at n, whose keys must lie within (lo, hi) (null: no
+  // bound); on success stores its height and node count.
+  static bool CheckSubtree(const Node* n, const Node* lo, const Node* hi,
+                           int* height, size_t* count);
+
   Node* root_ = nullptr;
   size_t size_ = 0;
 };

@@ -31,6 +31,9 @@ class MemoryEventListener {
   // [start, end) is about to be (or was just) unmapped, remapped, discarded or
   // replaced. Hook context: no allocation, no blocking, no registrar calls.
   virtual void OnMemoryRelease(uintptr_t start, uintptr_t end) noexcept = 0;
+  // Runs in the child right after fork(), before any other code of the child
+  // (pthread_atfork). Same rules as OnMemoryRelease.
+  virtual void OnForkChild() noexcept {}
 };
 
 // At most this many listeners (caches) at once in a process.

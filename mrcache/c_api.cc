@@ -1,0 +1,207 @@
+// c_api.cc: the C API of mrcache.h over the C++ Cache.
+//
+// mrc_region_t is mrcache::Region; mrc_cache_t owns a mrcache::Cache;
+// mrc_config_t owns a mrcache::Config. Every entry point turns a Status into
+// its errno (StatusToErrno) and never throws.
+#include "mrcache/mrcache.h"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <new>
+
+#include "mrcache/cache.h"
+#include "mrcache/config.h"
+#include "mrcache/custom_registrar.h"
+#include "mrcache/errno_status.h"
+#include "mrcache/region.h"
+
+struct mrc_config {
+  mrcache::Config config;
+};
+
+struct mrc_cache {
+  std::unique_ptr<mrcache::Cache> cache;
+};
+
+struct mrc_region : mrcache::Region {};
+
+namespace {
+
+mrcache::Region* AsRegion(mrc_region_t* r) { return static_cast<mrcache::Region*>(r); }
+const mrcache::Region* AsRegion(const mrc_region_t* r) { return static_cast<const mrcache::Region*>(r); }
+
+int ConfigFor(const mrc_config_t* cfg, mrcache::Config* out) {
+  if (cfg != nullptr) {
+    *out = cfg->config;
+    return 0;
+  }
+  auto env = mrcache::Config::FromEnvironment();
+  if (!env.ok()) {
+    std::fprintf(stderr, "mrcache: %s\n", std::string(env.status().message()).c_str());
+    return mrcache::StatusToErrno(env.status());
+  }
+  *out = *env;
+  return 0;
+}
+
+int Report(const absl::Status& s) {
+  return mrcache::StatusToErrno(s);
+}
+
+}  // namespace
+
+extern "C" {
+
+int mrc_config_create(mrc_config_t** cfg) {
+  if (cfg == nullptr) return EINVAL;
+  auto env = mrcache::Config::FromEnvironment();
+  if (!env.ok()) {
+    std::fprintf(stderr, "mrcache: %s\n", std::string(env.status().message()).c_str());
+    return Report(env.status());
+  }
+  auto* c = new (std::nothrow) mrc_config;
+  if (c == nullptr) return ENOMEM;
+  c->config = *env;
+  *cfg = c;
+  return 0;
+}
+
+int mrc_config_set(mrc_config_t* cfg, const char* key, const char* value) {
+  if (cfg == nullptr || key == nullptr || value == nullptr) return EINVAL;
+  return Report(cfg->config.Set(key, value));
+}
+
+int mrc_config_get(const mrc_config_t* cfg, const char* key, char* buf, size_t buflen) {
+  if (cfg == nullptr || key == nullptr || buf == nullptr) return EINVAL;
+  auto v = cfg->config.Get(key);
+  if (!v.ok()) return ENOENT;
+  if (v->size() + 1 > buflen) return ERANGE;
+  std::memcpy(buf, v->c_str(), v->size() + 1);
+  return 0;
+}
+
+void mrc_config_destroy(mrc_config_t* cfg) { delete cfg; }
+
+int mrc_cache_create(const mrc_config_t* cfg, struct ibv_pd* pd, mrc_cache_t** cache) {
+  if (cache == nullptr) return EINVAL;
+  mrcache::Config config;
+  if (int err = ConfigFor(cfg, &config)) return err;
+  auto c = mrcache::Cache::Create(config, pd);
+  if (!c.ok()) {
+    std::fprintf(stderr, "mrcache: %s\n", std::string(c.status().message()).c_str());
+    return Report(c.status());
+  }
+  *cache = new mrc_cache{std::move(*c)};
+  return 0;
+}
+
+int mrc_cache_create_custom(const mrc_config_t* cfg, const mrc_registrar_ops_t* ops, void* ctx,
+                            mrc_cache_t** cache) {
+  if (cache == nullptr) return EINVAL;
+  mrcache::Config config;
+  if (int err = ConfigFor(cfg, &config)) return err;
+  auto reg = mrcache::MakeCustomRegistrar(ops, ctx);
+  if (!reg.ok()) return Report(reg.status());
+  auto c = mrcache::Cache::Create(config, std::move(*reg));
+  if (!c.ok()) {
+    std::fprintf(stderr, "mrcache: %s\n", std::string(c.status().message()).c_str());
+    return Report(c.status());
+  }
+  *cache = new mrc_cache{std::move(*c)};
+  return 0;
+}
+
+void mrc_cache_destroy(mrc_cache_t* cache) { delete cache; }
+
+int mrc_get(mrc_cache_t* cache, void* addr, size_t length, int access, mrc_region_t** region) {
+  if (cache == nullptr || region == nullptr) return EINVAL;
+  auto r = cache->cache->Acquire(addr, length, access);
+  if (!r.ok()) return Report(r.status());
+  *region = static_cast<mrc_region_t*>(*r);
+  return 0;
+}
+
+int mrc_put(mrc_cache_t* cache, mrc_region_t* region) {
+  if (cache == nullptr || region == nullptr) return EINVAL;
+  return Report(cache->cache->Put(AsRegion(region)));
+}
+
+void mrc_region_info(const mrc_region_t* region, mrc_region_info_t* info) {
+  if (info == nullptr) return;
+  mrcache::RegionInfo i = mrcache::GetRegionInfo(AsRegion(region));
+  info->addr = i.addr;
+  info->length = i.length;
+  info->lkey = i.lkey;
+  info->rkey = i.rkey;
+  info->access = i.access;
+}
+
+uint64_t mrc_region_handle(const mrc_region_t* region) {
+  return region == nullptr ? 0 : AsRegion(region)->reg.handle;
+}
+
+int mrc_invalidate(mrc_cache_t* cache, void* addr, size_t length) {
+  if (cache == nullptr) return EINVAL;
+  return Report(cache->cache->Invalidate(addr, length));
+}
+
+int mrc_flush(mrc_cache_t* cache) {
+  if (cache == nullptr) return EINVAL;
+  return Report(cache->cache->Flush());
+}
+
+int mrc_region_device_write(mrc_cache_t* cache, mrc_region_t* region, size_t offset, const void* src,
+                            size_t length) {
+  if (cache == nullptr || region == nullptr || src == nullptr) return EINVAL;
+  return Report(cache->cache->DeviceWrite(AsRegion(region), offset, src, length));
+}
+
+void mrc_stats(const mrc_cache_t* cache, mrc_stats_t* stats) {
+  if (cache == nullptr || stats == nullptr) return;
+  mrcache::CacheStats s = cache->cache->stats();
+  stats->hits = s.hits;
+  stats->misses = s.misses;
+  stats->registrations = s.registrations;
+  stats->deregistrations = s.deregistrations;
+  stats->evictions = s.evictions;
+  stats->invalidations = s.invalidations;
+  stats->merges = s.merges;
+  stats->regions = s.regions;
+  stats->pinned_bytes = s.pinned_bytes;
+  stats->registrar_ns = s.registrar_ns;
+  stats->peak_pinned_bytes = s.peak_pinned_bytes;
+  stats->registrar_failures = s.registrar_failures;
+  stats->bypassed = s.bypassed;
+}
+
+const char* mrc_strerror(int err) {
+  switch (err) {
+    case 0: return "success";
+    case EINVAL: return "invalid argument (bad address range, access flags, key or value)";
+    case ENOMEM: return "out of memory or registration resources (RLIMIT_MEMLOCK, device limits)";
+    case EAGAIN: return "resource temporarily unavailable; the memory kept changing or the device is busy";
+    case EFAULT: return "the range is not mapped memory that can be registered";
+    case ENOTSUP: return "operation not supported by this registrar or device";
+    case ECHILD: return "the cache belongs to the parent process (after fork)";
+    case EBUSY: return "resource busy (regions still in use)";
+    case ENOENT: return "no such entry";
+    case ERANGE: return "buffer too small";
+    case EPERM: return "operation not permitted";
+    default: return std::strerror(err);
+  }
+}
+
+int mrc_set_retire_callback(mrc_cache_t* cache, mrc_retire_cb_t fn, void* arg) {
+  if (cache == nullptr) return EINVAL;
+  if (fn == nullptr) {
+    cache->cache->SetRetireCallback(nullptr);
+  } else {
+    cache->cache->SetRetireCallback(
+        [fn, arg](void* addr, size_t length, uint64_t handle) { fn(arg, addr, length, handle); });
+  }
+  return 0;
+}
+
+}  // extern "C"

@@ -1,0 +1,80 @@
+// cache.cc: the public C++ Cache, a thin owner of CacheImpl.
+#include "mrcache/cache.h"
+
+#include <cerrno>
+
+#include "mrcache/cache_impl.h"
+#include "mrcache/errno_status.h"
+#include "mrcache/region.h"
+
+namespace mrcache {
+
+RegionInfo GetRegionInfo(const Region* region) {
+  RegionInfo info;
+  if (region == nullptr) return info;
+  info.addr = region->reg.addr;
+  info.length = region->reg.length;
+  info.lkey = region->reg.lkey;
+  info.rkey = region->reg.rkey;
+  info.access = region->reg.access;
+  info.handle = region->reg.handle;
+  return info;
+}
+
+RegionRef& RegionRef::operator=(RegionRef&& other) noexcept {
+  if (this != &other) {
+    reset();
+    cache_ = other.cache_;
+    region_ = other.region_;
+    other.cache_ = nullptr;
+    other.region_ = nullptr;
+  }
+  return *this;
+}
+
+void RegionRef::reset() {
+  if (region_ != nullptr) (void)cache_->Put(region_);
+  region_ = nullptr;
+  cache_ = nullptr;
+}
+
+Region* RegionRef::release() {
+  Region* r = region_;
+  region_ = nullptr;
+  cache_ = nullptr;
+  return r;
+}
+
+Cache::Cache(std::unique_ptr<CacheImpl> impl) : impl_(std::move(impl)) {}
+Cache::~Cache() = default;
+
+absl::StatusOr<std::unique_ptr<Cache>> Cache::Create(const Config& config,
+                                                      std::unique_ptr<Registrar> registrar) {
+  auto impl = CacheImpl::Create(config, std::move(registrar));
+  if (!impl.ok()) return impl.status();
+  return std::unique_ptr<Cache>(new Cache(std::move(*impl)));
+}
+
+absl::StatusOr<RegionRef> Cache::Get(void* addr, size_t length, int access) {
+  auto r = impl_->Acquire(addr, length, access);
+  if (!r.ok()) return r.status();
+  return RegionRef(this, *r);
+}
+
+absl::StatusOr<Region*> Cache::Acquire(void* addr, size_t length, int access) {
+  return impl_->Acquire(addr, length, access);
+}
+
+absl::Status Cache::Put(Region* region) { return impl_->Put(region); }
+absl::Status Cache::Invalidate(void* addr, size_t length) { return impl_->Invalidate(addr, length); }
+absl::Status Cache::Flush() { return impl_->Flush(); }
+absl::Status Cache::DeviceWrite(Region* region, size_t offset, const void* src, size_t length) {
+  return impl_->DeviceWrite(region, offset, src, length);
+}
+CacheStats Cache::stats() const { return impl_->stats(); }
+void Cache::SetRetireCallback(RetireCallback callback) { impl_->SetRetireCallback(std::move(callback)); }
+const Config& Cache::config() const { return impl_->config(); }
+Registrar& Cache::registrar() { return impl_->registrar(); }
+std::string Cache::monitor_name() const { return impl_->monitor_name(); }
+
+}  // namespace mrcache

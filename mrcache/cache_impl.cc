@@ -1,0 +1,943 @@
+// cache_impl.cc: CacheImpl. The protocol is stated in cache_impl.h.
+#include "mrcache/cache_impl.h"
+
+#include <linux/membarrier.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "mrcache/errno_status.h"
+
+namespace mrcache {
+namespace {
+
+std::atomic<uint64_t> g_next_cache_uid{1};
+
+// Asymmetric fences: with MEMBARRIER_CMD_PRIVATE_EXPEDITED the hit path needs
+// only a compiler barrier, and reclaimers pay one membarrier() per batch.
+// Without it, the hit path uses a full fence.
+bool UseMembarrier() {
+  static const bool ok = [] {
+    long cmds = syscall(SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
+    if (cmds < 0 || !(cmds & MEMBARRIER_CMD_PRIVATE_EXPEDITED)) return false;
+    return syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
+  }();
+  return ok;
+}
+// Read once at start-up so the hit path tests a constant.
+const bool g_membarrier = UseMembarrier();
+
+inline void ReaderFence() {
+  if (g_membarrier) {
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+  } else {
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+  }
+}
+
+void ReclaimerFence() {
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (g_membarrier) syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0);
+}
+
+uint64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+inline uintptr_t AlignDown(uintptr_t v, size_t a) { return v & ~(uintptr_t(a) - 1); }
+// 0 on overflow.
+inline uintptr_t AlignUp(uintptr_t v, size_t a) {
+  uintptr_t r = (v + a - 1) & ~(uintptr_t(a) - 1);
+  return r < v ? 0 : r;
+}
+
+void AtomicMax(std::atomic<uint64_t>& a, uint64_t v) {
+  uint64_t cur = a.load(std::memory_order_relaxed);
+  while (cur < v && !a.compare_exchange_weak(cur, v, std::memory_order_relaxed)) {
+  }
+}
+
+constexpr int kMaxMissAttempts = 16;
+
+}  // namespace
+
+CacheImpl::CacheImpl(const Config& config, std::unique_ptr<Registrar> registrar)
+    : config_(config),
+      registrar_(std::move(registrar)),
+      uid_(g_next_cache_uid.fetch_add(1)),
+      align_(config.alignment ? config.alignment : static_cast<size_t>(sysconf(_SC_PAGESIZE))),
+      page_(static_cast<size_t>(sysconf(_SC_PAGESIZE))),
+      pid_(getpid()) {}
+
+absl::StatusOr<std::unique_ptr<CacheImpl>> CacheImpl::Create(const Config& config,
+                                                             std::unique_ptr<Registrar> registrar) {
+  if (registrar == nullptr) return ErrnoStatus(EINVAL, "no registrar");
+  absl::Status valid = config.Validate();
+  if (!valid.ok()) return valid;
+  std::unique_ptr<CacheImpl> cache(new CacheImpl(config, std::move(registrar)));
+
+  // On-demand paging: resolve the mode against the device's capabilities.
+  OdpCapabilities caps = cache->registrar_->odp_capabilities();
+  switch (config.odp) {
+    case OdpMode::kOff:
+      cache->odp_ = OdpMode::kOff;
+      break;
+    case OdpMode::kExplicit:
+      if (!caps.explicit_odp) {
+        return ErrnoStatus(EINVAL, absl::StrCat("odp=explicit: the ", cache->registrar_->name(),
+                                                " registrar's device does not support on-demand paging"));
+      }
+      cache->odp_ = OdpMode::kExplicit;
+      break;
+    case OdpMode::kImplicit:
+      if (!caps.implicit_odp) {
+        return ErrnoStatus(EINVAL, absl::StrCat("odp=implicit: the ", cache->registrar_->name(),
+                                                " registrar's device does not support implicit on-demand paging"));
+      }
+      cache->odp_ = OdpMode::kImplicit;
+      break;
+    case OdpMode::kAuto:
+      cache->odp_ = caps.implicit_odp   ? OdpMode::kImplicit
+                    : caps.explicit_odp ? OdpMode::kExplicit
+                                        : OdpMode::kOff;
+      break;
+  }
+
+  if (cache->odp_ == OdpMode::kImplicit) {
+    // One MR for the whole address space; every get returns its keys.
+    int access = kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead |
+                 kAccessRemoteAtomic | kAccessOnDemand;
+    auto reg = cache->registrar_->Register(nullptr, SIZE_MAX, access);
+    if (!reg.ok()) {
+      return ErrnoStatus(StatusToErrno(reg.status()),
+                         absl::StrCat("implicit ODP registration failed: ", reg.status().message()));
+    }
+    auto* r = new Region;
+    r->start = 0;
+    r->end = UINTPTR_MAX;
+    r->id = cache->next_region_id_++;
+    r->reg = *reg;
+    r->cache = cache.get();
+    cache->implicit_odp_ = r;
+    cache->CountRegistration(0);  // pins nothing
+  }
+
+  // ODP regions need no monitor for correctness.
+  std::string monitor = cache->odp_ == OdpMode::kOff ? config.monitor : std::string("none");
+  auto lease = AcquireMonitor(monitor);
+  if (!lease.ok() && monitor == "auto") {
+    std::fprintf(stderr, "mrcache: monitor 'auto' unavailable (%s); using 'none'\n",
+                 std::string(lease.status().message()).c_str());
+    lease = AcquireMonitor("none");
+  }
+  if (!lease.ok()) return lease.status();
+  cache->monitor_ = std::move(*lease);
+
+  absl::Status listen = AddMemoryEventListener(cache.get());
+  if (!listen.ok()) return listen;
+  cache->listening_ = true;
+  return cache;
+}
+
+CacheImpl::~CacheImpl() {
+  if (listening_) RemoveMemoryEventListener(this);
+  bool child = forked_.load() || getpid() != pid_;
+  DeadList dead;
+  int64_t held = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    FoldOrphansLocked();
+    Region* all = nullptr;
+    index_.ForEach([&all](uintptr_t, uintptr_t, Region* r) {
+      r->next_dead = all;
+      all = r;
+    });
+    while (all != nullptr) {
+      Region* r = all;
+      all = r->next_dead;
+      if (TotalRefsLocked(r) > 0) ++held;
+      IntervalTree<Region*>::FreeNode(index_.DetachNode(r->start, r));
+      dead.Push(r);
+    }
+    while (retired_ != nullptr) {
+      Region* r = retired_;
+      UnlinkRetiredLocked(r);
+      ++held;
+      dead.Push(r);
+    }
+    lru_head_ = lru_tail_ = nullptr;
+    held += implicit_refs_.load() > 0 ? 1 : 0;
+  }
+  if (held > 0 && !child) {
+    std::fprintf(stderr,
+                 "mrcache: warning: destroying a cache while %lld region(s) are still held; "
+                 "releasing their registrations\n",
+                 static_cast<long long>(held));
+  }
+  if (implicit_odp_ != nullptr) {
+    dead.Push(implicit_odp_);
+    implicit_odp_ = nullptr;
+  }
+  if (child) {
+    // fork(): the registrations belong to the parent. Free our bookkeeping
+    // only; never call the registrar, whose kernel objects the parent shares.
+    for (Region* r = dead.head; r != nullptr;) {
+      Region* next = r->next_dead;
+      delete r;
+      r = next;
+    }
+    (void)registrar_.release();  // owned by the parent's address space image
+  } else {
+    Release(&dead);
+  }
+  for (ThreadCache* tc = threads_; tc != nullptr;) {
+    ThreadCache* next = tc->next;
+    ThreadCache::Unref(tc);
+    tc = next;
+  }
+  threads_ = nullptr;
+}
+
+// ---- memory events (hook context) -----------------------------------------
+
+void CacheImpl::OnMemoryRelease(uintptr_t start, uintptr_t end) noexcept {
+  // Record first, then bump: a get that sees the new generation drains a ring
+  // that already holds the range.
+  ring_.Push(start, end);
+  gen_.fetch_add(1, std::memory_order_acq_rel);
+}
+
+void CacheImpl::OnForkChild() noexcept {
+  forked_.store(true, std::memory_order_release);
+  gen_.fetch_add(1, std::memory_order_acq_rel);
+}
+
+// ---- get --------------------------------------------------------------------
+
+absl::StatusOr<Region*> CacheImpl::Acquire(void* addr, size_t length, int access) {
+  uintptr_t start = reinterpret_cast<uintptr_t>(addr);
+  uintptr_t end = start + length;
+  // Fast path: a valid entry of this thread's lookup table, and a reference
+  // counted in this thread's own slot. No shared cache line is written.
+  if (ThreadCache* tc = FindThreadCache(uid_)) {
+    uint64_t gen = gen_.load(std::memory_order_acquire);
+    const ThreadCache::LookupEntry& e = tc->lookup[ThreadCache::LookupIndex(start)];
+    if (e.gen == gen && e.start <= start && end <= e.end && e.access == access && length != 0 &&
+        end > start) {
+      ThreadCache::RefSlot& slot = tc->refs[ThreadCache::RefIndex(e.region_id)];
+      if (slot.region_id.load(std::memory_order_relaxed) == e.region_id) {
+        int64_t count = slot.count.load(std::memory_order_relaxed);
+        slot.count.store(count + 1, std::memory_order_relaxed);
+        ReaderFence();
+        if (gen_.load(std::memory_order_acquire) == gen) {
+          ThreadCache::OwnerAdd(tc->hits, 1);
+          Region* r = e.region;
+          uint64_t tick = tick_.load(std::memory_order_relaxed);
+          if (r->last_use.load(std::memory_order_relaxed) != tick) {
+            r->last_use.store(tick, std::memory_order_relaxed);
+          }
+          return r;
+        }
+        slot.count.store(count, std::memory_order_release);  // back off
+      }
+    }
+  }
+
+  if (length == 0) return ErrnoStatus(EINVAL, "mrc_get: length is 0");
+  if (end < start) return ErrnoStatus(EINVAL, "mrc_get: addr + length overflows");
+  absl::Status access_ok = ValidateAccess(access);
+  if (!access_ok.ok()) return access_ok;
+  if (forked_.load(std::memory_order_acquire)) {
+    return ErrnoStatus(ECHILD,
+                       "mrc_get: this cache belongs to the parent process; after fork() "
+                       "create a new cache in the child");
+  }
+  if (access & (kAccessMwBind | kAccessZeroBased)) return AcquireBypass(start, end, access);
+  if (odp_ == OdpMode::kImplicit) return AcquireImplicitOdp(start, end, access);
+  ThreadCache* tc = FindThreadCache(uid_);
+  if (tc == nullptr) tc = AttachThread();
+  return AcquireSlow(tc, start, end, access);
+}
+
+ThreadCache* CacheImpl::AttachThread() {
+  auto* tc = new ThreadCache;  // allocated outside mu_
+  tc->cache_uid = uid_;
+  tc->cache = this;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    tc->next = threads_;
+    threads_ = tc;
+  }
+  InstallThreadCache(tc);
+  return tc;
+}
+
+absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start, uintptr_t end,
+                                               int user_access) {
+  // Explicit ODP registers every region on demand; lookups stay keyed by
+  // what the caller asked for.
+  const int request_access = odp_ == OdpMode::kExplicit ? (user_access | kAccessOnDemand) : user_access;
+  const uintptr_t page_start = AlignDown(start, page_);
+  const uintptr_t page_end = AlignUp(end, page_);
+  if (page_end == 0) return ErrnoStatus(EINVAL, "mrc_get: range wraps the address space");
+  uintptr_t aligned_start = AlignDown(start, align_);
+  uintptr_t aligned_end = AlignUp(end, align_);
+  if (aligned_end == 0) {
+    aligned_start = page_start;
+    aligned_end = page_end;
+  }
+  bool allow_merge = config_.max_merge_bytes > 0;
+  bool evicted_for_memory = false;
+
+  for (int attempt = 0;; ++attempt) {
+    DeadList dead;
+    PendingMiss pending;
+    int reg_access = request_access;
+    // Preallocate outside the lock whatever a miss may need under it.
+    auto* fresh = new Region;
+    auto* node = IntervalTree<Region*>::AllocateNode();
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      MaintainLocked(&dead);
+      if (Region* hit = FindCoveringLocked(start, end, request_access)) {
+        TakeRefLocked(tc, hit);
+        FillLookupLocked(tc, start, end, user_access, hit);
+        TouchLocked(hit);
+        slow_hits_.fetch_add(1, std::memory_order_relaxed);
+        lock.unlock();
+        delete fresh;
+        IntervalTree<Region*>::FreeNode(node);
+        Release(&dead);
+        return hit;
+      }
+      if (attempt == 0) misses_.fetch_add(1, std::memory_order_relaxed);
+      pending.start = aligned_start;
+      pending.end = aligned_end;
+      // Merge plan: the union of every compatible region overlapping the
+      // range, transitively, as long as it stays within max_merge_bytes.
+      if (allow_merge) {
+        struct Plan {
+          uintptr_t s, e;
+          int remote, odp, local;
+          bool grew;
+        } plan{aligned_start, aligned_end, request_access & kAccessRemoteBits,
+               request_access & kAccessOnDemand, 0, true};
+        while (plan.grew && plan.e - plan.s <= config_.max_merge_bytes) {
+          plan.grew = false;
+          index_.ForEachOverlap(plan.s, plan.e, [&plan](uintptr_t s, uintptr_t e, Region* r) {
+            if (r->remote_access() != plan.remote || (r->reg.access & kAccessOnDemand) != plan.odp) {
+              return;
+            }
+            plan.local |= r->reg.access & kAccessLocalWrite;
+            if (s < plan.s) plan.s = s, plan.grew = true;
+            if (e > plan.e) plan.e = e, plan.grew = true;
+          });
+        }
+        if (plan.e - plan.s <= config_.max_merge_bytes) {
+          pending.start = plan.s;
+          pending.end = plan.e;
+          reg_access |= plan.local;
+        }
+      }
+      pending.next = pending_;
+      pending_ = &pending;
+    }
+    Release(&dead);
+
+    // Register outside the lock. Monitors that watch ranges learn of it
+    // first, so an unmap during the registration is reported.
+    if (monitor_) monitor_->Watch(reinterpret_cast<void*>(pending.start), pending.end - pending.start);
+    absl::StatusOr<Registration> reg = TimedRegister(pending.start, pending.end, reg_access);
+
+    std::unique_lock<std::mutex> lock(mu_);
+    MaintainLocked(&dead);  // drains invalidations that arrived meanwhile
+    for (PendingMiss** p = &pending_; *p != nullptr; p = &(*p)->next) {
+      if (*p == &pending) {
+        *p = pending.next;
+        break;
+      }
+    }
+    if (!reg.ok()) {
+      lock.unlock();
+      Release(&dead);
+      if (monitor_) monitor_->Unwatch(reinterpret_cast<void*>(pending.start), pending.end - pending.start);
+      delete fresh;
+      IntervalTree<Region*>::FreeNode(node);
+      int err = StatusToErrno(reg.status());
+      if ((err == ENOMEM || err == EAGAIN) && !evicted_for_memory) {
+        // Out of resources: give back every unused registration, retry once.
+        evicted_for_memory = true;
+        EvictAllUnused();
+        continue;
+      }
+      bool widened = pending.start != page_start || pending.end != page_end ||
+                     reg_access != request_access;
+      if (err == EFAULT && widened) {
+        // Alignment or a merge reached memory that cannot be registered:
+        // fall back to exactly the requested pages.
+        allow_merge = false;
+        aligned_start = page_start;
+        aligned_end = page_end;
+        continue;
+      }
+      registrar_failures_.fetch_add(1, std::memory_order_relaxed);
+      return reg.status();
+    }
+    Region* raced = pending.spoiled ? nullptr : FindCoveringLocked(start, end, request_access);
+    if (pending.spoiled || raced != nullptr) {
+      // The memory changed while we registered (discard and retry), or
+      // another thread registered a covering region (use it).
+      if (raced != nullptr) {
+        TakeRefLocked(tc, raced);
+        FillLookupLocked(tc, start, end, user_access, raced);
+        TouchLocked(raced);
+      }
+      lock.unlock();
+      CountRegistration(reg->length);
+      TimedDeregister(*reg);
+      if (monitor_) monitor_->Unwatch(reinterpret_cast<void*>(pending.start), pending.end - pending.start);
+      delete fresh;
+      IntervalTree<Region*>::FreeNode(node);
+      Release(&dead);
+      if (raced != nullptr) return raced;
+      if (attempt + 1 >= kMaxMissAttempts) {
+        return ErrnoStatus(EAGAIN, "mrc_get: the memory kept changing while it was registered");
+      }
+      continue;
+    }
+
+    Region* r = fresh;
+    r->start = pending.start;
+    r->end = pending.end;
+    r->id = next_region_id_++;
+    r->reg = *reg;
+    r->cache = this;
+    r->lru_stamp = tick_.load(std::memory_order_relaxed);
+    r->last_use.store(r->lru_stamp, std::memory_order_relaxed);
+    index_.InsertNode(node, r->start, r->end, r);
+    cached_bytes_ += r->length();
+    r->lru_next = lru_head_;
+    if (lru_head_ != nullptr) lru_head_->lru_prev = r;
+    lru_head_ = r;
+    if (lru_tail_ == nullptr) lru_tail_ = r;
+    CountRegistration(r->length());
+
+    // Retire every compatible region the new one replaces.
+    struct Merge {
+      Region* self;
+      Region* victims;
+    } merge{r, nullptr};
+    index_.ForEachOverlap(r->start, r->end, [&merge](uintptr_t s, uintptr_t e, Region* o) {
+      Region* n = merge.self;
+      if (o != n && s >= n->start && e <= n->end && o->remote_access() == n->remote_access() &&
+          (o->reg.access & kAccessOnDemand) == (n->reg.access & kAccessOnDemand) &&
+          AccessCompatible(n->reg.access, o->reg.access)) {
+        o->next_dead = merge.victims;
+        merge.victims = o;
+      }
+    });
+    Region* candidates = nullptr;
+    if (merge.victims != nullptr) merges_.fetch_add(1, std::memory_order_relaxed);
+    for (Region* o = merge.victims; o != nullptr;) {
+      Region* next = o->next_dead;
+      UnindexLocked(o, &candidates);
+      o = next;
+    }
+    TakeRefLocked(tc, r);
+    if (candidates != nullptr) SettleLocked(candidates, &dead);
+    FillLookupLocked(tc, start, end, user_access, r);
+    const size_t max_regions = config_.max_regions;
+    const size_t max_bytes = config_.max_bytes;
+    EvictLocked(
+        [this, max_regions, max_bytes] {
+          return (max_regions && index_.size() > max_regions) ||
+                 (max_bytes && cached_bytes_ > max_bytes);
+        },
+        &dead);
+    lock.unlock();
+    Release(&dead);
+    return r;
+  }
+}
+
+absl::StatusOr<Region*> CacheImpl::AcquireBypass(uintptr_t start, uintptr_t end, int access) {
+  // MW_BIND / ZERO_BASED: a dedicated registration of exactly the range,
+  // never shared, deregistered on put.
+  absl::StatusOr<Registration> reg = TimedRegister(start, end, access);
+  if (!reg.ok()) {
+    registrar_failures_.fetch_add(1, std::memory_order_relaxed);
+    return reg.status();
+  }
+  auto* r = new Region;
+  r->start = start;
+  r->end = end;
+  r->reg = *reg;
+  r->cache = this;
+  r->bypass = true;
+  r->shared_refs = 1;
+  bypassed_.fetch_add(1, std::memory_order_relaxed);
+  CountRegistration(end - start);
+  return r;
+}
+
+absl::StatusOr<Region*> CacheImpl::AcquireImplicitOdp(uintptr_t start, uintptr_t end, int access) {
+  Region* r = implicit_odp_;
+  if (!AccessCompatible(r->reg.access, access | kAccessOnDemand) &&
+      (access & kAccessRemoteBits) != (r->reg.access & kAccessRemoteBits)) {
+    // The implicit MR grants every remote right; a narrower request gets a
+    // dedicated ODP registration so that its rkey grants no more than asked.
+    return AcquireBypass(start, end, access | kAccessOnDemand);
+  }
+  implicit_refs_.fetch_add(1, std::memory_order_relaxed);
+  slow_hits_.fetch_add(1, std::memory_order_relaxed);
+  if (config_.odp_prefetch_bytes && end - start >= config_.odp_prefetch_bytes) {
+    (void)registrar_->Prefetch(r->reg, reinterpret_cast<void*>(start), end - start);
+  }
+  return r;
+}
+
+// ---- put ----------------------------------------------------------------
+
+absl::Status CacheImpl::Put(Region* r) {
+  if (r == nullptr) return ErrnoStatus(EINVAL, "mrc_put: null region");
+  if (r->cache != this) return ErrnoStatus(EINVAL, "mrc_put: region belongs to another cache");
+  if (r == implicit_odp_) {
+    if (implicit_refs_.fetch_sub(1, std::memory_order_relaxed) <= 0) {
+      implicit_refs_.fetch_add(1, std::memory_order_relaxed);
+      return ErrnoStatus(EINVAL, "mrc_put: region put more times than it was got");
+    }
+    return absl::OkStatus();
+  }
+  if (r->bypass) {
+    if (r->shared_refs != 1) return ErrnoStatus(EINVAL, "mrc_put: region put more times than it was got");
+    r->shared_refs = 0;
+    TimedDeregister(r->reg);
+    delete r;
+    return absl::OkStatus();
+  }
+  if (ThreadCache* tc = FindThreadCache(uid_)) {
+    ThreadCache::RefSlot& slot = tc->refs[ThreadCache::RefIndex(r->id)];
+    if (slot.region_id.load(std::memory_order_relaxed) == r->id &&
+        !slot.dead.load(std::memory_order_relaxed)) {
+      int64_t count = slot.count.load(std::memory_order_relaxed);
+      if (count > 0) {
+        // Read `retired` before dropping our reference: afterwards the region
+        // may be freed by a reclaimer.
+        bool retired = r->retired.load(std::memory_order_acquire);
+        slot.count.store(count - 1, std::memory_order_release);
+        if (retired) {
+          DeadList dead;
+          {
+            std::lock_guard<std::mutex> lock(mu_);
+            RecheckRetiredLocked(&dead);
+          }
+          Release(&dead);
+        }
+        return absl::OkStatus();
+      }
+    }
+  }
+  DeadList dead;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    --r->shared_refs;
+    if (TotalRefsLocked(r) < 0) {
+      ++r->shared_refs;
+      return ErrnoStatus(EINVAL, "mrc_put: region put more times than it was got");
+    }
+    if (r->state == RegionState::kInvalid) RecheckRetiredLocked(&dead);
+  }
+  Release(&dead);
+  return absl::OkStatus();
+}
+
+// ---- explicit operations -------------------------------------------------------
+
+absl::Status CacheImpl::Invalidate(void* addr, size_t length) {
+  uintptr_t start = reinterpret_cast<uintptr_t>(addr);
+  if (length == 0) return ErrnoStatus(EINVAL, "mrc_invalidate: length is 0");
+  if (start + length < start) return ErrnoStatus(EINVAL, "mrc_invalidate: addr + length overflows");
+  DeadList dead;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    MaintainLocked(&dead);
+    Region* candidates = nullptr;
+    InvalidateRangeLocked(start, start + length, &candidates);
+    SpoilPendingLocked(start, start + length);
+    if (candidates != nullptr) SettleLocked(candidates, &dead);
+  }
+  Release(&dead);
+  return absl::OkStatus();
+}
+
+absl::Status CacheImpl::Flush() {
+  DeadList dead;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    MaintainLocked(&dead);
+    EvictLocked([this] { return lru_head_ != nullptr; }, &dead);
+  }
+  Release(&dead);
+  return absl::OkStatus();
+}
+
+bool CacheImpl::EvictAllUnused() {
+  DeadList dead;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    MaintainLocked(&dead);
+    EvictLocked([this] { return lru_head_ != nullptr; }, &dead);
+  }
+  bool any = dead.head != nullptr;
+  Release(&dead);
+  return any;
+}
+
+absl::Status CacheImpl::DeviceWrite(Region* r, size_t offset, const void* src, size_t length) {
+  if (r == nullptr || src == nullptr) return ErrnoStatus(EINVAL, "device write: null region or source");
+  if (r == implicit_odp_) {
+    // The implicit MR spans everything: offset is an absolute address.
+    return registrar_->DeviceWrite(r->reg, offset, src, length);
+  }
+  if (offset > r->length() || length > r->length() - offset) {
+    return ErrnoStatus(EINVAL, "device write: offset + length exceeds the region");
+  }
+  return registrar_->DeviceWrite(r->reg, offset, src, length);
+}
+
+CacheStats CacheImpl::stats() {
+  CacheStats s;
+  uint64_t thread_hits = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (ThreadCache* tc = threads_; tc != nullptr; tc = tc->next) {
+      thread_hits += tc->hits.load(std::memory_order_relaxed);
+    }
+    thread_hits += folded_hits_;
+  }
+  s.hits = thread_hits + slow_hits_.load();
+  s.misses = misses_.load();
+  s.registrations = registrations_.load();
+  s.deregistrations = deregistrations_.load();
+  s.evictions = evictions_.load();
+  s.invalidations = invalidations_.load();
+  s.merges = merges_.load();
+  s.regions = live_regions_.load();
+  s.pinned_bytes = pinned_bytes_.load();
+  s.registrar_ns = registrar_ns_.load();
+  s.peak_pinned_bytes = peak_pinned_bytes_.load();
+  s.registrar_failures = registrar_failures_.load();
+  s.bypassed = bypassed_.load();
+  return s;
+}
+
+void CacheImpl::SetRetireCallback(Cache::RetireCallback callback) {
+  std::lock_guard<std::mutex> lock(mu_);
+  retire_cb_ = std::move(callback);
+}
+
+// ---- under the lock ---------------------------------------------------------
+
+void CacheImpl::MaintainLocked(DeadList* dead) {
+  tick_.store(tick_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  Region* candidates = nullptr;
+  struct Drain {
+    CacheImpl* self;
+    Region** candidates;
+  } drain{this, &candidates};
+  bool lost = ring_.Drain([&drain](uintptr_t s, uintptr_t e) {
+    drain.self->InvalidateRangeLocked(s, e, drain.candidates);
+    drain.self->SpoilPendingLocked(s, e);
+  });
+  if (lost) {
+    InvalidateAllLocked(&candidates);
+    SpoilPendingLocked(0, UINTPTR_MAX);
+  }
+  FoldOrphansLocked();
+  if (candidates != nullptr) SettleLocked(candidates, dead);
+  RecheckRetiredLocked(dead);
+}
+
+Region* CacheImpl::FindCoveringLocked(uintptr_t start, uintptr_t end, int access) {
+  struct Find {
+    uintptr_t start, end;
+    int access;
+    Region* found;
+  } f{start, end, access, nullptr};
+  Find* fp = &f;
+  index_.ForEachOverlap(start, end, [fp](uintptr_t s, uintptr_t e, Region* r) {
+    if (fp->found == nullptr && s <= fp->start && fp->end <= e &&
+        AccessCompatible(r->reg.access, fp->access)) {
+      fp->found = r;
+    }
+  });
+  return f.found;
+}
+
+void CacheImpl::TakeRefLocked(ThreadCache* tc, Region* r) {
+  ThreadCache::RefSlot& slot = tc->refs[ThreadCache::RefIndex(r->id)];
+  if (slot.region_id.load(std::memory_order_relaxed) == r->id &&
+      !slot.dead.load(std::memory_order_relaxed)) {
+    ThreadCache::OwnerAdd(slot.count, 1);
+    return;
+  }
+  if (slot.count.load(std::memory_order_relaxed) == 0 || slot.dead.load(std::memory_order_relaxed)) {
+    // Claim the slot: its previous region holds no reference from us.
+    slot.region_id.store(r->id, std::memory_order_relaxed);
+    slot.region = r;
+    slot.dead.store(false, std::memory_order_relaxed);
+    slot.count.store(1, std::memory_order_release);
+    return;
+  }
+  ++r->shared_refs;  // slot taken by another live region of ours
+}
+
+void CacheImpl::FillLookupLocked(ThreadCache* tc, uintptr_t start, uintptr_t end, int access,
+                                 Region* r) {
+  ThreadCache::LookupEntry& e = tc->lookup[ThreadCache::LookupIndex(start)];
+  e.gen = gen_.load(std::memory_order_acquire);
+  e.start = r->start;
+  e.end = r->end;
+  e.access = access;
+  e.region = r;
+  e.region_id = r->id;
+}
+
+void CacheImpl::TouchLocked(Region* r) {
+  if (r->state != RegionState::kCached) return;
+  uint64_t tick = tick_.load(std::memory_order_relaxed);
+  r->lru_stamp = tick;
+  r->last_use.store(tick, std::memory_order_relaxed);
+  if (lru_head_ == r) return;
+  // unlink
+  if (r->lru_prev != nullptr) r->lru_prev->lru_next = r->lru_next;
+  if (r->lru_next != nullptr) r->lru_next->lru_prev = r->lru_prev;
+  if (lru_tail_ == r) lru_tail_ = r->lru_prev;
+  // push front
+  r->lru_prev = nullptr;
+  r->lru_next = lru_head_;
+  if (lru_head_ != nullptr) lru_head_->lru_prev = r;
+  lru_head_ = r;
+  if (lru_tail_ == nullptr) lru_tail_ = r;
+}
+
+int64_t CacheImpl::TotalRefsLocked(const Region* r) const {
+  int64_t total = r->shared_refs;
+  const size_t index = ThreadCache::RefIndex(r->id);
+  for (const ThreadCache* tc = threads_; tc != nullptr; tc = tc->next) {
+    const ThreadCache::RefSlot& slot = tc->refs[index];
+    if (slot.region_id.load(std::memory_order_acquire) == r->id &&
+        !slot.dead.load(std::memory_order_relaxed)) {
+      total += slot.count.load(std::memory_order_acquire);
+    }
+  }
+  return total;
+}
+
+void CacheImpl::UnindexLocked(Region* r, Region** candidates) {
+  IntervalTree<Region*>::FreeNode(index_.DetachNode(r->start, r));  // node storage is plain memory
+  cached_bytes_ -= r->length();
+  if (r->lru_prev != nullptr) r->lru_prev->lru_next = r->lru_next;
+  if (r->lru_next != nullptr) r->lru_next->lru_prev = r->lru_prev;
+  if (lru_head_ == r) lru_head_ = r->lru_next;
+  if (lru_tail_ == r) lru_tail_ = r->lru_prev;
+  r->lru_prev = r->lru_next = nullptr;
+  r->state = RegionState::kInvalid;
+  r->retired.store(true, std::memory_order_release);
+  r->next_dead = *candidates;
+  *candidates = r;
+}
+
+void CacheImpl::BumpGenerationAndFence() {
+  gen_.fetch_add(1, std::memory_order_acq_rel);
+  ReclaimerFence();
+}
+
+void CacheImpl::SettleLocked(Region* candidates, DeadList* dead) {
+  BumpGenerationAndFence();
+  while (candidates != nullptr) {
+    Region* r = candidates;
+    candidates = r->next_dead;
+    r->next_dead = nullptr;
+    if (TotalRefsLocked(r) == 0) {
+      KillLocked(r, dead);
+    } else {
+      LinkRetiredLocked(r);
+    }
+  }
+}
+
+void CacheImpl::KillLocked(Region* r, DeadList* dead) {
+  r->state = RegionState::kDead;
+  // Slots naming r now hold meaningless counts: let their owners reclaim them.
+  const size_t index = ThreadCache::RefIndex(r->id);
+  for (ThreadCache* tc = threads_; tc != nullptr; tc = tc->next) {
+    ThreadCache::RefSlot& slot = tc->refs[index];
+    if (slot.region_id.load(std::memory_order_relaxed) == r->id) {
+      slot.dead.store(true, std::memory_order_relaxed);
+    }
+  }
+  dead->Push(r);
+}
+
+void CacheImpl::LinkRetiredLocked(Region* r) {
+  r->on_retired_list = true;
+  r->prev_retired = nullptr;
+  r->next_dead = retired_;
+  if (retired_ != nullptr) retired_->prev_retired = r;
+  retired_ = r;
+}
+
+void CacheImpl::UnlinkRetiredLocked(Region* r) {
+  if (r->prev_retired != nullptr) r->prev_retired->next_dead = r->next_dead;
+  if (r->next_dead != nullptr) r->next_dead->prev_retired = r->prev_retired;
+  if (retired_ == r) retired_ = r->next_dead;
+  r->prev_retired = r->next_dead = nullptr;
+  r->on_retired_list = false;
+}
+
+void CacheImpl::RecheckRetiredLocked(DeadList* dead) {
+  // Retired regions gain no new references (they left the index and every
+  // lookup entry naming them is stale), so a zero count is final.
+  for (Region* r = retired_; r != nullptr;) {
+    Region* next = r->next_dead;
+    if (TotalRefsLocked(r) == 0) {
+      UnlinkRetiredLocked(r);
+      KillLocked(r, dead);
+    }
+    r = next;
+  }
+}
+
+void CacheImpl::InvalidateRangeLocked(uintptr_t start, uintptr_t end, Region** candidates) {
+  uintptr_t s = AlignDown(start, page_);
+  uintptr_t e = AlignUp(end, page_);
+  if (e == 0) e = UINTPTR_MAX;
+  struct Collect {
+    Region* list;
+  } c{nullptr};
+  index_.ForEachOverlap(s, e, [&c](uintptr_t, uintptr_t, Region* r) {
+    r->next_dead = c.list;
+    c.list = r;
+  });
+  while (c.list != nullptr) {
+    Region* r = c.list;
+    c.list = r->next_dead;
+    invalidations_.fetch_add(1, std::memory_order_relaxed);
+    UnindexLocked(r, candidates);
+  }
+}
+
+void CacheImpl::InvalidateAllLocked(Region** candidates) {
+  InvalidateRangeLocked(0, UINTPTR_MAX, candidates);
+}
+
+void CacheImpl::SpoilPendingLocked(uintptr_t start, uintptr_t end) {
+  for (PendingMiss* p = pending_; p != nullptr; p = p->next) {
+    if (p->start < end && start < p->end) p->spoiled = true;
+  }
+}
+
+template <typename Pred>
+void CacheImpl::EvictLocked(Pred over, DeadList* dead) {
+  // CLOCK-style LRU: a region hit on the fast path since it was last placed
+  // (last_use > lru_stamp) gets a second chance at the head. Regions that
+  // hold references are skipped (moved to the head). The reference counts
+  // are re-checked after the fence in SettleLocked; a region that turned out
+  // to be in use stays retired until its last put (never deregistered early).
+  Region* candidates = nullptr;
+  size_t budget = index_.size() * 2 + 1;
+  size_t victims = 0;
+  while (over() && lru_tail_ != nullptr && budget-- > 0) {
+    Region* r = lru_tail_;
+    uint64_t used = r->last_use.load(std::memory_order_relaxed);
+    if (used > r->lru_stamp || TotalRefsLocked(r) != 0) {
+      TouchLocked(r);
+      continue;
+    }
+    UnindexLocked(r, &candidates);
+    ++victims;
+  }
+  if (candidates == nullptr) return;
+  evictions_.fetch_add(victims, std::memory_order_relaxed);
+  SettleLocked(candidates, dead);
+}
+
+void CacheImpl::FoldOrphansLocked() {
+  for (ThreadCache** p = &threads_; *p != nullptr;) {
+    ThreadCache* tc = *p;
+    if (!tc->orphaned.load(std::memory_order_acquire)) {
+      p = &tc->next;
+      continue;
+    }
+    for (ThreadCache::RefSlot& slot : tc->refs) {
+      int64_t count = slot.count.load(std::memory_order_relaxed);
+      if (count != 0 && !slot.dead.load(std::memory_order_relaxed) && slot.region != nullptr) {
+        slot.region->shared_refs += count;
+      }
+    }
+    folded_hits_ += tc->hits.load(std::memory_order_relaxed);
+    *p = tc->next;
+    ThreadCache::Unref(tc);
+  }
+}
+
+// ---- outside the lock ------------------------------------------------------
+
+absl::StatusOr<Registration> CacheImpl::TimedRegister(uintptr_t start, uintptr_t end, int access) {
+  uint64_t t0 = NowNs();
+  absl::StatusOr<Registration> reg =
+      registrar_->Register(reinterpret_cast<void*>(start), end - start, access);
+  registrar_ns_.fetch_add(NowNs() - t0, std::memory_order_relaxed);
+  return reg;
+}
+
+void CacheImpl::CountRegistration(size_t pinned) {
+  registrations_.fetch_add(1, std::memory_order_relaxed);
+  live_regions_.fetch_add(1, std::memory_order_relaxed);
+  AtomicMax(peak_pinned_bytes_,
+            pinned_bytes_.fetch_add(pinned, std::memory_order_relaxed) + pinned);
+}
+
+void CacheImpl::TimedDeregister(const Registration& reg) {
+  uint64_t t0 = NowNs();
+  absl::Status s = registrar_->Deregister(reg);
+  registrar_ns_.fetch_add(NowNs() - t0, std::memory_order_relaxed);
+  deregistrations_.fetch_add(1, std::memory_order_relaxed);
+  live_regions_.fetch_sub(1, std::memory_order_relaxed);
+  pinned_bytes_.fetch_sub(reg.addr == nullptr && reg.length == SIZE_MAX ? 0 : reg.length,
+                          std::memory_order_relaxed);
+  if (!s.ok()) {
+    std::fprintf(stderr, "mrcache: %s deregistration failed: %s\n", registrar_->name(),
+                 std::string(s.message()).c_str());
+  }
+}
+
+void CacheImpl::Release(DeadList* dead) {
+  if (dead->head == nullptr) return;
+  Cache::RetireCallback cb;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    cb = retire_cb_;
+  }
+  for (Region* r = dead->head; r != nullptr;) {
+    Region* next = r->next_dead;
+    TimedDeregister(r->reg);
+    if (monitor_ && r != implicit_odp_) {
+      monitor_->Unwatch(reinterpret_cast<void*>(r->start), r->length());
+    }
+    if (cb) cb(reinterpret_cast<void*>(r->start), r->length(), r->reg.handle);
+    delete r;
+    r = next;
+  }
+  dead->head = nullptr;
+}
+
+}  // namespace mrcache

@@ -1,0 +1,165 @@
+// cache_impl.h: the cache behind mrcache::Cache and the C API.
+//
+// Read cache.h first for the semantics. This header states the locking and
+// reclamation rules the implementation relies on.
+//
+// Locks: one mutex, `mu_`, guards the index, the LRU list, the retired list,
+// the list of ThreadCaches and every Region field marked "guarded" in
+// region.h. It is never held across a registrar call, a monitor Watch/Unwatch,
+// the retire callback, or a Region allocation/deletion. Memory-event handlers
+// (OnMemoryRelease) never take it.
+//
+// Reclamation protocol (why a lock-free hit never sees a freed region):
+//   hit (owner thread T):  load gen g; entry.gen == g; slot.count += 1;
+//                          [fence]; reload gen == g ? use region : undo.
+//   reclaimer (under mu_): remove region from the index; gen += 1;
+//                          [asymmetric fence: membarrier]; sum the counts.
+// Either T sees the new generation and backs off without touching the region,
+// or the reclaimer sees T's increment and keeps the region (it becomes
+// kInvalid and is deregistered after its last put). Lookup entries are only
+// filled under mu_, so none can name a region that left the index.
+#ifndef MRCACHE_CACHE_IMPL_H_
+#define MRCACHE_CACHE_IMPL_H_
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "mrcache/cache.h"
+#include "mrcache/config.h"
+#include "mrcache/interval_tree.h"
+#include "mrcache/invalidation_ring.h"
+#include "mrcache/memory_events.h"
+#include "mrcache/monitor.h"
+#include "mrcache/region.h"
+#include "mrcache/registrar.h"
+#include "mrcache/thread_cache.h"
+
+namespace mrcache {
+
+class CacheImpl : public MemoryEventListener {
+ public:
+  static absl::StatusOr<std::unique_ptr<CacheImpl>> Create(const Config& config,
+                                                           std::unique_ptr<Registrar> registrar);
+  ~CacheImpl() override;
+
+  absl::StatusOr<Region*> Acquire(void* addr, size_t length, int access);
+  absl::Status Put(Region* region);
+  absl::Status Invalidate(void* addr, size_t length);
+  absl::Status Flush();
+  absl::Status DeviceWrite(Region* region, size_t offset, const void* src, size_t length);
+  CacheStats stats();
+  void SetRetireCallback(Cache::RetireCallback callback);
+
+  const Config& config() const { return config_; }
+  Registrar& registrar() { return *registrar_; }
+  std::string monitor_name() const { return monitor_ ? monitor_->name() : "none"; }
+
+  // MemoryEventListener: hook context (no lock, no allocation, no registrar).
+  void OnMemoryRelease(uintptr_t start, uintptr_t end) noexcept override;
+  void OnForkChild() noexcept override;
+
+ private:
+  // Regions to deregister once mu_ is released (linked through next_dead).
+  struct DeadList {
+    Region* head = nullptr;
+    void Push(Region* r) {
+      r->next_dead = head;
+      head = r;
+    }
+  };
+  // A miss registering outside the lock; an invalidation that touches
+  // [start, end) meanwhile spoils it (linked in pending_ under mu_).
+  struct PendingMiss {
+    uintptr_t start = 0, end = 0;
+    bool spoiled = false;
+    PendingMiss* next = nullptr;
+  };
+
+  CacheImpl(const Config& config, std::unique_ptr<Registrar> registrar);
+
+  absl::StatusOr<Region*> AcquireSlow(ThreadCache* tc, uintptr_t start, uintptr_t end, int access);
+  absl::StatusOr<Region*> AcquireBypass(uintptr_t start, uintptr_t end, int access);
+  absl::StatusOr<Region*> AcquireImplicitOdp(uintptr_t start, uintptr_t end, int access);
+  ThreadCache* AttachThread();
+
+  // All *Locked functions require mu_.
+  void MaintainLocked(DeadList* dead);
+  Region* FindCoveringLocked(uintptr_t start, uintptr_t end, int access);
+  void TakeRefLocked(ThreadCache* tc, Region* r);
+  void FillLookupLocked(ThreadCache* tc, uintptr_t start, uintptr_t end, int access, Region* r);
+  void TouchLocked(Region* r);
+  int64_t TotalRefsLocked(const Region* r) const;
+  // Removes r from the index and LRU and queues it on `candidates` (via
+  // next_dead); SettleLocked then bumps the generation, fences, and sends each
+  // candidate to `dead` (no references) or to the retired list.
+  void UnindexLocked(Region* r, Region** candidates);
+  void SettleLocked(Region* candidates, DeadList* dead);
+  void KillLocked(Region* r, DeadList* dead);
+  void InvalidateRangeLocked(uintptr_t start, uintptr_t end, Region** candidates);
+  void InvalidateAllLocked(Region** candidates);
+  void SpoilPendingLocked(uintptr_t start, uintptr_t end);
+  // Evicts unused regions, least recently used first, while `over()` holds.
+  template <typename Pred>
+  void EvictLocked(Pred over, DeadList* dead);
+  void RecheckRetiredLocked(DeadList* dead);
+  void FoldOrphansLocked();
+  void BumpGenerationAndFence();
+  void LinkRetiredLocked(Region* r);
+  void UnlinkRetiredLocked(Region* r);
+
+  // Outside mu_: deregisters, reports, frees.
+  void Release(DeadList* dead);
+  absl::StatusOr<Registration> TimedRegister(uintptr_t start, uintptr_t end, int access);
+  void TimedDeregister(const Registration& reg);
+  void CountRegistration(size_t pinned_bytes);
+  bool EvictAllUnused();
+
+  const Config config_;
+  std::unique_ptr<Registrar> registrar_;
+  std::unique_ptr<MonitorLease> monitor_;
+  const uint64_t uid_;
+  const size_t align_;
+  const size_t page_;
+  const pid_t pid_;
+  bool listening_ = false;
+  OdpMode odp_ = OdpMode::kOff;
+  Region* implicit_odp_ = nullptr;      // the whole-address-space MR (odp=implicit)
+  std::atomic<int64_t> implicit_refs_{0};
+
+  // Hit-path shared state: read-mostly.
+  alignas(64) std::atomic<uint64_t> gen_{1};
+  std::atomic<uint64_t> tick_{1};
+  std::atomic<bool> forked_{false};
+
+  InvalidationRing ring_;
+
+  mutable std::mutex mu_;
+  IntervalTree<Region*> index_;             // guarded
+  Region* lru_head_ = nullptr;              // guarded; most recently used
+  Region* lru_tail_ = nullptr;              // guarded
+  Region* retired_ = nullptr;               // guarded; kInvalid regions still referenced
+  ThreadCache* threads_ = nullptr;          // guarded
+  PendingMiss* pending_ = nullptr;          // guarded
+  size_t cached_bytes_ = 0;                 // guarded; bytes of regions in the index
+  uint64_t next_region_id_ = 1;             // guarded
+  uint64_t folded_hits_ = 0;                // guarded; hits of orphaned threads
+  Cache::RetireCallback retire_cb_;         // guarded (copied out before calling)
+
+  // Counters (slow paths; relaxed atomics so stats() needs no lock for them).
+  std::atomic<uint64_t> slow_hits_{0}, misses_{0}, registrations_{0}, deregistrations_{0},
+      evictions_{0}, invalidations_{0}, merges_{0}, live_regions_{0}, pinned_bytes_{0},
+      peak_pinned_bytes_{0}, registrar_ns_{0}, registrar_failures_{0}, bypassed_{0};
+};
+
+}  // namespace mrcache
+
+#endif  // MRCACHE_CACHE_IMPL_H_

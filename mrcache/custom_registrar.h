@@ -1,0 +1,26 @@
+// custom_registrar.h: a Registrar over the caller's C callbacks
+// (mrc_registrar_ops_t), as runtimes plug in their own registration (one
+// region on several NICs, ...) the way ucs_rcache's ops do.
+//
+// The callbacks are called without any cache lock held and may allocate. A
+// callback's return value is an errno (0 = success; a negative value is taken
+// as its absolute value). The registrar validates length, overflow and access
+// bits before calling `reg`, so callbacks see only well-formed requests.
+#ifndef MRCACHE_CUSTOM_REGISTRAR_H_
+#define MRCACHE_CUSTOM_REGISTRAR_H_
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "mrcache/mrcache.h"
+#include "mrcache/registrar.h"
+
+namespace mrcache {
+
+// EINVAL if ops or one of its callbacks is null.
+absl::StatusOr<std::unique_ptr<Registrar>> MakeCustomRegistrar(const mrc_registrar_ops_t* ops,
+                                                               void* ctx);
+
+}  // namespace mrcache
+
+#endif  // MRCACHE_CUSTOM_REGISTRAR_H_

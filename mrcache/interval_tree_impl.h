@@ -1,0 +1,288 @@
+// interval_tree_impl.h: the template body of IntervalTree<V>; include
+// interval_tree.h, not this file.
+//
+// Invariants of every node n (checked by CheckInvariants):
+//  - order: every key in n->left is less than n's key, every key in n->right
+//    greater, where a key is (start, value) compared by start, then by
+//    std::less<V> on the value;
+//  - balance: n->height == 1 + max(child heights) (a null child has height 0)
+//    and the two child heights differ by at most one;
+//  - augmentation: n->max_end is the largest `end` in n's subtree.
+// The in-order walk therefore yields intervals by increasing start, and any
+// subtree whose max_end <= a query's start holds nothing overlapping it.
+// Recursion depth is bounded by the AVL height, about 1.44 * log2(n).
+#ifndef MRCACHE_INTERVAL_TREE_IMPL_H_
+#define MRCACHE_INTERVAL_TREE_IMPL_H_
+
+#include <algorithm>
+#include <cassert>
+#include <utility>
+
+#include "mrcache/interval_tree.h"
+
+namespace mrcache {
+
+template <typename V>
+struct IntervalTree<V>::Node {
+  Node(uintptr_t s, uintptr_t e, V v)
+      : start(s), end(e), max_end(e), value(std::move(v)) {}
+  uintptr_t start;
+  uintptr_t end;
+  uintptr_t max_end;
+  V value;
+  Node* left = nullptr;
+  Node* right = nullptr;
+  int height = 1;
+};
+
+template <typename V>
+bool IntervalTree<V>::KeyLess(uintptr_t a_start, const V& a_value,
+                              uintptr_t b_start, const V& b_value) {
+  if (a_start != b_start) return a_start < b_start;
+  return std::less<V>()(a_value, b_value);
+}
+
+template <typename V>
+int IntervalTree<V>::HeightOf(const Node* n) {
+  return n == nullptr ? 0 : n->height;
+}
+
+template <typename V>
+uintptr_t IntervalTree<V>::MaxEndOf(const Node* n) {
+  return n == nullptr ? 0 : n->max_end;
+}
+
+template <typename V>
+void IntervalTree<V>::Update(Node* n) {
+  n->height = 1 + std::max(HeightOf(n->left), HeightOf(n->right));
+  n->max_end = std::max({n->end, MaxEndOf(n->left), MaxEndOf(n->right)});
+}
+
+template <typename V>
+typename IntervalTree<V>::Node* IntervalTree<V>::RotateLeft(Node* n) {
+  Node* r = n->right;
+  n->right = r->left;
+  r->left = n;
+  Update(n);
+  Update(r);
+  return r;
+}
+
+template <typename V>
+typename IntervalTree<V>::Node* IntervalTree<V>::RotateRight(Node* n) {
+  Node* l = n->left;
+  n->left = l->right;
+  l->right = n;
+  Update(n);
+  Update(l);
+  return l;
+}
+
+template <typename V>
+typename IntervalTree<V>::Node* IntervalTree<V>::Rebalance(Node* n) {
+  Update(n);
+  const int balance = HeightOf(n->left) - HeightOf(n->right);
+  if (balance > 1) {
+    if (HeightOf(n->left->left) < HeightOf(n->left->right)) {
+      n->left = RotateLeft(n->left);
+    }
+    return RotateRight(n);
+  }
+  if (balance < -1) {
+    if (HeightOf(n->right->right) < HeightOf(n->right->left)) {
+      n->right = RotateRight(n->right);
+    }
+    return RotateLeft(n);
+  }
+  return n;
+}
+
+template <typename V>
+typename IntervalTree<V>::Node* IntervalTree<V>::InsertInto(Node* root,
+                                                            Node* node) {
+  if (root == nullptr) return node;
+  if (KeyLess(node->start, node->value, root->start, root->value)) {
+    root->left = InsertInto(root->left, node);
+  } else {
+    root->right = InsertInto(root->right, node);
+  }
+  return Rebalance(root);
+}
+
+template <typename V>
+void IntervalTree<V>::Insert(uintptr_t start, uintptr_t end, V value) {
+  assert(start < end && "IntervalTree::Insert requires start < end");
+  root_ = InsertInto(root_, new Node(start, end, std::move(value)));
+  ++size_;
+}
+
+template <typename V>
+typename IntervalTree<V>::Node* IntervalTree<V>::AllocateNode() {
+  return new Node(0, 1, V());
+}
+
+template <typename V>
+void IntervalTree<V>::FreeNode(Node* node) {
+  delete node;
+}
+
+template <typename V>
+void IntervalTree<V>::InsertNode(Node* node, uintptr_t start, uintptr_t end, V value) {
+  assert(start < end && "IntervalTree::InsertNode requires start < end");
+  node->start = start;
+  node->end = end;
+  node->max_end = end;
+  node->value = std::move(value);
+  node->left = node->right = nullptr;
+  node->height = 1;
+  root_ = InsertInto(root_, node);
+  ++size_;
+}
+
+template <typename V>
+typename IntervalTree<V>::Node* IntervalTree<V>::DetachNode(uintptr_t start, V value) {
+  Node* erased = nullptr;
+  root_ = EraseNode(root_, start, value, &erased);
+  if (erased != nullptr) --size_;
+  return erased;
+}
+
+template <typename V>
+typename IntervalTree<V>::Node* IntervalTree<V>::DetachMin(Node* root,
+                                                           Node** min) {
+  if (root->left == nullptr) {
+    *min = root;
+    return root->right;
+  }
+  root->left = DetachMin(root->left, min);
+  return Rebalance(root);
+}
+
+template <typename V>
+typename IntervalTree<V>::Node* IntervalTree<V>::EraseNode(Node* root,
+                                                           uintptr_t start,
+                                                           const V& value,
+                                                           Node** erased) {
+  if (root == nullptr) return nullptr;
+  if (KeyLess(start, value, root->start, root->value)) {
+    root->left = EraseNode(root->left, start, value, erased);
+  } else if (KeyLess(root->start, root->value, start, value)) {
+    root->right = EraseNode(root->right, start, value, erased);
+  } else {
+    *erased = root;
+    if (root->left == nullptr) return root->right;
+    if (root->right == nullptr) return root->left;
+    // Two children: the successor (leftmost of the right subtree) takes
+    // root's place, so no value is copied.
+    Node* successor = nullptr;
+    Node* right = DetachMin(root->right, &successor);
+    successor->left = root->left;
+    successor->right = right;
+    return Rebalance(successor);
+  }
+  return Rebalance(root);
+}
+
+template <typename V>
+bool IntervalTree<V>::Erase(uintptr_t start, V value) {
+  Node* erased = DetachNode(start, std::move(value));
+  if (erased == nullptr) return false;
+  FreeNode(erased);
+  return true;
+}
+
+template <typename V>
+void IntervalTree<V>::VisitOverlap(const Node* n, uintptr_t start,
+                                   uintptr_t end, const Visitor& fn) {
+  // Nothing in this subtree ends after the query starts.
+  if (n == nullptr || n->max_end <= start) return;
+  VisitOverlap(n->left, start, end, fn);
+  // n and its whole right subtree start at or after the query's end.
+  if (n->start >= end) return;
+  if (n->end > start) fn(n->start, n->end, n->value);
+  VisitOverlap(n->right, start, end, fn);
+}
+
+template <typename V>
+void IntervalTree<V>::ForEachOverlap(uintptr_t start, uintptr_t end,
+                                     const Visitor& fn) const {
+  if (start >= end) return;  // An empty query overlaps nothing.
+  VisitOverlap(root_, start, end, fn);
+}
+
+template <typename V>
+void IntervalTree<V>::VisitAll(const Node* n, const Visitor& fn) {
+  if (n == nullptr) return;
+  VisitAll(n->left, fn);
+  fn(n->start, n->end, n->value);
+  VisitAll(n->right, fn);
+}
+
+template <typename V>
+void IntervalTree<V>::ForEach(const Visitor& fn) const {
+  VisitAll(root_, fn);
+}
+
+template <typename V>
+void IntervalTree<V>::Destroy(Node* n) {
+  if (n == nullptr) return;
+  Destroy(n->left);
+  Destroy(n->right);
+  delete n;
+}
+
+template <typename V>
+void IntervalTree<V>::Clear() {
+  Destroy(root_);
+  root_ = nullptr;
+  size_ = 0;
+}
+
+template <typename V>
+bool IntervalTree<V>::CheckSubtree(const Node* n, const Node* lo,
+                                   const Node* hi, int* height,
+                                   size_t* count) {
+  if (n == nullptr) {
+    *height = 0;
+    *count = 0;
+    return true;
+  }
+  if (!(n->start < n->end)) return false;
+  if (lo != nullptr && !KeyLess(lo->start, lo->value, n->start, n->value)) {
+    return false;
+  }
+  if (hi != nullptr && !KeyLess(n->start, n->value, hi->start, hi->value)) {
+    return false;
+  }
+  int left_height = 0;
+  int right_height = 0;
+  size_t left_count = 0;
+  size_t right_count = 0;
+  if (!CheckSubtree(n->left, lo, n, &left_height, &left_count) ||
+      !CheckSubtree(n->right, n, hi, &right_height, &right_count)) {
+    return false;
+  }
+  if (n->height != 1 + std::max(left_height, right_height)) return false;
+  if (left_height - right_height > 1 || right_height - left_height > 1) {
+    return false;
+  }
+  if (n->max_end !=
+      std::max({n->end, MaxEndOf(n->left), MaxEndOf(n->right)})) {
+    return false;
+  }
+  *height = n->height;
+  *count = 1 + left_count + right_count;
+  return true;
+}
+
+template <typename V>
+bool IntervalTree<V>::CheckInvariants() const {
+  int height = 0;
+  size_t count = 0;
+  return CheckSubtree(root_, nullptr, nullptr, &height, &count) &&
+         count == size_;
+}
+
+}  // namespace mrcache
+
+#endif  // MRCACHE_INTERVAL_TREE_IMPL_H_

@@ -1,0 +1,71 @@
+// region.h: one cached registration and the state the cache keeps about it.
+//
+// A Region covers the aligned range [start, end) with one registration. Its
+// reference count is distributed: `shared_refs` (changed under the cache lock)
+// plus one counter per thread (ThreadCache::RefSlot, changed lock-free by its
+// owner thread). The true count is their sum; it is only ever computed under
+// the cache lock, after the generation bump + asymmetric fence protocol
+// described in cache.h. shared_refs alone may be negative (a region got on one
+// thread and put on another).
+//
+// Fields marked [immutable] never change after the region is published; a
+// holder of a reference may read them without the lock. Everything else is
+// guarded by the cache lock, except `retired` (atomic, read by lock-free puts).
+#ifndef MRCACHE_REGION_H_
+#define MRCACHE_REGION_H_
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "mrcache/registrar.h"
+
+namespace mrcache {
+
+class CacheImpl;
+
+enum class RegionState {
+  kCached,   // in the index (used or unused: the count decides)
+  kInvalid,  // out of the index, waiting for its last put
+  kDead,     // deregistration pending or done
+};
+
+class Region {
+ public:
+  // [immutable] once published.
+  uintptr_t start = 0;
+  uintptr_t end = 0;
+  uint64_t id = 0;          // unique per cache, never reused
+  Registration reg;         // what the registrar returned
+  CacheImpl* cache = nullptr;
+  bool bypass = false;      // registered directly for one get; deregistered on put
+
+  // Lock-free readers: set (release) when the region leaves the index.
+  std::atomic<bool> retired{false};
+  // Recency hint written on hits only when it changes (see CacheImpl::tick_).
+  std::atomic<uint64_t> last_use{0};
+
+  // Guarded by the cache lock.
+  int64_t shared_refs = 0;
+  RegionState state = RegionState::kCached;
+  uint64_t lru_stamp = 0;          // last_use value when placed at the LRU head
+  Region* lru_prev = nullptr;      // LRU list of cached regions (head = most recent)
+  Region* lru_next = nullptr;
+  Region* next_dead = nullptr;     // deregistration batch, or the retired list
+  Region* prev_retired = nullptr;
+  bool on_retired_list = false;
+
+  size_t length() const { return end - start; }
+  int remote_access() const { return reg.access & kAccessRemoteBits; }
+};
+
+// True if a region registered with `have` may serve a request for `want`:
+// exactly the same remote rights (an rkey never grants more than asked), and
+// every other requested bit present.
+inline bool AccessCompatible(int have, int want) {
+  return (have & kAccessRemoteBits) == (want & kAccessRemoteBits) && (want & ~have) == 0;
+}
+
+}  // namespace mrcache
+
+#endif  // MRCACHE_REGION_H_

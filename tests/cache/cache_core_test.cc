@@ -1,0 +1,453 @@
+// cache_core_test.cc: the cache's semantics (DESIGN.md section 3), one
+// behaviour per test, against a counting fake registrar. Every test ends with
+// registrations == deregistrations (checked in TearDown).
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "mrcache/cache.h"
+#include "mrcache/errno_status.h"
+#include "mrcache/registrar.h"
+#include "tests/cache/fake_registrar.h"
+
+namespace mrcache {
+namespace {
+
+using testing::FakeRegistrar;
+using testing::FakeRegistrarState;
+
+constexpr int kRW = kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead;
+const size_t kPage = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+
+class CacheCoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    buf_len_ = 64 * kPage;
+    buf_ = static_cast<char*>(
+        mmap(nullptr, buf_len_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+    ASSERT_NE(buf_, MAP_FAILED);
+    config_.monitor = "none";
+  }
+
+  void TearDown() override {
+    cache_.reset();
+    EXPECT_EQ(state_->registrations.load(), state_->deregistrations.load())
+        << "registrations and deregistrations must match at teardown";
+    EXPECT_TRUE(state_->live.empty());
+    munmap(buf_, buf_len_);
+  }
+
+  Cache& cache() {
+    if (!cache_) {
+      auto c = Cache::Create(config_, std::make_unique<FakeRegistrar>(state_));
+      EXPECT_TRUE(c.ok()) << c.status();
+      cache_ = std::move(*c);
+    }
+    return *cache_;
+  }
+
+  Region* Get(size_t offset, size_t length, int access = kRW) {
+    auto r = cache().Acquire(buf_ + offset, length, access);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? *r : nullptr;
+  }
+
+  void Put(Region* r) { ASSERT_TRUE(cache().Put(r).ok()); }
+
+  int GetErrno(void* addr, size_t length, int access) {
+    auto r = cache().Acquire(addr, length, access);
+    if (r.ok()) {
+      (void)cache().Put(*r);
+      return 0;
+    }
+    return StatusToErrno(r.status());
+  }
+
+  Config config_;
+  std::shared_ptr<FakeRegistrarState> state_ = std::make_shared<FakeRegistrarState>();
+  std::unique_ptr<Cache> cache_;
+  char* buf_ = nullptr;
+  size_t buf_len_ = 0;
+};
+
+TEST_F(CacheCoreTest, FirstGetMissesAndRegistersOnce) {
+  Region* r = Get(0, 100);
+  EXPECT_EQ(state_->registrations.load(), 1);
+  EXPECT_EQ(cache().stats().misses, 1u);
+  Put(r);
+}
+
+TEST_F(CacheCoreTest, SecondGetOfSameRangeHitsWithoutRegistrar) {
+  Region* a = Get(0, 100);
+  Put(a);
+  Region* b = Get(0, 100);
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(state_->registrations.load(), 1);
+  EXPECT_EQ(cache().stats().hits, 1u);
+  Put(b);
+}
+
+TEST_F(CacheCoreTest, RegisteredRangeIsPageAligned) {
+  Region* r = Get(10, 100);
+  RegionInfo info = GetRegionInfo(r);
+  EXPECT_EQ(info.addr, buf_);
+  EXPECT_EQ(info.length, kPage);
+  EXPECT_EQ(info.access, kRW);
+  Put(r);
+}
+
+TEST_F(CacheCoreTest, ContainedRangeHitsTheCoveringRegion) {
+  Region* big = Get(0, 8 * kPage);
+  Region* small = Get(2 * kPage + 5, 100);
+  EXPECT_EQ(big, small);
+  EXPECT_EQ(state_->registrations.load(), 1);
+  Put(small);
+  Put(big);
+}
+
+TEST_F(CacheCoreTest, UnusedRegionStaysRegisteredUntilFlush) {
+  Put(Get(0, kPage));
+  EXPECT_EQ(state_->live.size(), 1u);
+  ASSERT_TRUE(cache().Flush().ok());
+  EXPECT_EQ(state_->live.size(), 0u);
+  EXPECT_EQ(state_->deregistrations.load(), 1);
+}
+
+TEST_F(CacheCoreTest, FlushKeepsRegionsInUse) {
+  Region* r = Get(0, kPage);
+  ASSERT_TRUE(cache().Flush().ok());
+  EXPECT_EQ(state_->deregistrations.load(), 0);
+  Put(r);
+}
+
+TEST_F(CacheCoreTest, MergeOfTwoOverlappingRegionsRegistersTheUnion) {
+  Region* a = Get(0, 4 * kPage);
+  Region* b = Get(2 * kPage, 4 * kPage);
+  RegionInfo bi = GetRegionInfo(b);
+  EXPECT_EQ(bi.addr, buf_);
+  EXPECT_EQ(bi.length, 6 * kPage);
+  EXPECT_EQ(cache().stats().merges, 1u);
+  // The old handle stays valid (and registered) until its holder puts it.
+  RegionInfo ai = GetRegionInfo(a);
+  EXPECT_EQ(ai.addr, buf_);
+  EXPECT_EQ(ai.length, 4 * kPage);
+  EXPECT_EQ(state_->live.size(), 2u);
+  Put(a);
+  EXPECT_EQ(state_->live.size(), 1u) << "the merged-away region is deregistered at its last put";
+  // A later get of the first range hits the union.
+  Region* c = Get(0, kPage);
+  EXPECT_EQ(c, b);
+  Put(c);
+  Put(b);
+}
+
+TEST_F(CacheCoreTest, MergeOfThreeOverlappingRegions) {
+  Region* a = Get(0, 3 * kPage);
+  Region* b = Get(5 * kPage, 3 * kPage);
+  Region* c = Get(2 * kPage, 4 * kPage);  // bridges a and b
+  RegionInfo ci = GetRegionInfo(c);
+  EXPECT_EQ(ci.addr, buf_);
+  EXPECT_EQ(ci.length, 8 * kPage);
+  EXPECT_EQ(GetRegionInfo(a).length, 3 * kPage);
+  EXPECT_EQ(GetRegionInfo(b).length, 3 * kPage);
+  Put(a);
+  Put(b);
+  EXPECT_EQ(state_->live.size(), 1u);
+  Put(c);
+}
+
+TEST_F(CacheCoreTest, NoMergeAcrossDifferentRemoteRights) {
+  Region* a = Get(0, 4 * kPage, kAccessLocalWrite | kAccessRemoteRead);
+  Region* b = Get(2 * kPage, 4 * kPage, kAccessLocalWrite | kAccessRemoteWrite);
+  EXPECT_NE(a, b);
+  EXPECT_EQ(GetRegionInfo(b).addr, buf_ + 2 * kPage);
+  EXPECT_EQ(GetRegionInfo(b).length, 4 * kPage);
+  EXPECT_EQ(cache().stats().merges, 0u);
+  Put(a);
+  Put(b);
+}
+
+TEST_F(CacheCoreTest, HitNeverWidensRemoteRights) {
+  Put(Get(0, kPage, kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead));
+  Region* r = Get(0, kPage, kAccessLocalWrite | kAccessRemoteRead);
+  EXPECT_EQ(GetRegionInfo(r).access & kAccessRemoteBits, kAccessRemoteRead);
+  Put(r);
+}
+
+TEST_F(CacheCoreTest, HitMayGrantMoreLocalRights) {
+  Put(Get(0, kPage, kAccessLocalWrite | kAccessRemoteRead));
+  Region* r = Get(0, kPage, kAccessRemoteRead);
+  EXPECT_EQ(state_->registrations.load(), 1);
+  EXPECT_TRUE(GetRegionInfo(r).access & kAccessLocalWrite);
+  Put(r);
+}
+
+TEST_F(CacheCoreTest, MergingIsOffWhenMaxMergeBytesIsZero) {
+  config_.max_merge_bytes = 0;
+  Region* a = Get(0, 4 * kPage);
+  Region* b = Get(2 * kPage, 4 * kPage);
+  EXPECT_EQ(GetRegionInfo(b).length, 4 * kPage);
+  EXPECT_EQ(cache().stats().merges, 0u);
+  Put(a);
+  Put(b);
+}
+
+TEST_F(CacheCoreTest, MergeIsBoundedByMaxMergeBytes) {
+  config_.max_merge_bytes = 5 * kPage;
+  Region* a = Get(0, 4 * kPage);
+  Region* b = Get(2 * kPage, 4 * kPage);  // union would be 6 pages
+  EXPECT_EQ(GetRegionInfo(b).length, 4 * kPage);
+  Put(a);
+  Put(b);
+}
+
+TEST_F(CacheCoreTest, EvictionByCountRemovesLeastRecentlyUsed) {
+  config_.max_regions = 2;
+  config_.max_merge_bytes = 0;
+  Put(Get(0, kPage));
+  Put(Get(2 * kPage, kPage));
+  Put(Get(0, kPage));           // 0 is now more recent than 2
+  Put(Get(4 * kPage, kPage));   // evicts 2
+  EXPECT_EQ(cache().stats().evictions, 1u);
+  EXPECT_EQ(state_->live.size(), 2u);
+  int before = state_->registrations.load();
+  Put(Get(0, kPage));
+  EXPECT_EQ(state_->registrations.load(), before) << "the recently used region survived";
+  Put(Get(2 * kPage, kPage));
+  EXPECT_EQ(state_->registrations.load(), before + 1) << "the LRU region was evicted";
+}
+
+TEST_F(CacheCoreTest, EvictionByBytes) {
+  config_.max_bytes = 3 * kPage;
+  config_.max_merge_bytes = 0;
+  Put(Get(0, 2 * kPage));
+  Put(Get(4 * kPage, 2 * kPage));
+  EXPECT_EQ(cache().stats().evictions, 1u);
+  EXPECT_LE(cache().stats().pinned_bytes, 3 * kPage);
+}
+
+TEST_F(CacheCoreTest, InUseRegionsAreNeverEvicted) {
+  config_.max_regions = 1;
+  config_.max_merge_bytes = 0;
+  Region* a = Get(0, kPage);
+  Region* b = Get(2 * kPage, kPage);
+  EXPECT_EQ(state_->live.size(), 2u);
+  EXPECT_EQ(state_->deregistrations.load(), 0);
+  RegionInfo ai = GetRegionInfo(a);
+  EXPECT_EQ(ai.addr, buf_);
+  Put(a);
+  Put(b);
+}
+
+TEST_F(CacheCoreTest, RegistrarOutOfMemoryEvictsUnusedAndRetriesOnce) {
+  config_.max_merge_bytes = 0;
+  Put(Get(0, kPage));
+  Put(Get(2 * kPage, kPage));
+  state_->fail_next = ENOMEM;
+  state_->fail_count = 1;
+  Region* r = Get(4 * kPage, kPage);
+  ASSERT_NE(r, nullptr);
+  EXPECT_EQ(state_->deregistrations.load(), 2) << "unused regions were evicted before the retry";
+  Put(r);
+}
+
+TEST_F(CacheCoreTest, RegistrarFailureThatPersistsIsReturnedAndNothingLeaks) {
+  Region* held = Get(0, kPage);
+  state_->fail_next = EAGAIN;
+  state_->fail_count = 2;
+  EXPECT_EQ(GetErrno(buf_ + 4 * kPage, kPage, kRW), EAGAIN);
+  EXPECT_EQ(cache().stats().registrar_failures, 1u);
+  Put(held);
+}
+
+TEST_F(CacheCoreTest, RegistrarEfaultIsReturned) {
+  state_->fail_next = EFAULT;
+  state_->fail_count = 1;
+  EXPECT_EQ(GetErrno(buf_, kPage, kRW), EFAULT);
+}
+
+TEST_F(CacheCoreTest, ZeroLengthIsEinval) { EXPECT_EQ(GetErrno(buf_, 0, kRW), EINVAL); }
+
+TEST_F(CacheCoreTest, OverflowingRangeIsEinval) {
+  EXPECT_EQ(GetErrno(reinterpret_cast<void*>(UINTPTR_MAX - 10), 100, kRW), EINVAL);
+}
+
+TEST_F(CacheCoreTest, UnknownAccessBitIsEinval) { EXPECT_EQ(GetErrno(buf_, 10, 1 << 29), EINVAL); }
+
+TEST_F(CacheCoreTest, RemoteWriteWithoutLocalWriteIsEinval) {
+  EXPECT_EQ(GetErrno(buf_, 10, kAccessRemoteWrite), EINVAL);
+}
+
+TEST_F(CacheCoreTest, RemoteAtomicWithoutLocalWriteIsEinval) {
+  EXPECT_EQ(GetErrno(buf_, 10, kAccessRemoteAtomic | kAccessRemoteRead), EINVAL);
+}
+
+TEST_F(CacheCoreTest, PutOfNullIsEinval) {
+  EXPECT_EQ(StatusToErrno(cache().Put(nullptr)), EINVAL);
+}
+
+TEST_F(CacheCoreTest, DoublePutIsEinval) {
+  config_.max_merge_bytes = 0;
+  Region* r = Get(0, kPage);
+  auto other = cache().Acquire(buf_ + 8 * kPage, kPage, kRW);  // a second thread-slot user
+  ASSERT_TRUE(other.ok());
+  Put(r);
+  // A put from another thread takes the shared path, where an extra put is caught.
+  int err = 0;
+  std::thread([&] { err = StatusToErrno(cache().Put(r)); }).join();
+  EXPECT_EQ(err, EINVAL);
+  Put(*other);
+}
+
+TEST_F(CacheCoreTest, InvalidateOfZeroLengthIsEinval) {
+  EXPECT_EQ(StatusToErrno(cache().Invalidate(buf_, 0)), EINVAL);
+}
+
+TEST_F(CacheCoreTest, InvalidateDeregistersUnusedRegion) {
+  Put(Get(0, kPage));
+  ASSERT_TRUE(cache().Invalidate(buf_, kPage).ok());
+  EXPECT_EQ(state_->deregistrations.load(), 1);
+  EXPECT_EQ(cache().stats().invalidations, 1u);
+  Put(Get(0, kPage));
+  EXPECT_EQ(state_->registrations.load(), 2) << "an invalidated region is never returned";
+}
+
+TEST_F(CacheCoreTest, InvalidatedInUseRegionStaysRegisteredUntilPut) {
+  Region* r = Get(0, kPage);
+  ASSERT_TRUE(cache().Invalidate(buf_, 1).ok());
+  EXPECT_EQ(state_->deregistrations.load(), 0) << "in-use region stays registered";
+  Region* again = Get(0, kPage);
+  EXPECT_NE(again, r) << "but is never returned again";
+  Put(r);
+  EXPECT_EQ(state_->deregistrations.load(), 1) << "deregistered at its last put";
+  Put(again);
+}
+
+TEST_F(CacheCoreTest, InvalidateOfUntouchedRangeKeepsOtherRegions) {
+  config_.max_merge_bytes = 0;
+  Put(Get(0, kPage));
+  ASSERT_TRUE(cache().Invalidate(buf_ + 4 * kPage, kPage).ok());
+  EXPECT_EQ(state_->deregistrations.load(), 0);
+}
+
+TEST_F(CacheCoreTest, RetireCallbackFiresOncePerRetiredRegion) {
+  std::vector<std::pair<void*, size_t>> retired;
+  cache().SetRetireCallback(
+      [&retired](void* addr, size_t length, uint64_t) { retired.emplace_back(addr, length); });
+  Put(Get(0, kPage));
+  ASSERT_TRUE(cache().Invalidate(buf_, kPage).ok());
+  ASSERT_EQ(retired.size(), 1u);
+  EXPECT_EQ(retired[0].first, buf_);
+  EXPECT_EQ(retired[0].second, kPage);
+}
+
+TEST_F(CacheCoreTest, ZeroBasedRequestBypassesTheCache) {
+  Region* a = Get(0, kPage, kRW | kAccessZeroBased);
+  Region* b = Get(0, kPage, kRW | kAccessZeroBased);
+  EXPECT_NE(a, b);
+  EXPECT_EQ(state_->registrations.load(), 2);
+  Put(a);
+  EXPECT_EQ(state_->deregistrations.load(), 1) << "bypass regions are deregistered on put";
+  Put(b);
+  EXPECT_EQ(cache().stats().bypassed, 2u);
+}
+
+TEST_F(CacheCoreTest, AlignmentWidensRegistrations) {
+  config_.alignment = 16 * kPage;
+  Region* r = Get(kPage + 3, 10);
+  RegionInfo info = GetRegionInfo(r);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(info.addr) % (16 * kPage), 0u);
+  EXPECT_EQ(info.length % (16 * kPage), 0u);
+  Put(r);
+}
+
+TEST_F(CacheCoreTest, RegionPutFromAnotherThreadIsCounted) {
+  Region* r = Get(0, kPage);
+  std::thread([&] { ASSERT_TRUE(cache().Put(r).ok()); }).join();
+  ASSERT_TRUE(cache().Flush().ok());
+  EXPECT_EQ(state_->deregistrations.load(), 1) << "the region became unused";
+}
+
+TEST_F(CacheCoreTest, RegionsHeldAtDestroyAreReleased) {
+  Get(0, kPage);
+  Get(4 * kPage, kPage);
+  ::testing::internal::CaptureStderr();
+  cache_.reset();
+  std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("2 region(s) are still held"), std::string::npos) << err;
+}
+
+TEST_F(CacheCoreTest, RegistrarThatAllocatesAndUnmapsDoesNotDeadlock) {
+  // rdma-core allocates, madvises and unmaps inside ibv_reg_mr; the cache
+  // must hold no lock across the registrar call.
+  state_->on_register = [this](void*, size_t) {
+    std::unique_ptr<char[]> junk(new char[1 << 20]);
+    junk[0] = 1;
+    void* p = mmap(nullptr, kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    munmap(p, kPage);
+    (void)cache().stats();  // takes the cache lock
+    ASSERT_TRUE(cache().Invalidate(p, kPage).ok());
+  };
+  Put(Get(0, kPage));
+}
+
+TEST_F(CacheCoreTest, InvalidationDuringRegistrationDiscardsTheRegistration) {
+  int calls = 0;
+  state_->on_register = [this, &calls](void* addr, size_t len) {
+    if (calls++ == 0) ASSERT_TRUE(cache().Invalidate(addr, len).ok());
+  };
+  Region* r = Get(0, kPage);
+  EXPECT_EQ(state_->registrations.load(), 2) << "the first registration was discarded";
+  EXPECT_EQ(state_->deregistrations.load(), 1);
+  Put(r);
+}
+
+TEST_F(CacheCoreTest, TwoThreadStressOfGetPutInvalidate) {
+  config_.max_regions = 16;
+  cache();  // created before the threads start
+  std::atomic<bool> stop{false};
+  std::atomic<int> errors{0};
+  auto worker = [&](int seed) {
+    std::mt19937 rng(seed);
+    for (int i = 0; i < 20000; ++i) {
+      size_t page = rng() % 48;
+      size_t len = (1 + rng() % 4) * kPage;
+      auto r = cache().Acquire(buf_ + page * kPage, len, kRW);
+      if (!r.ok()) {
+        errors++;
+        continue;
+      }
+      RegionInfo info = GetRegionInfo(*r);
+      char* s = static_cast<char*>(info.addr);
+      if (s > buf_ + page * kPage || s + info.length < buf_ + page * kPage + len) errors++;
+      if (!cache().Put(*r).ok()) errors++;
+    }
+  };
+  std::thread inval([&] {
+    std::mt19937 rng(7);
+    while (!stop.load()) {
+      ASSERT_TRUE(cache().Invalidate(buf_ + (rng() % 48) * kPage, kPage).ok());
+      std::this_thread::yield();
+    }
+  });
+  std::thread a(worker, 1), b(worker, 2);
+  a.join();
+  b.join();
+  stop = true;
+  inval.join();
+  EXPECT_EQ(errors.load(), 0);
+  CacheStats s = cache().stats();
+  EXPECT_EQ(s.hits + s.misses, 40000u);
+}
+
+}  // namespace
+}  // namespace mrcache
