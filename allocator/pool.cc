@@ -31,6 +31,17 @@ thread_local char t_hook_message[256];
 // without registering it.
 thread_local const Pool* t_creating_pool = nullptr;
 
+// The chunk this thread last found, per pool id (ids are never reused, so an
+// entry of a destroyed pool never matches; its chunk is never dereferenced
+// then). Saves the radix walk when a thread allocates from one chunk in a row.
+struct ChunkHint {
+  uint64_t pool_id;
+  uintptr_t start;
+  size_t length;
+  const PoolChunk* chunk;
+};
+thread_local ChunkHint t_chunk_hint;
+
 void SetHookError(int err, const std::string& message) {
   t_hook_errno = err;
   std::snprintf(t_hook_message, sizeof t_hook_message, "%s", message.c_str());
@@ -268,6 +279,15 @@ bool Pool::SameChunk(const void* a, const void* b) const {
   return chunk != nullptr && chunk == map_.Find(b);
 }
 
+const PoolChunk* Pool::FindChunk(const void* ptr) const {
+  ChunkHint& hint = t_chunk_hint;
+  const uintptr_t addr = reinterpret_cast<uintptr_t>(ptr);
+  if (hint.pool_id == id_ && addr - hint.start < hint.length) return hint.chunk;
+  const PoolChunk* chunk = map_.Find(ptr);
+  if (chunk != nullptr) hint = ChunkHint{id_, chunk->start, chunk->length, chunk};
+  return chunk;
+}
+
 int Pool::CallFlags() const {
   return arena_flags_ |
          (options_.thread_caches ? pool_internal::TcacheFlags(id_) : MALLOCX_TCACHE_NONE);
@@ -278,28 +298,31 @@ absl::StatusOr<void*> Pool::Alloc(size_t size, RegionInfo* keys) {
     if (size == 0) return ErrnoStatus(EINVAL, "pool buffers cannot be empty (size 0)");
     return ErrnoStatus(ENOMEM, absl::StrCat("pool buffer of ", size, " bytes is too large"));
   }
-  const size_t rounded = RoundUp(size, kMinBuffer);
-  void* p = mrc_je_mallocx(rounded, CallFlags());
-  if (ABSL_PREDICT_FALSE(p == nullptr)) {
-    // The calling thread's cached buffers may keep whole slabs busy: give
-    // them back and try once more before failing.
-    t_hook_errno = 0;
-    if (options_.thread_caches) pool_internal::FlushCallingThread(id_);
-    p = mrc_je_mallocx(rounded, CallFlags());
-    if (p == nullptr) {
-      if (t_hook_errno != 0) {
-        return ErrnoStatus(t_hook_errno, absl::StrCat("pool: no buffer of ", size, " bytes: ",
-                                                      t_hook_message));
-      }
-      return ErrnoStatus(ENOMEM, absl::StrCat("pool: no buffer of ", size, " bytes"));
+  void* p = mrc_je_mallocx(RoundUp(size, kMinBuffer), CallFlags());
+  if (ABSL_PREDICT_FALSE(p == nullptr)) return AllocRetry(size, keys);
+  if (keys != nullptr) FillKeys(*FindChunk(p), p, size, keys);
+  return p;
+}
+
+absl::StatusOr<void*> Pool::AllocRetry(size_t size, RegionInfo* keys) {
+  // The calling thread's cached buffers may keep whole slabs busy: give them
+  // back and try once more before failing.
+  t_hook_errno = 0;
+  if (options_.thread_caches) pool_internal::FlushCallingThread(id_);
+  void* p = mrc_je_mallocx(RoundUp(size, kMinBuffer), CallFlags());
+  if (p == nullptr) {
+    if (t_hook_errno != 0) {
+      return ErrnoStatus(t_hook_errno,
+                         absl::StrCat("pool: no buffer of ", size, " bytes: ", t_hook_message));
     }
+    return ErrnoStatus(ENOMEM, absl::StrCat("pool: no buffer of ", size, " bytes"));
   }
-  if (keys != nullptr) FillKeys(*map_.Find(p), p, size, keys);
+  if (keys != nullptr) FillKeys(*FindChunk(p), p, size, keys);
   return p;
 }
 
 absl::Status Pool::Keys(const void* ptr, RegionInfo* keys) const {
-  const PoolChunk* chunk = map_.Find(ptr);
+  const PoolChunk* chunk = FindChunk(ptr);
   if (chunk == nullptr) {
     return ErrnoStatus(EINVAL, absl::StrCat("address ", absl::Hex(reinterpret_cast<uintptr_t>(ptr)),
                                             " is not inside this pool"));
@@ -312,12 +335,16 @@ absl::Status Pool::Keys(const void* ptr, RegionInfo* keys) const {
 absl::Status Pool::Free(void* ptr) {
   if (ptr == nullptr) return absl::OkStatus();
   if (ABSL_PREDICT_FALSE((reinterpret_cast<uintptr_t>(ptr) & (kMinBuffer - 1)) != 0 ||
-                         map_.Find(ptr) == nullptr)) {
-    return ErrnoStatus(EINVAL, absl::StrCat("free of ", absl::Hex(reinterpret_cast<uintptr_t>(ptr)),
-                                            ", which is not a buffer of this pool; ignored"));
+                         FindChunk(ptr) == nullptr)) {
+    return ForeignFree(ptr);
   }
   mrc_je_dallocx(ptr, CallFlags());
   return absl::OkStatus();
+}
+
+absl::Status Pool::ForeignFree(const void* ptr) const {
+  return ErrnoStatus(EINVAL, absl::StrCat("free of ", absl::Hex(reinterpret_cast<uintptr_t>(ptr)),
+                                          ", which is not a buffer of this pool; ignored"));
 }
 
 PoolStats Pool::stats() const {

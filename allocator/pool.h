@@ -41,6 +41,7 @@
 #include <mutex>
 #include <vector>
 
+#include "absl/base/attributes.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "allocator/chunk_map.h"
@@ -115,6 +116,9 @@ class Pool {
 
   absl::Status Init();
   int CallFlags() const;
+  const PoolChunk* FindChunk(const void* ptr) const;
+  ABSL_ATTRIBUTE_NOINLINE absl::StatusOr<void*> AllocRetry(size_t size, RegionInfo* keys);
+  ABSL_ATTRIBUTE_NOINLINE absl::Status ForeignFree(const void* ptr) const;
   void* AllocChunk(size_t size, size_t alignment);
   bool SameChunk(const void* a, const void* b) const;
   void* MapAligned(size_t length, size_t alignment, bool hugepages, size_t* map_length);
