@@ -332,6 +332,15 @@ absl::Status Pool::Keys(const void* ptr, RegionInfo* keys) const {
   return absl::OkStatus();
 }
 
+absl::StatusOr<Registration> Pool::ChunkRegistration(const void* ptr) const {
+  const PoolChunk* chunk = FindChunk(ptr);
+  if (chunk == nullptr) {
+    return ErrnoStatus(EINVAL, absl::StrCat("address ", absl::Hex(reinterpret_cast<uintptr_t>(ptr)),
+                                            " is not inside this pool"));
+  }
+  return chunk->registration;
+}
+
 absl::Status Pool::Free(void* ptr) {
   if (ptr == nullptr) return absl::OkStatus();
   if (ABSL_PREDICT_FALSE((reinterpret_cast<uintptr_t>(ptr) & (kMinBuffer - 1)) != 0 ||

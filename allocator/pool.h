@@ -96,6 +96,10 @@ class Pool {
   // if ptr is not inside this pool.
   absl::Status Keys(const void* ptr, RegionInfo* keys) const;
 
+  // The registration of the chunk that holds ptr (for device-side access,
+  // e.g. Registrar::DeviceWrite at offset ptr - addr). EINVAL as for Keys.
+  absl::StatusOr<Registration> ChunkRegistration(const void* ptr) const;
+
   // Returns a buffer from Alloc to the pool. Null is a no-op. EINVAL, and
   // nothing else happens, for a pointer that is not inside this pool or not
   // 64-byte aligned. Freeing a buffer twice, or an address inside a buffer,
