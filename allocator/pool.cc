@@ -156,6 +156,7 @@ absl::Status Pool::Init() {
   }
   arena_created_ = true;
   arena_flags_ = MALLOCX_ARENA(arena_);
+  BuildSizeClasses();
   const std::string arena = absl::StrCat("arena.", arena_, ".");
   ssize_t never = -1;
   for (const char* key : {"dirty_decay_ms", "muzzy_decay_ms"}) {
@@ -290,7 +291,26 @@ const PoolChunk* Pool::FindChunk(const void* ptr) const {
 
 int Pool::CallFlags() const {
   return arena_flags_ |
-         (options_.thread_caches ? pool_internal::TcacheFlags(id_) : MALLOCX_TCACHE_NONE);
+         (options_.thread_caches ? pool_internal::ThreadSlot(id_).flags : MALLOCX_TCACHE_NONE);
+}
+
+void Pool::BuildSizeClasses() {
+  constexpr size_t kBinBytes = size_t{128} << 10;
+  std::memset(bin_of_, kNoBin, sizeof bin_of_);
+  int bins = 0;
+  size_t last = 0;
+  for (size_t size = 64; size <= kMagazineMaxBytes; size += 64) {
+    const size_t usize = mrc_je_nallocx(size, arena_flags_);
+    if (usize == 0 || usize % 64 != 0 || usize > kMagazineMaxBytes) continue;
+    if (usize != last) {
+      if (bins == pool_internal::Magazine::kMaxBins) break;
+      bin_depth_[bins] = static_cast<uint8_t>(
+          std::min<size_t>(pool_internal::Magazine::kMaxDepth, std::max<size_t>(1, kBinBytes / usize)));
+      last = usize;
+      ++bins;
+    }
+    bin_of_[size >> 6] = static_cast<uint8_t>(bins - 1);
+  }
 }
 
 absl::StatusOr<void*> Pool::Alloc(size_t size, RegionInfo* keys) {
@@ -298,7 +318,20 @@ absl::StatusOr<void*> Pool::Alloc(size_t size, RegionInfo* keys) {
     if (size == 0) return ErrnoStatus(EINVAL, "pool buffers cannot be empty (size 0)");
     return ErrnoStatus(ENOMEM, absl::StrCat("pool buffer of ", size, " bytes is too large"));
   }
-  void* p = mrc_je_mallocx(RoundUp(size, kMinBuffer), CallFlags());
+  const size_t rounded = RoundUp(size, kMinBuffer);
+  void* p;
+  if (options_.thread_caches) {
+    pool_internal::TcacheSlot& slot = pool_internal::ThreadSlot(id_);
+    pool_internal::Magazine* magazine = slot.magazine;
+    const uint8_t bin = rounded <= kMagazineMaxBytes ? bin_of_[rounded >> 6] : kNoBin;
+    if (bin != kNoBin && magazine != nullptr && magazine->count[bin] != 0) {
+      p = magazine->slots[bin][--magazine->count[bin]];
+    } else {
+      p = mrc_je_mallocx(rounded, arena_flags_ | slot.flags);
+    }
+  } else {
+    p = mrc_je_mallocx(rounded, arena_flags_ | MALLOCX_TCACHE_NONE);
+  }
   if (ABSL_PREDICT_FALSE(p == nullptr)) return AllocRetry(size, keys);
   if (keys != nullptr) FillKeys(*FindChunk(p), p, size, keys);
   return p;
@@ -347,7 +380,21 @@ absl::Status Pool::Free(void* ptr) {
                          FindChunk(ptr) == nullptr)) {
     return ForeignFree(ptr);
   }
-  mrc_je_dallocx(ptr, CallFlags());
+  if (!options_.thread_caches) {
+    mrc_je_dallocx(ptr, MALLOCX_TCACHE_NONE);
+    return absl::OkStatus();
+  }
+  pool_internal::TcacheSlot& slot = pool_internal::ThreadSlot(id_);
+  pool_internal::Magazine* magazine = slot.magazine;
+  if (magazine != nullptr) {
+    const size_t usize = mrc_je_sallocx(ptr, 0);
+    const uint8_t bin = usize <= kMagazineMaxBytes ? bin_of_[usize >> 6] : kNoBin;
+    if (bin != kNoBin && magazine->count[bin] < bin_depth_[bin]) {
+      magazine->slots[bin][magazine->count[bin]++] = ptr;
+      return absl::OkStatus();
+    }
+  }
+  mrc_je_dallocx(ptr, slot.flags);
   return absl::OkStatus();
 }
 

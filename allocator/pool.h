@@ -21,7 +21,9 @@
 //    both halves lie in one chunk), so every extent, and every buffer, lies
 //    inside one registration. Splits stay inside a chunk.
 //  - Thread caches never mix arenas: each thread uses its own explicit tcache
-//    per pool (thread_tcache.h), or none (PoolOptions::thread_caches = false).
+//    and magazine per pool (thread_tcache.h), or none
+//    (PoolOptions::thread_caches = false). A thread keeps at most about
+//    128 KiB per size class (up to 64 KiB buffers) in its magazine.
 //  - Buffers are at least 64 bytes and 64-byte aligned: sizes are rounded up to
 //    a multiple of 64, whose jemalloc size class is a multiple of 64.
 //  - Registered bytes never exceed config.pool_max_bytes: a chunk that would
@@ -55,8 +57,9 @@ struct PoolOptions {
   // Access flags of every chunk registration (IBV_ACCESS_* bits). The default
   // suits send/receive buffers and RDMA read/write targets.
   int access = kAccessLocalWrite | kAccessRemoteRead | kAccessRemoteWrite;
-  // Per-thread private tcaches (fast). false: MALLOCX_TCACHE_NONE on every
-  // call, every allocation takes an arena lock (for comparison).
+  // Per-thread private tcaches and magazines (fast). false:
+  // MALLOCX_TCACHE_NONE on every call, every allocation takes an arena lock
+  // (for comparison).
   bool thread_caches = true;
 };
 
@@ -120,6 +123,7 @@ class Pool {
 
   absl::Status Init();
   int CallFlags() const;
+  void BuildSizeClasses();
   const PoolChunk* FindChunk(const void* ptr) const;
   ABSL_ATTRIBUTE_NOINLINE absl::StatusOr<void*> AllocRetry(size_t size, RegionInfo* keys);
   ABSL_ATTRIBUTE_NOINLINE absl::Status ForeignFree(const void* ptr) const;
@@ -139,6 +143,12 @@ class Pool {
   bool arena_created_ = false;
   int arena_flags_ = 0;          // MALLOCX_ARENA(arena_)
   ChunkMap map_;
+  // Magazine bins: by (size class >> 6) for classes up to kMagazineMaxBytes,
+  // the bin (kNoBin: not cached), and each bin's depth.
+  static constexpr size_t kMagazineMaxBytes = 65536;
+  static constexpr uint8_t kNoBin = 0xff;
+  uint8_t bin_of_[kMagazineMaxBytes / 64 + 1];
+  uint8_t bin_depth_[64];
 
   mutable std::mutex mu_;        // guards the fields below
   std::vector<std::unique_ptr<PoolChunk>> chunks_;

@@ -1,7 +1,9 @@
 #include "allocator/thread_tcache.h"
 
 #include <atomic>
+#include <cstring>
 #include <mutex>
+#include <new>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -14,11 +16,16 @@ thread_local TcacheSlot t_tcache_slots[kTcacheSlots];
 
 namespace {
 
-// Pool id -> the explicit tcaches made for it. Leaked on purpose: threads may
-// exit (and release their slots) during static destruction.
+struct Cache {
+  unsigned tcache;
+  Magazine* magazine;
+};
+
+// Pool id -> the tcaches and magazines made for it. Leaked on purpose:
+// threads may exit (and release their slots) during static destruction.
 struct Registry {
   std::mutex mu;
-  absl::flat_hash_map<uint64_t, std::vector<unsigned>> tcaches;
+  absl::flat_hash_map<uint64_t, std::vector<Cache>> caches;
 };
 
 Registry& GetRegistry() {
@@ -26,21 +33,40 @@ Registry& GetRegistry() {
   return *registry;
 }
 
-void DestroyTcache(unsigned id) {
-  mrc_je_mallctl("tcache.destroy", nullptr, nullptr, &id, sizeof id);
+int FlagsOf(unsigned tcache) {
+  return tcache == kNoTcache ? MALLOCX_TCACHE_NONE : MALLOCX_TCACHE(tcache);
 }
 
-// Under registry.mu: destroys the slot's tcache if its pool is still alive.
+// Gives every buffer in the magazine back to jemalloc (through the tcache).
+void Drain(Magazine* magazine, unsigned tcache) {
+  if (magazine == nullptr) return;
+  const int flags = FlagsOf(tcache);
+  for (int bin = 0; bin < Magazine::kMaxBins; ++bin) {
+    for (int i = 0; i < magazine->count[bin]; ++i) mrc_je_dallocx(magazine->slots[bin][i], flags);
+    magazine->count[bin] = 0;
+  }
+}
+
+// Empties the magazine and destroys the tcache (which flushes it).
+void Destroy(const Cache& cache) {
+  Drain(cache.magazine, cache.tcache);
+  delete cache.magazine;
+  unsigned id = cache.tcache;
+  if (id != kNoTcache) mrc_je_mallctl("tcache.destroy", nullptr, nullptr, &id, sizeof id);
+}
+
+// Under registry.mu: destroys the slot's caches if its pool is still alive
+// (else the pool's destruction already did).
 void ReleaseSlotLocked(Registry& registry, TcacheSlot& slot) {
   if (slot.pool_id == 0) return;
-  auto it = registry.tcaches.find(slot.pool_id);
-  if (it != registry.tcaches.end() && slot.tcache != kNoTcache) {
-    std::vector<unsigned>& ids = it->second;
-    for (size_t i = 0; i < ids.size(); ++i) {
-      if (ids[i] == slot.tcache) {
-        ids[i] = ids.back();
-        ids.pop_back();
-        DestroyTcache(slot.tcache);
+  auto it = registry.caches.find(slot.pool_id);
+  if (it != registry.caches.end()) {
+    std::vector<Cache>& caches = it->second;
+    for (size_t i = 0; i < caches.size(); ++i) {
+      if (caches[i].magazine == slot.magazine && caches[i].tcache == slot.tcache) {
+        Destroy(caches[i]);
+        caches[i] = caches.back();
+        caches.pop_back();
         break;
       }
     }
@@ -69,16 +95,16 @@ uint64_t NewPoolId() {
 void RegisterPool(uint64_t pool_id) {
   Registry& registry = GetRegistry();
   std::lock_guard<std::mutex> lock(registry.mu);
-  registry.tcaches[pool_id];
+  registry.caches[pool_id];
 }
 
 void UnregisterPool(uint64_t pool_id) {
   Registry& registry = GetRegistry();
   std::lock_guard<std::mutex> lock(registry.mu);
-  auto it = registry.tcaches.find(pool_id);
-  if (it == registry.tcaches.end()) return;
-  for (unsigned id : it->second) DestroyTcache(id);
-  registry.tcaches.erase(it);
+  auto it = registry.caches.find(pool_id);
+  if (it == registry.caches.end()) return;
+  for (const Cache& cache : it->second) Destroy(cache);
+  registry.caches.erase(it);
   // The calling thread's own slot would otherwise keep a dead entry until a
   // collision; other threads' dead entries are harmless (ids are never reused).
   TcacheSlot& slot = t_tcache_slots[pool_id % kTcacheSlots];
@@ -87,12 +113,13 @@ void UnregisterPool(uint64_t pool_id) {
 
 void FlushCallingThread(uint64_t pool_id) {
   const TcacheSlot& slot = t_tcache_slots[pool_id % kTcacheSlots];
-  if (slot.pool_id != pool_id || slot.tcache == kNoTcache) return;
+  if (slot.pool_id != pool_id) return;
+  Drain(slot.magazine, slot.tcache);
   unsigned id = slot.tcache;
-  mrc_je_mallctl("tcache.flush", nullptr, nullptr, &id, sizeof id);
+  if (id != kNoTcache) mrc_je_mallctl("tcache.flush", nullptr, nullptr, &id, sizeof id);
 }
 
-int TcacheFlagsSlow(uint64_t pool_id) {
+TcacheSlot& ThreadSlotSlow(uint64_t pool_id) {
   t_exit_release.armed = true;  // registers the thread-exit destructor
   Registry& registry = GetRegistry();
   std::lock_guard<std::mutex> lock(registry.mu);
@@ -101,16 +128,19 @@ int TcacheFlagsSlow(uint64_t pool_id) {
   slot.pool_id = pool_id;
   slot.flags = MALLOCX_TCACHE_NONE;
   slot.tcache = kNoTcache;
-  auto it = registry.tcaches.find(pool_id);
-  if (it == registry.tcaches.end()) return slot.flags;  // not a live pool: no cache
+  slot.magazine = nullptr;
+  auto it = registry.caches.find(pool_id);
+  if (it == registry.caches.end()) return slot;  // not a live pool: no cache
   unsigned id = 0;
   size_t len = sizeof id;
   if (mrc_je_mallctl("tcache.create", &id, &len, nullptr, 0) == 0) {
-    it->second.push_back(id);
     slot.tcache = id;
     slot.flags = MALLOCX_TCACHE(id);
   }
-  return slot.flags;
+  slot.magazine = new (std::nothrow) Magazine;
+  if (slot.magazine != nullptr) std::memset(slot.magazine->count, 0, sizeof slot.magazine->count);
+  it->second.push_back(Cache{slot.tcache, slot.magazine});
+  return slot;
 }
 
 }  // namespace pool_internal

@@ -18,7 +18,14 @@
 //  - If jemalloc has no tcache left (it supports a few thousand), the thread
 //    uses MALLOCX_TCACHE_NONE for that pool: slower, still correct.
 //
-// Fast path: TcacheFlags() is a thread-local array probe; the mutex is taken
+// In front of the tcache sits a Magazine: per size class, a short stack of
+// buffers this thread freed, handed out again without calling jemalloc at all
+// (jemalloc's flag-taking mallocx/dallocx cost about twice glibc's malloc/free
+// on their own, and fire jemalloc's per-64-KiB thread events). The pool bounds
+// each stack's depth (about 128 KiB per class); everything in a magazine is
+// returned through its tcache when the slot is released or flushed.
+//
+// Fast path: ThreadSlot() is a thread-local array probe; the mutex is taken
 // only when a thread first uses a pool.
 #ifndef MRCACHE_ALLOCATOR_THREAD_TCACHE_H_
 #define MRCACHE_ALLOCATOR_THREAD_TCACHE_H_
@@ -28,10 +35,20 @@
 namespace mrcache {
 namespace pool_internal {
 
+// Buffers freed by one thread, by size class, for one pool. Owned by the
+// thread's slot; touched by another thread only when the pool is destroyed.
+struct Magazine {
+  static constexpr int kMaxBins = 48;
+  static constexpr int kMaxDepth = 32;
+  uint8_t count[kMaxBins];
+  void* slots[kMaxBins][kMaxDepth];
+};
+
 struct TcacheSlot {
-  uint64_t pool_id;  // 0 = empty
-  int flags;         // MALLOCX_TCACHE(id) or MALLOCX_TCACHE_NONE
-  unsigned tcache;   // the explicit tcache id, or kNoTcache
+  uint64_t pool_id;    // 0 = empty
+  int flags;           // MALLOCX_TCACHE(id) or MALLOCX_TCACHE_NONE
+  unsigned tcache;     // the explicit tcache id, or kNoTcache
+  Magazine* magazine;  // null if it could not be allocated
 };
 constexpr int kTcacheSlots = 8;
 constexpr unsigned kNoTcache = ~0u;
@@ -40,19 +57,20 @@ extern thread_local TcacheSlot t_tcache_slots[kTcacheSlots];
 // A new process-unique pool id (> 0).
 uint64_t NewPoolId();
 void RegisterPool(uint64_t pool_id);
-// Destroys every tcache made for the pool; later TcacheFlags calls for it
+// Destroys every tcache and magazine made for the pool; later ThreadSlot calls for it
 // must not happen.
 void UnregisterPool(uint64_t pool_id);
-// Returns the calling thread's cached objects of the pool to its arena.
+// Returns the calling thread's cached objects of the pool (magazine and
+// tcache) to its arena.
 void FlushCallingThread(uint64_t pool_id);
 
-int TcacheFlagsSlow(uint64_t pool_id);
+TcacheSlot& ThreadSlotSlow(uint64_t pool_id);
 
-// The MALLOCX_TCACHE_* flags for the calling thread and the pool.
-inline int TcacheFlags(uint64_t pool_id) {
-  const TcacheSlot& slot = t_tcache_slots[pool_id % kTcacheSlots];
-  if (slot.pool_id == pool_id) return slot.flags;
-  return TcacheFlagsSlow(pool_id);
+// The calling thread's tcache and magazine for the pool, made on first use.
+inline TcacheSlot& ThreadSlot(uint64_t pool_id) {
+  TcacheSlot& slot = t_tcache_slots[pool_id % kTcacheSlots];
+  if (slot.pool_id == pool_id) return slot;
+  return ThreadSlotSlow(pool_id);
 }
 
 }  // namespace pool_internal
