@@ -30,7 +30,7 @@ struct Config {
   OdpMode odp = OdpMode::kOff;
   size_t odp_prefetch_bytes = 0;  // 0 = never prefetch
   uint64_t sim_base_ns = 3000;    // sim registrar: fixed cost per call
-  uint64_t sim_page_ns = 60;      // sim registrar: cost per 4 KiB page
+  uint64_t sim_page_ns = 240;     // sim registrar: cost per 4 KiB page
   bool sim_mlock = false;
   uint64_t sim_odp_page_ns = 250; // sim registrar: ODP first-touch cost per page
   size_t pool_max_bytes = size_t{1} << 30;

@@ -1,0 +1,380 @@
+// uring_registrar.cc: see uring_registrar.h for the contract.
+#include "mrcache/uring_registrar.h"
+
+#include <liburing.h>
+#include <linux/capability.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "mrcache/errno_status.h"
+#include "mrcache/registration_checks.h"
+
+namespace mrcache {
+namespace {
+
+// The memfd keeps at most this much after a device transfer; larger contents
+// are truncated away so a big DeviceWrite does not hold memory forever.
+constexpr off_t kMemfdKeepBytes = off_t{1} << 20;
+
+// True if the calling thread has CAP_IPC_LOCK in its effective set. io_uring
+// decides at ring creation whether pinned pages count against RLIMIT_MEMLOCK.
+bool HasIpcLock() {
+  __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct data[_LINUX_CAPABILITY_U32S_3] = {};
+  if (syscall(SYS_capget, &header, data) != 0) return false;
+  return (data[CAP_IPC_LOCK / 32].effective >> (CAP_IPC_LOCK % 32)) & 1;
+}
+
+// A ring with a sparse table of `slots` buffers, or the errno of the step that
+// failed and its name.
+struct RingSetup {
+  int err = 0;
+  const char* step = "";
+};
+
+RingSetup SetUpRing(io_uring* ring, unsigned slots) {
+  int rc = io_uring_queue_init(8, ring, 0);
+  if (rc < 0) return {-rc, "io_uring_setup"};
+  rc = io_uring_register_buffers_sparse(ring, slots);
+  if (rc < 0) {
+    io_uring_queue_exit(ring);
+    return {-rc, "IORING_REGISTER_BUFFERS2 (sparse)"};
+  }
+  return {};
+}
+
+// Errors that mean "this kernel or process cannot use io_uring fixed buffers".
+bool MeansUnavailable(int err) {
+  return err == ENOSYS || err == EPERM || err == EACCES || err == EINVAL || err == EOPNOTSUPP;
+}
+
+class UringRegistrar final : public Registrar {
+ public:
+  UringRegistrar(unsigned slots, bool memlock_accounted, int memfd)
+      : memlock_accounted_(memlock_accounted), memfd_(memfd), slots_(slots) {
+    free_.reserve(slots);
+    for (unsigned i = slots; i > 0; --i) free_.push_back(i - 1);
+  }
+
+  // Creates the ring in place; the registrar is unusable if this fails.
+  RingSetup Init() {
+    RingSetup setup = SetUpRing(&ring_, static_cast<unsigned>(slots_.size()));
+    ring_ready_ = setup.err == 0;
+    return setup;
+  }
+
+  ~UringRegistrar() override {
+    size_t live = 0;
+    {
+      std::lock_guard<std::mutex> lock(slots_mu_);
+      for (const Slot& s : slots_) live += s.live;
+    }
+    if (live != 0) {
+      std::fprintf(stderr,
+                   "mrcache: uring registrar destroyed with %zu buffer(s) still registered "
+                   "(a caller bug); unregistering them\n",
+                   live);
+    }
+    if (ring_ready_) {
+      io_uring_unregister_buffers(&ring_);
+      io_uring_queue_exit(&ring_);
+    }
+    close(memfd_);
+  }
+
+  const char* name() const override { return "uring"; }
+
+  absl::StatusOr<Registration> Register(void* addr, size_t length, int access) override {
+    if (absl::Status s = CheckRegisterArgs(addr, length, access); !s.ok()) return s;
+    if (access & kAccessOnDemand) {
+      return ErrnoStatus(ENOTSUP,
+                         "io_uring fixed buffers cannot do on-demand paging "
+                         "(IBV_ACCESS_ON_DEMAND)");
+    }
+    if (length > kUringMaxBufferBytes) {
+      return ErrnoStatus(EINVAL, absl::StrCat("io_uring fixed buffers are limited to 1 GiB; ",
+                                              length, " bytes requested"));
+    }
+    unsigned slot;
+    {
+      std::lock_guard<std::mutex> lock(slots_mu_);
+      if (free_.empty()) {
+        return ErrnoStatus(ENOMEM, absl::StrCat("no free io_uring buffer slot (all ",
+                                                slots_.size(), " in use)"));
+      }
+      slot = free_.back();
+      free_.pop_back();
+    }
+    iovec iov{addr, length};
+    int rc = io_uring_register_buffers_update_tag(&ring_, slot, &iov, nullptr, 1);
+    if (rc != 1) {
+      ReleaseSlot(slot);
+      return RegisterError(rc < 0 ? -rc : EIO, addr, length);
+    }
+    {
+      std::lock_guard<std::mutex> lock(slots_mu_);
+      slots_[slot] = Slot{addr, length, true};
+    }
+    registrations_.fetch_add(1, std::memory_order_relaxed);
+    Registration reg;
+    reg.addr = addr;
+    reg.length = length;
+    reg.access = access;
+    reg.handle = slot;
+    reg.lkey = reg.rkey = slot + 1;
+    return reg;
+  }
+
+  absl::Status Deregister(const Registration& reg) override {
+    absl::StatusOr<unsigned> slot = LiveSlot(reg, /*claim=*/true);
+    if (!slot.ok()) return slot.status();
+    iovec empty{nullptr, 0};
+    int rc = io_uring_register_buffers_update_tag(&ring_, *slot, &empty, nullptr, 1);
+    ReleaseSlot(*slot);
+    deregistrations_.fetch_add(1, std::memory_order_relaxed);
+    if (rc != 1) {
+      // The contract: the registration counts as released either way.
+      int err = rc < 0 ? -rc : EIO;
+      return ErrnoStatus(err, absl::StrCat("unregistering io_uring buffer slot ", *slot, ": ",
+                                           std::strerror(err)));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status DeviceWrite(const Registration& reg, size_t offset, const void* src,
+                           size_t length) override {
+    absl::StatusOr<unsigned> slot = LiveSlot(reg);
+    if (!slot.ok()) return slot.status();
+    if (absl::Status s = CheckDeviceRange(reg, offset, length); !s.ok()) return s;
+    if (length == 0) return absl::OkStatus();
+    std::lock_guard<std::mutex> lock(ring_mu_);
+    if (absl::Status s = FillMemfd(src, length); !s.ok()) return s;
+    absl::Status s = Transfer(*slot, static_cast<char*>(reg.addr) + offset, length,
+                              /*into_buffer=*/true);
+    TrimMemfd(length);
+    return s;
+  }
+
+  absl::Status DeviceRead(const Registration& reg, size_t offset, void* dst, size_t length) {
+    absl::StatusOr<unsigned> slot = LiveSlot(reg);
+    if (!slot.ok()) return slot.status();
+    if (absl::Status s = CheckDeviceRange(reg, offset, length); !s.ok()) return s;
+    if (length == 0) return absl::OkStatus();
+    std::lock_guard<std::mutex> lock(ring_mu_);
+    absl::Status s = Transfer(*slot, static_cast<char*>(reg.addr) + offset, length,
+                              /*into_buffer=*/false);
+    if (s.ok()) s = DrainMemfd(dst, length);
+    TrimMemfd(length);
+    return s;
+  }
+
+  UringRegistrarStats stats() const {
+    UringRegistrarStats st;
+    st.registrations = registrations_.load(std::memory_order_relaxed);
+    st.deregistrations = deregistrations_.load(std::memory_order_relaxed);
+    std::lock_guard<std::mutex> lock(slots_mu_);
+    st.slots = slots_.size();
+    st.live = slots_.size() - free_.size();
+    return st;
+  }
+
+ private:
+  struct Slot {
+    void* addr = nullptr;
+    size_t length = 0;
+    bool live = false;
+  };
+
+  void ReleaseSlot(unsigned slot) {
+    std::lock_guard<std::mutex> lock(slots_mu_);
+    free_.push_back(slot);
+  }
+
+  // The slot `reg` occupies, or EINVAL if `reg` is not a live registration of
+  // this registrar (never returned, or already deregistered). With `claim` the
+  // slot stops being live at once, so two Deregisters cannot both win.
+  absl::StatusOr<unsigned> LiveSlot(const Registration& reg, bool claim = false) {
+    std::lock_guard<std::mutex> lock(slots_mu_);
+    if (reg.handle < slots_.size()) {
+      Slot& s = slots_[reg.handle];
+      if (s.live && s.addr == reg.addr && s.length == reg.length) {
+        if (claim) s = Slot{};
+        return static_cast<unsigned>(reg.handle);
+      }
+    }
+    return ErrnoStatus(EINVAL, absl::StrFormat("no live io_uring registration with handle %u "
+                                               "for [%p, +%u)",
+                                               reg.handle, reg.addr, reg.length));
+  }
+
+  absl::Status RegisterError(int err, void* addr, size_t length) const {
+    std::string range = absl::StrFormat("[%p, +%u)", addr, length);
+    if (err == EFAULT) {
+      return ErrnoStatus(EFAULT, absl::StrCat("io_uring could not pin ", range,
+                                              ": not mapped, or not writable"));
+    }
+    if (err == ENOMEM && memlock_accounted_) {
+      return ErrnoStatus(ENOMEM, absl::StrCat("pinning ", range,
+                                              " would exceed RLIMIT_MEMLOCK (limit ",
+                                              MemlockLimitText(),
+                                              "; io_uring counts pinned pages against it "
+                                              "without CAP_IPC_LOCK)"));
+    }
+    return ErrnoStatus(err, absl::StrCat("io_uring buffer registration of ", range, ": ",
+                                         std::strerror(err)));
+  }
+
+  // Puts `length` bytes of `src` at offset 0 of the memfd. ring_mu_ held.
+  absl::Status FillMemfd(const void* src, size_t length) {
+    const char* p = static_cast<const char*>(src);
+    for (size_t done = 0; done < length;) {
+      ssize_t n = pwrite(memfd_, p + done, length - done, static_cast<off_t>(done));
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        return ErrnoStatus(errno, absl::StrCat("staging device data in memfd: ",
+                                               std::strerror(errno)));
+      }
+      done += static_cast<size_t>(n);
+    }
+    return absl::OkStatus();
+  }
+
+  // Reads `length` bytes at offset 0 of the memfd into `dst`. ring_mu_ held.
+  absl::Status DrainMemfd(void* dst, size_t length) {
+    char* p = static_cast<char*>(dst);
+    for (size_t done = 0; done < length;) {
+      ssize_t n = pread(memfd_, p + done, length - done, static_cast<off_t>(done));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        int err = n < 0 ? errno : EIO;
+        return ErrnoStatus(err, absl::StrCat("reading device data from memfd: ",
+                                             std::strerror(err)));
+      }
+      done += static_cast<size_t>(n);
+    }
+    return absl::OkStatus();
+  }
+
+  void TrimMemfd(size_t used) {
+    if (static_cast<off_t>(used) > kMemfdKeepBytes) (void)ftruncate(memfd_, kMemfdKeepBytes);
+  }
+
+  // Moves `length` bytes between the memfd (from offset 0) and `buf` inside
+  // fixed buffer `slot`: READ_FIXED (memfd -> buffer) if into_buffer, else
+  // WRITE_FIXED (buffer -> memfd). Short transfers are continued. ring_mu_ held.
+  absl::Status Transfer(unsigned slot, char* buf, size_t length, bool into_buffer) {
+    for (size_t done = 0; done < length;) {
+      io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
+      if (sqe == nullptr) return ErrnoStatus(EBUSY, "io_uring submission queue is full");
+      unsigned n = static_cast<unsigned>(length - done);
+      if (into_buffer) {
+        io_uring_prep_read_fixed(sqe, memfd_, buf + done, n, done, static_cast<int>(slot));
+      } else {
+        io_uring_prep_write_fixed(sqe, memfd_, buf + done, n, done, static_cast<int>(slot));
+      }
+      int rc = io_uring_submit(&ring_);
+      if (rc != 1) {
+        int err = rc < 0 ? -rc : EIO;
+        return ErrnoStatus(err, absl::StrCat("io_uring_submit: ", std::strerror(err)));
+      }
+      io_uring_cqe* cqe = nullptr;
+      do {
+        rc = io_uring_wait_cqe(&ring_, &cqe);
+      } while (rc == -EINTR);
+      if (rc < 0) return ErrnoStatus(-rc, absl::StrCat("io_uring_wait_cqe: ", std::strerror(-rc)));
+      int res = cqe->res;
+      io_uring_cqe_seen(&ring_, cqe);
+      if (res <= 0) {
+        int err = res < 0 ? -res : EIO;
+        return ErrnoStatus(err, absl::StrFormat("io_uring %s through buffer slot %u moved %d "
+                                                "of %u bytes: %s",
+                                                into_buffer ? "READ_FIXED" : "WRITE_FIXED", slot,
+                                                res, length - done, std::strerror(err)));
+      }
+      done += static_cast<size_t>(res);
+    }
+    return absl::OkStatus();
+  }
+
+  const bool memlock_accounted_;
+  const int memfd_;
+  io_uring ring_{};
+  bool ring_ready_ = false;
+
+  std::mutex ring_mu_;  // serializes SQ/CQ use and the memfd's contents
+
+  mutable std::mutex slots_mu_;
+  std::vector<Slot> slots_;  // guarded by slots_mu_
+  std::vector<unsigned> free_;  // guarded by slots_mu_
+
+  std::atomic<uint64_t> registrations_{0};
+  std::atomic<uint64_t> deregistrations_{0};
+};
+
+}  // namespace
+
+bool UringAvailable() {
+  static const bool available = [] {
+    io_uring ring;
+    if (SetUpRing(&ring, 1).err != 0) return false;
+    io_uring_queue_exit(&ring);
+    return true;
+  }();
+  return available;
+}
+
+absl::StatusOr<std::unique_ptr<Registrar>> MakeUringRegistrar(const Config& config) {
+  if (config.uring_slots == 0 || config.uring_slots > kUringMaxSlots) {
+    return ErrnoStatus(EINVAL, absl::StrCat("uring_slots must be 1..", kUringMaxSlots, ", not ",
+                                            config.uring_slots));
+  }
+  int memfd = memfd_create("mrcache-uring-device", MFD_CLOEXEC);
+  if (memfd < 0) {
+    int err = errno;
+    return ErrnoStatus(err, absl::StrCat("memfd_create: ", std::strerror(err)));
+  }
+  // Capability first: the kernel samples it when the ring is created.
+  bool memlock_accounted = !HasIpcLock();
+  auto registrar = std::make_unique<UringRegistrar>(
+      static_cast<unsigned>(config.uring_slots), memlock_accounted, memfd);
+  RingSetup setup = registrar->Init();
+  if (setup.err != 0) {
+    std::string why = absl::StrCat(setup.step, " failed: ", std::strerror(setup.err));
+    if (MeansUnavailable(setup.err)) {
+      return ErrnoStatus(ENOTSUP, absl::StrCat("io_uring fixed buffers are unavailable (", why,
+                                               ")"));
+    }
+    return ErrnoStatus(setup.err, why);
+  }
+  return std::unique_ptr<Registrar>(std::move(registrar));
+}
+
+absl::optional<UringRegistrarStats> GetUringRegistrarStats(const Registrar& registrar) {
+  const auto* uring = dynamic_cast<const UringRegistrar*>(&registrar);
+  if (uring == nullptr) return absl::nullopt;
+  return uring->stats();
+}
+
+absl::Status UringDeviceRead(Registrar& registrar, const Registration& reg, size_t offset,
+                             void* dst, size_t length) {
+  auto* uring = dynamic_cast<UringRegistrar*>(&registrar);
+  if (uring == nullptr) {
+    return ErrnoStatus(EINVAL, absl::StrCat("UringDeviceRead needs a uring registrar, not ",
+                                            registrar.name()));
+  }
+  return uring->DeviceRead(reg, offset, dst, length);
+}
+
+}  // namespace mrcache
