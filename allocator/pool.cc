@@ -63,7 +63,7 @@ size_t HugepageSize() {
 size_t RoundUp(size_t v, size_t to) { return (v + to - 1) & ~(to - 1); }
 
 int Mallctl(const std::string& name, void* oldp, size_t* oldlen, void* newp, size_t newlen) {
-  return mrc_je_mallctl(name.c_str(), oldp, oldlen, newp, newlen);
+  return mrcache_je_mallctl(name.c_str(), oldp, oldlen, newp, newlen);
 }
 
 void FillKeys(const PoolChunk& chunk, void* addr, size_t length, RegionInfo* keys) {
@@ -148,7 +148,7 @@ absl::Status Pool::Init() {
   size_t len = sizeof arena_;
   t_hook_errno = 0;
   t_creating_pool = this;
-  int err = mrc_je_mallctl("arenas.create", &arena_, &len, &hooks_ptr, sizeof hooks_ptr);
+  int err = mrcache_je_mallctl("arenas.create", &arena_, &len, &hooks_ptr, sizeof hooks_ptr);
   t_creating_pool = nullptr;
   if (err != 0) {
     return ErrnoStatus(err, absl::StrCat("jemalloc arenas.create failed: ", std::strerror(err),
@@ -167,7 +167,7 @@ absl::Status Pool::Init() {
   }
   bool retain = false;
   len = sizeof retain;
-  if (mrc_je_mallctl("opt.retain", &retain, &len, nullptr, 0) == 0 && retain) {
+  if (mrcache_je_mallctl("opt.retain", &retain, &len, nullptr, 0) == 0 && retain) {
     // jemalloc grows its retained address space by one chunk at a time.
     size_t limit = chunk_bytes_;
     err = Mallctl(arena + "retain_grow_limit", nullptr, nullptr, &limit, sizeof limit);
@@ -300,7 +300,7 @@ void Pool::BuildSizeClasses() {
   int bins = 0;
   size_t last = 0;
   for (size_t size = 64; size <= kMagazineMaxBytes; size += 64) {
-    const size_t usize = mrc_je_nallocx(size, arena_flags_);
+    const size_t usize = mrcache_je_nallocx(size, arena_flags_);
     if (usize == 0 || usize % 64 != 0 || usize > kMagazineMaxBytes) continue;
     if (usize != last) {
       if (bins == pool_internal::Magazine::kMaxBins) break;
@@ -327,10 +327,10 @@ absl::StatusOr<void*> Pool::Alloc(size_t size, RegionInfo* keys) {
     if (bin != kNoBin && magazine != nullptr && magazine->count[bin] != 0) {
       p = magazine->slots[bin][--magazine->count[bin]];
     } else {
-      p = mrc_je_mallocx(rounded, arena_flags_ | slot.flags);
+      p = mrcache_je_mallocx(rounded, arena_flags_ | slot.flags);
     }
   } else {
-    p = mrc_je_mallocx(rounded, arena_flags_ | MALLOCX_TCACHE_NONE);
+    p = mrcache_je_mallocx(rounded, arena_flags_ | MALLOCX_TCACHE_NONE);
   }
   if (ABSL_PREDICT_FALSE(p == nullptr)) return AllocRetry(size, keys);
   if (keys != nullptr) FillKeys(*FindChunk(p), p, size, keys);
@@ -342,7 +342,7 @@ absl::StatusOr<void*> Pool::AllocRetry(size_t size, RegionInfo* keys) {
   // back and try once more before failing.
   t_hook_errno = 0;
   if (options_.thread_caches) pool_internal::FlushCallingThread(id_);
-  void* p = mrc_je_mallocx(RoundUp(size, kMinBuffer), CallFlags());
+  void* p = mrcache_je_mallocx(RoundUp(size, kMinBuffer), CallFlags());
   if (p == nullptr) {
     if (t_hook_errno != 0) {
       return ErrnoStatus(t_hook_errno,
@@ -381,20 +381,20 @@ absl::Status Pool::Free(void* ptr) {
     return ForeignFree(ptr);
   }
   if (!options_.thread_caches) {
-    mrc_je_dallocx(ptr, MALLOCX_TCACHE_NONE);
+    mrcache_je_dallocx(ptr, MALLOCX_TCACHE_NONE);
     return absl::OkStatus();
   }
   pool_internal::TcacheSlot& slot = pool_internal::ThreadSlot(id_);
   pool_internal::Magazine* magazine = slot.magazine;
   if (magazine != nullptr) {
-    const size_t usize = mrc_je_sallocx(ptr, 0);
+    const size_t usize = mrcache_je_sallocx(ptr, 0);
     const uint8_t bin = usize <= kMagazineMaxBytes ? bin_of_[usize >> 6] : kNoBin;
     if (bin != kNoBin && magazine->count[bin] < bin_depth_[bin]) {
       magazine->slots[bin][magazine->count[bin]++] = ptr;
       return absl::OkStatus();
     }
   }
-  mrc_je_dallocx(ptr, slot.flags);
+  mrcache_je_dallocx(ptr, slot.flags);
   return absl::OkStatus();
 }
 
@@ -413,7 +413,7 @@ uint64_t Pool::allocated_buffers() const {
   if (options_.thread_caches) pool_internal::FlushCallingThread(id_);
   uint64_t epoch = 1;
   size_t len = sizeof epoch;
-  mrc_je_mallctl("epoch", &epoch, &len, &epoch, len);
+  mrcache_je_mallctl("epoch", &epoch, &len, &epoch, len);
   const std::string prefix = absl::StrCat("stats.arenas.", arena_, ".");
   uint64_t total = 0;
   for (const char* kind : {"small", "large"}) {

@@ -7,5 +7,5 @@
 // default inside the archive; MALLOC_CONF in the environment still applies on
 // top, as for any jemalloc.
 extern "C" {
-const char* mrc_je_malloc_conf = "tcache_max:65536";
+const char* mrcache_je_malloc_conf = "tcache_max:65536";
 }

@@ -1,4 +1,4 @@
-// private_jemalloc.h: the pool's own copy of jemalloc, under the mrc_je_ prefix.
+// private_jemalloc.h: the pool's own copy of jemalloc, under the mrcache_je_ prefix.
 //
 // Debian's jemalloc exports unprefixed malloc/free/operator new. Linking it
 // (-ljemalloc) into a library that an application links replaces the
@@ -12,7 +12,7 @@
 // the unprefixed functions it declares may be called from the allocator.
 //
 // The private copy reads its options from the compiled-in string in
-// private_jemalloc.cc (mrc_je_malloc_conf), then from MALLOC_CONF like any
+// private_jemalloc.cc (mrcache_je_malloc_conf), then from MALLOC_CONF like any
 // jemalloc; the pool sets everything it relies on per arena at runtime.
 #ifndef MRCACHE_ALLOCATOR_PRIVATE_JEMALLOC_H_
 #define MRCACHE_ALLOCATOR_PRIVATE_JEMALLOC_H_
@@ -22,11 +22,11 @@
 #include <cstddef>
 
 extern "C" {
-void* mrc_je_mallocx(size_t size, int flags);
-void mrc_je_dallocx(void* ptr, int flags);
-size_t mrc_je_sallocx(const void* ptr, int flags);
-size_t mrc_je_nallocx(size_t size, int flags);
-int mrc_je_mallctl(const char* name, void* oldp, size_t* oldlenp, void* newp, size_t newlen);
+void* mrcache_je_mallocx(size_t size, int flags);
+void mrcache_je_dallocx(void* ptr, int flags);
+size_t mrcache_je_sallocx(const void* ptr, int flags);
+size_t mrcache_je_nallocx(size_t size, int flags);
+int mrcache_je_mallctl(const char* name, void* oldp, size_t* oldlenp, void* newp, size_t newlen);
 }
 
 #endif  // MRCACHE_ALLOCATOR_PRIVATE_JEMALLOC_H_

@@ -42,7 +42,7 @@ void Drain(Magazine* magazine, unsigned tcache) {
   if (magazine == nullptr) return;
   const int flags = FlagsOf(tcache);
   for (int bin = 0; bin < Magazine::kMaxBins; ++bin) {
-    for (int i = 0; i < magazine->count[bin]; ++i) mrc_je_dallocx(magazine->slots[bin][i], flags);
+    for (int i = 0; i < magazine->count[bin]; ++i) mrcache_je_dallocx(magazine->slots[bin][i], flags);
     magazine->count[bin] = 0;
   }
 }
@@ -52,7 +52,7 @@ void Destroy(const Cache& cache) {
   Drain(cache.magazine, cache.tcache);
   delete cache.magazine;
   unsigned id = cache.tcache;
-  if (id != kNoTcache) mrc_je_mallctl("tcache.destroy", nullptr, nullptr, &id, sizeof id);
+  if (id != kNoTcache) mrcache_je_mallctl("tcache.destroy", nullptr, nullptr, &id, sizeof id);
 }
 
 // Under registry.mu: destroys the slot's caches if its pool is still alive
@@ -116,7 +116,7 @@ void FlushCallingThread(uint64_t pool_id) {
   if (slot.pool_id != pool_id) return;
   Drain(slot.magazine, slot.tcache);
   unsigned id = slot.tcache;
-  if (id != kNoTcache) mrc_je_mallctl("tcache.flush", nullptr, nullptr, &id, sizeof id);
+  if (id != kNoTcache) mrcache_je_mallctl("tcache.flush", nullptr, nullptr, &id, sizeof id);
 }
 
 TcacheSlot& ThreadSlotSlow(uint64_t pool_id) {
@@ -133,7 +133,7 @@ TcacheSlot& ThreadSlotSlow(uint64_t pool_id) {
   if (it == registry.caches.end()) return slot;  // not a live pool: no cache
   unsigned id = 0;
   size_t len = sizeof id;
-  if (mrc_je_mallctl("tcache.create", &id, &len, nullptr, 0) == 0) {
+  if (mrcache_je_mallctl("tcache.create", &id, &len, nullptr, 0) == 0) {
     slot.tcache = id;
     slot.flags = MALLOCX_TCACHE(id);
   }
