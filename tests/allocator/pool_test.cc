@@ -277,6 +277,20 @@ TEST_P(PoolTest, FreeOfAForeignPointerIsRejectedAndChangesNothing) {
   EXPECT_TRUE(pool.Free(mine).ok());
 }
 
+TEST_P(PoolTest, ChunksStayRegisteredUntilThePoolIsDestroyed) {
+  Pool& pool = MakePool();
+  std::vector<void*> buffers;
+  for (int i = 0; i < 100; ++i) buffers.push_back(*pool.Alloc(100000));
+  buffers.push_back(*pool.Alloc(5 * kMiB));
+  for (void* p : buffers) ASSERT_TRUE(pool.Free(p).ok());
+  EXPECT_EQ(pool.allocated_buffers(), 0u);
+  EXPECT_EQ(registrar_.deregistrations(), 0u);
+  EXPECT_EQ(registrar_.live(), pool.stats().chunks);
+  EXPECT_GE(pool.stats().registered_bytes, 100 * 100000u + 5 * kMiB);
+  pool_.reset();
+  EXPECT_EQ(registrar_.live(), 0u);
+}
+
 TEST_P(PoolTest, DestroyWithLiveBuffersReportsThemAndDeregisters) {
   Pool& pool = MakePool();
   ASSERT_TRUE(pool.Alloc(100).ok());

@@ -5,7 +5,9 @@
 #include <memory>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "allocator/pool.h"
+#include "allocator/private_jemalloc.h"
 #include "gtest/gtest.h"
 #include "mrcache/config.h"
 #include "mrcache/uring_registrar.h"
@@ -61,6 +63,31 @@ TEST_F(PoolUringTest, DeviceWritesThroughTheKeysLandInEveryByteOfEveryBuffer) {
     }
   }
   for (auto [p, size] : buffers) EXPECT_TRUE((*pool)->Free(p).ok());
+}
+
+TEST_F(PoolUringTest, ForcedPurgeNeverSwapsPagesUnderARegistration) {
+  // If jemalloc could MADV_DONTNEED a freed extent, the CPU would get fresh
+  // pages there while the registration kept the old ones, and a device write
+  // into a reused buffer would land where nobody looks.
+  auto pool = Pool::Create(*registrar_, Config());
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  std::vector<void*> freed;
+  for (int i = 0; i < 8; ++i) freed.push_back(*(*pool)->Alloc(size_t{256} << 10));
+  for (void* p : freed) ASSERT_TRUE((*pool)->Free(p).ok());
+  (*pool)->allocated_buffers();  // returns this thread's cached buffers to the arena
+  const std::string purge = absl::StrCat("arena.", (*pool)->arena_index(), ".purge");
+  ASSERT_EQ(mrcache_je_mallctl(purge.c_str(), nullptr, nullptr, nullptr, 0), 0);
+  for (int i = 0; i < 8; ++i) {
+    const size_t size = size_t{256} << 10;
+    void* p = *(*pool)->Alloc(size);
+    absl::StatusOr<Registration> reg = (*pool)->ChunkRegistration(p);
+    ASSERT_TRUE(reg.ok()) << reg.status();
+    std::vector<unsigned char> pattern(size, static_cast<unsigned char>(0x40 + i));
+    const size_t offset = static_cast<char*>(p) - static_cast<char*>(reg->addr);
+    ASSERT_TRUE(registrar_->DeviceWrite(*reg, offset, pattern.data(), size).ok());
+    EXPECT_EQ(std::memcmp(p, pattern.data(), size), 0) << "buffer " << i;
+    ASSERT_TRUE((*pool)->Free(p).ok());
+  }
 }
 
 }  // namespace
