@@ -367,12 +367,31 @@ TEST_P(CacheCoreTest, ZeroBasedRequestBypassesTheCache) {
 }
 
 TEST_P(CacheCoreTest, AlignmentWidensRegistrations) {
-  config_.alignment = 16 * kPage;
-  Region* r = Get(kPage + 3, 10);
+  const size_t align = 16 * kPage;
+  config_.alignment = align;
+  // A 16-page-aligned block lies inside the 64-page buffer.
+  char* block = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(buf_) + align - 1) & ~(align - 1));
+  Region* r = Get(block - buf_ + kPage + 3, 10);
   RegionInfo info = GetRegionInfo(r);
-  EXPECT_EQ(reinterpret_cast<uintptr_t>(info.addr) % (16 * kPage), 0u);
-  EXPECT_EQ(info.length % (16 * kPage), 0u);
+  EXPECT_EQ(info.addr, block);
+  EXPECT_EQ(info.length, align);
   Put(r);
+}
+
+TEST_P(CacheCoreTest, AlignmentFallsBackToExactPagesWhenNeighboursAreUnmapped) {
+  config_.alignment = 16 * kPage;
+  char* area = static_cast<char*>(
+      mmap(nullptr, 3 * kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  ASSERT_NE(area, MAP_FAILED);
+  munmap(area, kPage);
+  munmap(area + 2 * kPage, kPage);  // one isolated page remains
+  auto r = cache().Acquire(area + kPage, 100, kRW);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(GetRegionInfo(*r).addr, area + kPage);
+  EXPECT_EQ(GetRegionInfo(*r).length, kPage);
+  Put(*r);
+  ASSERT_TRUE(cache().Invalidate(area + kPage, kPage).ok());
+  munmap(area + kPage, kPage);
 }
 
 TEST_P(CacheCoreTest, RegionPutFromAnotherThreadIsCounted) {
