@@ -11,6 +11,12 @@
 // Only the types and MALLOCX_* macros come from <jemalloc/jemalloc.h>; none of
 // the unprefixed functions it declares may be called from the allocator.
 //
+// Static TLS: Debian built jemalloc with initial-exec TLS (about 2.6 KiB).
+// A program that links a library containing the private copy loads it at
+// startup, where that is free. dlopen() of such a library fails with "cannot
+// allocate memory in static TLS block" unless glibc reserves more surplus:
+// GLIBC_TUNABLES=glibc.rtld.optional_static_tls=4096 (measured to suffice).
+//
 // The private copy reads its options from the compiled-in string in
 // private_jemalloc.cc (mrcache_je_malloc_conf), then from MALLOC_CONF like any
 // jemalloc; the pool sets everything it relies on per arena at runtime.
