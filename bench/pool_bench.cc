@@ -1,7 +1,7 @@
 // pool_bench: what a pre-registered buffer costs.
 //
 // Per size (64 B, 4 KiB, 64 KiB), one alloc + free of:
-//   BM_PoolAllocFree          the pool, with keys, private per-thread tcache
+//   BM_PoolAllocFree          the pool, with keys (per-thread magazine + private tcache)
 //   BM_PoolAllocFreeNoTcache  the pool, MALLOCX_TCACHE_NONE (arena lock per call)
 //   BM_MallocFree             glibc malloc + free (the target: pool <= 2x this)
 //   BM_MallocRegisterDeregister  malloc + Register + Deregister through the
