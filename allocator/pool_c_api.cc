@@ -11,20 +11,13 @@
 #include <string>
 
 #include "allocator/pool.h"
+#include "mrcache/c_api_handles.h"
 #include "mrcache/cache.h"
 #include "mrcache/config.h"
 #include "mrcache/errno_status.h"
 #include "mrcache/mrcache.h"
 
-// The handles of mrcache/c_api.cc. These definitions must stay token-for-token
-// identical to the ones there (one definition per type across the program).
-struct mrc_config {
-  mrcache::Config config;
-};
-struct mrc_cache {
-  std::unique_ptr<mrcache::Cache> cache;
-};
-
+// mrc_config_t and mrc_cache_t come from mrcache/c_api_handles.h.
 struct mrc_pool {
   std::unique_ptr<mrcache::Pool> pool;
 };

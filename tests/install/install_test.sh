@@ -4,7 +4,7 @@
 # `pkg-config --cflags --libs mrcache`, the way an autotools runtime would.
 set -euo pipefail
 prefix="$TEST_TMPDIR/prefix"
-scripts/install_tree libmrcache.so mrcache/mrcache.h "$prefix"
+scripts/install_tree libmrcache.so libmrcache_pool.so mrcache/mrcache.h "$prefix"
 export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
 flags=$(pkg-config --cflags --libs mrcache)
 echo "pkg-config --cflags --libs mrcache: $flags"
@@ -20,4 +20,13 @@ if nm -D --defined-only "$prefix/lib/libmrcache.so.0" | awk '{print $3}' |
     grep -v '^mrc_' | grep -qvE "$interposers"; then
   echo "unexpected exported symbols:"; nm -D --defined-only "$prefix/lib/libmrcache.so.0"; exit 1
 fi
+# The pool library: the same API plus mrc_pool_*, and none of the private
+# jemalloc's symbols (the application's malloc stays its own).
+pool_syms=$(nm -D --defined-only "$prefix/lib/libmrcache_pool.so.0" | awk '{print $3}')
+echo "$pool_syms" | grep -qx mrc_pool_create
+echo "$pool_syms" | grep -qx mrc_get
+if echo "$pool_syms" | grep -qE '^(mrcache_je_)?(malloc|free|calloc|realloc|posix_memalign|aligned_alloc|memalign|valloc|mallocx|rallocx|xallocx|dallocx|sdallocx|nallocx|mallctl|mallctlbymib|mallctlnametomib|malloc_usable_size)$'; then
+  echo "the pool library exports allocator symbols"; exit 1
+fi
+pkg-config --libs mrcache-pool | grep -q -- -lmrcache_pool
 echo "install test: 1 passed, 0 failed"
