@@ -91,18 +91,11 @@ absl::StatusOr<std::unique_ptr<CacheImpl>> CacheImpl::Create(const Config& confi
   cache->odp_ = *odp;
 
   if (cache->odp_ == OdpMode::kImplicit) {
-    // One MR for the whole address space; every get returns its keys.
-    int access = kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead | kAccessRemoteAtomic;
-    auto reg = RegisterImplicitOdp(*cache->registrar_, access);
-    if (!reg.ok()) return reg.status();
-    auto* r = new Region;
-    r->start = 0;
-    r->end = UINTPTR_MAX;
-    r->id = cache->next_region_id_++;
-    r->reg = *reg;
-    r->cache = cache.get();
-    cache->implicit_odp_ = r;
-    cache->CountRegistration(0);  // pins nothing
+    // The implicit MRs (one per set of remote rights) are registered on first
+    // use; register the most common one now so that a device that fails it
+    // fails cache creation, with its reason.
+    auto first = cache->ImplicitRegion(kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead);
+    if (!first.ok()) return first.status();
   }
 
   // ODP regions need no monitor for correctness.
@@ -149,7 +142,7 @@ CacheImpl::~CacheImpl() {
       dead.Push(r);
     }
     lru_head_ = lru_tail_ = nullptr;
-    held += implicit_refs_.load() > 0 ? 1 : 0;
+    for (const auto& refs : implicit_refs_) held += refs.load() > 0 ? 1 : 0;
   }
   if (held > 0 && !child) {
     std::fprintf(stderr,
@@ -157,9 +150,8 @@ CacheImpl::~CacheImpl() {
                  "releasing their registrations\n",
                  static_cast<long long>(held));
   }
-  if (implicit_odp_ != nullptr) {
-    dead.Push(implicit_odp_);
-    implicit_odp_ = nullptr;
+  for (auto& slot : implicit_odp_) {
+    if (Region* r = slot.exchange(nullptr)) dead.Push(r);
   }
   if (child) {
     // fork(): the registrations belong to the parent. Free our bookkeeping
@@ -478,6 +470,12 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
         &dead);
     lock.unlock();
     Release(&dead);
+    if (odp_ == OdpMode::kExplicit && config_.odp_prefetch_bytes &&
+        end - start >= config_.odp_prefetch_bytes) {
+      // Fault the range in now rather than on the device's first access; a
+      // failed prefetch only costs the device a fault later.
+      (void)registrar_->Prefetch(r->reg, reinterpret_cast<void*>(start), end - start);
+    }
     return r;
   }
 }
@@ -502,15 +500,48 @@ absl::StatusOr<Region*> CacheImpl::AcquireBypass(uintptr_t start, uintptr_t end,
   return r;
 }
 
+absl::StatusOr<Region*> CacheImpl::ImplicitRegion(int access) {
+  // One implicit MR per set of remote rights, so that its rkey grants exactly
+  // what was asked for; local write is always included.
+  std::atomic<Region*>& slot = implicit_odp_[(access & kAccessRemoteBits) >> 1];
+  if (Region* r = slot.load(std::memory_order_acquire)) return r;
+  auto reg = TimedImplicitRegister(kAccessLocalWrite | (access & kAccessRemoteBits));
+  if (!reg.ok()) return reg.status();
+  auto* r = new Region;
+  r->start = 0;
+  r->end = UINTPTR_MAX;
+  r->reg = *reg;
+  r->cache = this;
+  Region* expected = nullptr;
+  if (!slot.compare_exchange_strong(expected, r, std::memory_order_acq_rel)) {
+    TimedDeregister(r->reg);  // another thread won the race
+    delete r;
+    return expected;
+  }
+  return r;
+}
+
+absl::StatusOr<Registration> CacheImpl::TimedImplicitRegister(int access) {
+  uint64_t t0 = NowNs();
+  auto reg = RegisterImplicitOdp(*registrar_, access);
+  registrar_ns_.fetch_add(NowNs() - t0, std::memory_order_relaxed);
+  if (reg.ok()) CountRegistration(0);  // pins nothing
+  return reg;
+}
+
+bool CacheImpl::IsImplicit(const Region* r) const {
+  return r->start == 0 && r->end == UINTPTR_MAX && r->cache == this;
+}
+
 absl::StatusOr<Region*> CacheImpl::AcquireImplicitOdp(uintptr_t start, uintptr_t end, int access) {
-  Region* r = implicit_odp_;
-  if (!AccessCompatible(r->reg.access, access | kAccessOnDemand) &&
-      (access & kAccessRemoteBits) != (r->reg.access & kAccessRemoteBits)) {
-    // The implicit MR grants every remote right; a narrower request gets a
-    // dedicated ODP registration so that its rkey grants no more than asked.
+  auto implicit = ImplicitRegion(access);
+  if (!implicit.ok()) return implicit.status();
+  Region* r = *implicit;
+  if (!AccessCompatible(r->reg.access, access | kAccessOnDemand)) {
+    // A bit the implicit MR lacks (e.g. HUGETLB): a dedicated ODP registration.
     return AcquireBypass(start, end, access | kAccessOnDemand);
   }
-  implicit_refs_.fetch_add(1, std::memory_order_relaxed);
+  implicit_refs_[(access & kAccessRemoteBits) >> 1].fetch_add(1, std::memory_order_relaxed);
   slow_hits_.fetch_add(1, std::memory_order_relaxed);
   if (config_.odp_prefetch_bytes && end - start >= config_.odp_prefetch_bytes) {
     (void)registrar_->Prefetch(r->reg, reinterpret_cast<void*>(start), end - start);
@@ -523,9 +554,10 @@ absl::StatusOr<Region*> CacheImpl::AcquireImplicitOdp(uintptr_t start, uintptr_t
 absl::Status CacheImpl::Put(Region* r) {
   if (r == nullptr) return ErrnoStatus(EINVAL, "mrc_put: null region");
   if (r->cache != this) return ErrnoStatus(EINVAL, "mrc_put: region belongs to another cache");
-  if (r == implicit_odp_) {
-    if (implicit_refs_.fetch_sub(1, std::memory_order_relaxed) <= 0) {
-      implicit_refs_.fetch_add(1, std::memory_order_relaxed);
+  if (IsImplicit(r)) {
+    auto& refs = implicit_refs_[(r->reg.access & kAccessRemoteBits) >> 1];
+    if (refs.fetch_sub(1, std::memory_order_relaxed) <= 0) {
+      refs.fetch_add(1, std::memory_order_relaxed);
       return ErrnoStatus(EINVAL, "mrc_put: region put more times than it was got");
     }
     return absl::OkStatus();
@@ -617,7 +649,7 @@ bool CacheImpl::EvictAllUnused() {
 
 absl::Status CacheImpl::DeviceWrite(Region* r, size_t offset, const void* src, size_t length) {
   if (r == nullptr || src == nullptr) return ErrnoStatus(EINVAL, "device write: null region or source");
-  if (r == implicit_odp_) {
+  if (IsImplicit(r)) {
     // The implicit MR spans everything: offset is an absolute address.
     return registrar_->DeviceWrite(r->reg, offset, src, length);
   }
@@ -948,7 +980,7 @@ void CacheImpl::Release(DeadList* dead) {
   for (Region* r = dead->head; r != nullptr;) {
     Region* next = r->next_dead;
     TimedDeregister(r->reg);
-    if (monitor_ && r != implicit_odp_) {
+    if (monitor_ && !IsImplicit(r)) {
       monitor_->Unwatch(reinterpret_cast<void*>(r->start), r->length());
     }
     if (cb) cb(reinterpret_cast<void*>(r->start), r->length(), r->reg.handle);
