@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "mrcache/errno_status.h"
+#include "mrcache/monitor_sync.h"
 #include "mrcache/odp.h"
 
 namespace mrcache {
@@ -197,6 +198,8 @@ void CacheImpl::OnForkChild() noexcept {
 // ---- get --------------------------------------------------------------------
 
 absl::StatusOr<Region*> CacheImpl::Acquire(void* addr, size_t length, int access) {
+  // Releases the kernel already applied (uffd) are reported before any lookup.
+  SyncMemoryMonitors();
   uintptr_t start = reinterpret_cast<uintptr_t>(addr);
   uintptr_t end = start + length;
   // Fast path: a valid entry of this thread's lookup table, and a reference
