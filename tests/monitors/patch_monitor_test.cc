@@ -14,6 +14,7 @@
 #include "mrcache/errno_status.h"
 #include "mrcache/monitor.h"
 #include "tests/monitors/recording_listener.h"
+#include "tests/monitors/release_ways.h"
 
 namespace mrcache {
 namespace testing {
@@ -178,6 +179,7 @@ TEST(PatchMonitorTest, HandlersSetErrnoLikeGlibc) {
 }
 
 TEST(PatchMonitorTest, GlibcFreeOfALargeChunkIsReported) {
+  if (!GlibcMallocIsAllocator()) GTEST_SKIP() << "malloc is not glibc's (sanitizer build)";
   auto lease = AcquireMonitor("patch");
   ASSERT_TRUE(lease.ok()) << lease.status();
   RecordingListener listener;

@@ -192,6 +192,13 @@ void CleanupVictim(const ReleaseWay& way, Victim& v) {
   v.refill = nullptr;
 }
 
+bool GlibcMallocIsAllocator() {
+  Dl_info info;
+  void* malloc_fn = dlsym(RTLD_DEFAULT, "malloc");
+  return malloc_fn != nullptr && dladdr(malloc_fn, &info) != 0 && info.dli_fname != nullptr &&
+         strstr(info.dli_fname, "libc.so") != nullptr;
+}
+
 bool JemallocIsAllocator() {
   MallctlFn mallctl = Mallctl();
   if (mallctl == nullptr) return false;
@@ -214,7 +221,7 @@ std::vector<ReleaseWay> AllReleaseWays() {
   };
   if (JemallocIsAllocator()) {
     ways.push_back({"jemalloc_purge", &GlibcFreePrepare, &JemallocPurge, &NoCleanup});
-  } else {
+  } else if (GlibcMallocIsAllocator()) {  // not under a sanitizer's allocator
     ways.push_back({"glibc_free", &GlibcFreePrepare, &GlibcFree, &NoCleanup});
   }
   ways.push_back(

@@ -48,10 +48,12 @@ bool RefillSameAddress(Victim& v);
 void CleanupVictim(const ReleaseWay& way, Victim& v);
 
 // All rows available in this process. jemalloc_purge is included only when
-// jemalloc is the process allocator; glibc_free only when it is not.
+// jemalloc is the process allocator; glibc_free only when glibc's malloc is
+// (not under ASan/TSan, whose allocators keep freed chunks in quarantine).
 std::vector<ReleaseWay> AllReleaseWays();
 const ReleaseWay* FindReleaseWay(const std::string& name);
 bool JemallocIsAllocator();
+bool GlibcMallocIsAllocator();
 
 }  // namespace testing
 }  // namespace mrcache

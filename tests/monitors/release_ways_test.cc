@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 #include <set>
+#include <ostream>
 #include <string>
 #include <tuple>
 
@@ -24,6 +25,7 @@ struct Cell {
   std::string monitor;
   std::string way;
 };
+void PrintTo(const Cell& cell, std::ostream* os) { *os << cell.monitor << "/" << cell.way; }
 
 class ReleaseWaysTest : public ::testing::TestWithParam<Cell> {};
 
