@@ -4,6 +4,8 @@
 
 #include <mutex>
 
+#include "mrcache/memory_events.h"
+
 namespace mrcache {
 namespace fork_guard_internal {
 std::atomic<uint64_t> g_fork_generation{0};
@@ -13,6 +15,7 @@ namespace {
 
 void OnForkChild() {
   fork_guard_internal::g_fork_generation.fetch_add(1, std::memory_order_relaxed);
+  NotifyListenersOfFork();  // caches drop their parent's registrations
 }
 
 std::once_flag g_once;

@@ -5,7 +5,8 @@
 // to the parent (the child's copy-on-write pages are different pages), and
 // monitors that watch ranges (uffd) lose their registrations in the child.
 // A pthread_atfork child handler, installed when this library is loaded,
-// increments the generation. A cache remembers the generation it was created
+// increments the generation and tells every cache (NotifyListenersOfFork in
+// memory_events.h), so that even a cache's lock-free hit path stops. A cache remembers the generation it was created
 // (or last reset) under and, when ForkGeneration() differs at the start of a
 // call, treats every region as invalid: it forgets them without calling the
 // registrar (the handles are the parent's) and starts empty.
