@@ -206,10 +206,10 @@ absl::StatusOr<Region*> CacheImpl::Acquire(void* addr, size_t length, int access
   // counted in this thread's own slot. No shared cache line is written.
   if (ThreadCache* tc = FindThreadCache(uid_)) {
     uint64_t gen = gen_.load(std::memory_order_acquire);
-    const ThreadCache::LookupEntry& e = tc->lookup[ThreadCache::LookupIndex(start)];
+    const ThreadCache::LookupEntry& e = tc->LookupFor(start);
     if (e.gen == gen && e.start <= start && end <= e.end && e.access == access && length != 0 &&
         end > start) {
-      ThreadCache::RefSlot& slot = tc->refs[ThreadCache::RefIndex(e.region_id)];
+      ThreadCache::RefSlot& slot = tc->RefFor(e.region_id);
       if (slot.region_id.load(std::memory_order_relaxed) == e.region_id) {
         int64_t count = slot.count.load(std::memory_order_relaxed);
         slot.count.store(count + 1, std::memory_order_relaxed);
@@ -244,8 +244,37 @@ absl::StatusOr<Region*> CacheImpl::Acquire(void* addr, size_t length, int access
   return AcquireSlow(tc, start, end, access);
 }
 
+void CacheImpl::GrowThreadCache(ThreadCache* tc) {
+  size_t want = wanted_thread_slots_.load(std::memory_order_relaxed);
+  if (want <= tc->mask + 1) return;
+  // Allocate outside the lock; migrate under it; free outside it.
+  ThreadCache fresh(want);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    // Lookup entries simply start empty. Reference counts move to the new
+    // slots; one that collides there goes to its region's shared count.
+    for (size_t i = 0; i <= tc->mask; ++i) {
+      ThreadCache::RefSlot& old = tc->refs[i];
+      int64_t count = old.count.load(std::memory_order_relaxed);
+      uint64_t id = old.region_id.load(std::memory_order_relaxed);
+      if (count == 0 || id == 0 || old.dead.load(std::memory_order_relaxed)) continue;
+      ThreadCache::RefSlot& slot = fresh.RefFor(id);
+      if (slot.region_id.load(std::memory_order_relaxed) == 0) {
+        slot.region_id.store(id, std::memory_order_relaxed);
+        slot.region = old.region;
+        slot.count.store(count, std::memory_order_relaxed);
+      } else {
+        old.region->shared_refs += count;
+      }
+    }
+    std::swap(tc->mask, fresh.mask);
+    std::swap(tc->lookup, fresh.lookup);
+    std::swap(tc->refs, fresh.refs);
+  }  // `fresh` now owns the old tables and frees them here, unlocked.
+}
+
 ThreadCache* CacheImpl::AttachThread() {
-  auto* tc = new ThreadCache;  // allocated outside mu_
+  auto* tc = new ThreadCache(wanted_thread_slots_.load(std::memory_order_relaxed));  // outside mu_
   tc->cache_uid = uid_;
   tc->cache = this;
   {
@@ -273,6 +302,7 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
   }
   bool allow_merge = config_.max_merge_bytes > 0;
   bool evicted_for_memory = false;
+  GrowThreadCache(tc);
 
   for (int attempt = 0;; ++attempt) {
     DeadList dead;
@@ -357,9 +387,9 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
       }
       bool widened = pending.start != page_start || pending.end != page_end ||
                      reg_access != request_access;
-      if (err == EFAULT && widened) {
-        // Alignment or a merge reached memory that cannot be registered:
-        // fall back to exactly the requested pages.
+      if ((err == EFAULT || err == EINVAL) && widened) {
+        // Alignment or a merge reached memory that cannot be registered, or a
+        // size the registrar refuses: fall back to exactly the requested pages.
         allow_merge = false;
         aligned_start = page_start;
         aligned_end = page_end;
@@ -401,6 +431,11 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
     r->last_use.store(r->lru_stamp, std::memory_order_relaxed);
     index_.InsertNode(node, r->start, r->end, r);
     cached_bytes_ += r->length();
+    if (index_.size() * 4 > wanted_thread_slots_.load(std::memory_order_relaxed) &&
+        wanted_thread_slots_.load(std::memory_order_relaxed) < ThreadCache::kMaxSlots) {
+      wanted_thread_slots_.store(wanted_thread_slots_.load(std::memory_order_relaxed) * 2,
+                                 std::memory_order_relaxed);
+    }
     r->lru_next = lru_head_;
     if (lru_head_ != nullptr) lru_head_->lru_prev = r;
     lru_head_ = r;
@@ -501,7 +536,7 @@ absl::Status CacheImpl::Put(Region* r) {
     return absl::OkStatus();
   }
   if (ThreadCache* tc = FindThreadCache(uid_)) {
-    ThreadCache::RefSlot& slot = tc->refs[ThreadCache::RefIndex(r->id)];
+    ThreadCache::RefSlot& slot = tc->RefFor(r->id);
     if (slot.region_id.load(std::memory_order_relaxed) == r->id &&
         !slot.dead.load(std::memory_order_relaxed)) {
       int64_t count = slot.count.load(std::memory_order_relaxed);
@@ -660,7 +695,7 @@ Region* CacheImpl::FindCoveringLocked(uintptr_t start, uintptr_t end, int access
 }
 
 void CacheImpl::TakeRefLocked(ThreadCache* tc, Region* r) {
-  ThreadCache::RefSlot& slot = tc->refs[ThreadCache::RefIndex(r->id)];
+  ThreadCache::RefSlot& slot = tc->RefFor(r->id);
   if (slot.region_id.load(std::memory_order_relaxed) == r->id &&
       !slot.dead.load(std::memory_order_relaxed)) {
     ThreadCache::OwnerAdd(slot.count, 1);
@@ -679,7 +714,7 @@ void CacheImpl::TakeRefLocked(ThreadCache* tc, Region* r) {
 
 void CacheImpl::FillLookupLocked(ThreadCache* tc, uintptr_t start, uintptr_t end, int access,
                                  Region* r) {
-  ThreadCache::LookupEntry& e = tc->lookup[ThreadCache::LookupIndex(start)];
+  ThreadCache::LookupEntry& e = tc->LookupFor(start);
   e.gen = gen_.load(std::memory_order_acquire);
   e.start = r->start;
   e.end = r->end;
@@ -708,9 +743,8 @@ void CacheImpl::TouchLocked(Region* r) {
 
 int64_t CacheImpl::TotalRefsLocked(const Region* r) const {
   int64_t total = r->shared_refs;
-  const size_t index = ThreadCache::RefIndex(r->id);
   for (const ThreadCache* tc = threads_; tc != nullptr; tc = tc->next) {
-    const ThreadCache::RefSlot& slot = tc->refs[index];
+    const ThreadCache::RefSlot& slot = tc->RefFor(r->id);
     if (slot.region_id.load(std::memory_order_acquire) == r->id &&
         !slot.dead.load(std::memory_order_relaxed)) {
       total += slot.count.load(std::memory_order_acquire);
@@ -755,9 +789,8 @@ void CacheImpl::SettleLocked(Region* candidates, DeadList* dead) {
 void CacheImpl::KillLocked(Region* r, DeadList* dead) {
   r->state = RegionState::kDead;
   // Slots naming r now hold meaningless counts: let their owners reclaim them.
-  const size_t index = ThreadCache::RefIndex(r->id);
   for (ThreadCache* tc = threads_; tc != nullptr; tc = tc->next) {
-    ThreadCache::RefSlot& slot = tc->refs[index];
+    ThreadCache::RefSlot& slot = tc->RefFor(r->id);
     if (slot.region_id.load(std::memory_order_relaxed) == r->id) {
       slot.dead.store(true, std::memory_order_relaxed);
     }
@@ -855,7 +888,8 @@ void CacheImpl::FoldOrphansLocked() {
       p = &tc->next;
       continue;
     }
-    for (ThreadCache::RefSlot& slot : tc->refs) {
+    for (size_t i = 0; i <= tc->mask; ++i) {
+      ThreadCache::RefSlot& slot = tc->refs[i];
       int64_t count = slot.count.load(std::memory_order_relaxed);
       if (count != 0 && !slot.dead.load(std::memory_order_relaxed) && slot.region != nullptr) {
         slot.region->shared_refs += count;

@@ -90,6 +90,8 @@ class CacheImpl : public MemoryEventListener {
   absl::StatusOr<Region*> AcquireBypass(uintptr_t start, uintptr_t end, int access);
   absl::StatusOr<Region*> AcquireImplicitOdp(uintptr_t start, uintptr_t end, int access);
   ThreadCache* AttachThread();
+  // Grows the calling thread's tables to wanted_thread_slots_ (owner only).
+  void GrowThreadCache(ThreadCache* tc);
 
   // All *Locked functions require mu_.
   void MaintainLocked(DeadList* dead);
@@ -139,6 +141,8 @@ class CacheImpl : public MemoryEventListener {
   alignas(64) std::atomic<uint64_t> gen_{1};
   std::atomic<uint64_t> tick_{1};
   std::atomic<bool> forked_{false};
+  // Per-thread table size to aim for: about four slots per cached region.
+  std::atomic<size_t> wanted_thread_slots_{ThreadCache::kMinSlots};
 
   InvalidationRing ring_;
 

@@ -34,8 +34,10 @@ class Region;
 class CacheImpl;
 
 struct ThreadCache {
-  static constexpr size_t kLookupSlots = 1024;  // power of two
-  static constexpr size_t kRefSlots = 1024;     // power of two
+  // Both tables start small and grow (owner thread, see CacheImpl) to about
+  // four slots per cached region, up to kMaxSlots.
+  static constexpr size_t kMinSlots = 256;   // power of two
+  static constexpr size_t kMaxSlots = 8192;  // power of two
 
   struct LookupEntry {
     uint64_t gen = 0;  // 0: empty (the cache generation starts at 1)
@@ -53,13 +55,26 @@ struct ThreadCache {
     Region* region = nullptr;  // owner writes under the cache lock
   };
 
-  static size_t LookupIndex(uintptr_t addr) {
+  // Hashes independent of the table size; callers mask with `mask`.
+  static size_t LookupHash(uintptr_t addr) {
     uintptr_t page = addr >> 12;
-    return (page ^ (page >> 10) ^ (page >> 20)) & (kLookupSlots - 1);
+    return page ^ (page >> 13) ^ (page >> 26);
   }
-  static size_t RefIndex(uint64_t region_id) {
-    return (region_id * 0x9E3779B97F4A7C15ull >> 40) & (kRefSlots - 1);
+  static size_t RefHash(uint64_t region_id) {
+    return static_cast<size_t>(region_id * 0x9E3779B97F4A7C15ull >> 32);
   }
+  LookupEntry& LookupFor(uintptr_t addr) { return lookup[LookupHash(addr) & mask]; }
+  RefSlot& RefFor(uint64_t region_id) { return refs[RefHash(region_id) & mask]; }
+  const RefSlot& RefFor(uint64_t region_id) const { return refs[RefHash(region_id) & mask]; }
+
+  explicit ThreadCache(size_t slots = kMinSlots)
+      : mask(slots - 1), lookup(new LookupEntry[slots]), refs(new RefSlot[slots]) {}
+  ~ThreadCache() {
+    delete[] lookup;
+    delete[] refs;
+  }
+  ThreadCache(const ThreadCache&) = delete;
+  ThreadCache& operator=(const ThreadCache&) = delete;
 
   // Relaxed "increment" by the owner: a load and a store, no lock prefix.
   static void OwnerAdd(std::atomic<int64_t>& c, int64_t d) {
@@ -76,8 +91,11 @@ struct ThreadCache {
   ThreadCache* next = nullptr;         // cache's list, under the cache lock
 
   std::atomic<uint64_t> hits{0};
-  LookupEntry lookup[kLookupSlots];
-  RefSlot refs[kRefSlots];
+  // Both tables have mask + 1 slots. The pointers and mask change only by the
+  // owner thread under the cache lock (CacheImpl::GrowThreadCache).
+  size_t mask;
+  LookupEntry* lookup;
+  RefSlot* refs;
 
   // Drops one owner; frees the ThreadCache on the last.
   static void Unref(ThreadCache* tc) {
@@ -89,7 +107,8 @@ struct ThreadCache {
 // Hit path: one compare in the common case.
 ThreadCache* FindThreadCache(uint64_t cache_uid);
 // Installs tc in the calling thread's directory (evicting, and orphaning, the
-// least recently used entry if the directory is full).
+// least recently used entry if the directory is full). At thread exit every
+// entry is orphaned (a pthread key destructor).
 void InstallThreadCache(ThreadCache* tc);
 
 }  // namespace mrcache

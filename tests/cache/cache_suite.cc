@@ -274,6 +274,18 @@ TEST_P(CacheCoreTest, RegistrarFailureThatPersistsIsReturnedAndNothingLeaks) {
   Put(held);
 }
 
+TEST_P(CacheCoreTest, MergeTheRegistrarRefusesFallsBackToTheRequestedPages) {
+  Region* a = Get(0, 4 * kPage);
+  state_->fail_errno = EINVAL;  // e.g. io_uring's 1 GiB limit on the union
+  state_->fail_count = 1;
+  Region* b = Get(2 * kPage, 4 * kPage);
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(GetRegionInfo(b).addr, buf_ + 2 * kPage);
+  EXPECT_EQ(GetRegionInfo(b).length, 4 * kPage);
+  Put(a);
+  Put(b);
+}
+
 TEST_P(CacheCoreTest, RegistrarEfaultIsReturned) {
   state_->fail_errno = EFAULT;
   state_->fail_count = 1;
@@ -399,6 +411,40 @@ TEST_P(CacheCoreTest, RegionPutFromAnotherThreadIsCounted) {
   std::thread([&] { ASSERT_TRUE(cache().Put(r).ok()); }).join();
   ASSERT_TRUE(cache().Flush().ok());
   EXPECT_EQ(state_->deregistrations.load(), 1) << "the region became unused";
+}
+
+TEST_P(CacheCoreTest, ReferencesSurviveThreadTableGrowth) {
+  config_.max_merge_bytes = 0;
+  const size_t n = 600;  // enough cached regions to grow the per-thread tables twice
+  std::vector<char*> pages;
+  char* area = static_cast<char*>(
+      mmap(nullptr, 2 * n * kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  ASSERT_NE(area, MAP_FAILED);
+  std::vector<Region*> held;
+  for (size_t i = 0; i < 8; ++i) held.push_back(Get(2 * i * kPage, kPage));
+  for (size_t i = 0; i < n; ++i) {
+    auto r = cache().Acquire(area + 2 * i * kPage, kPage, kRW);
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_TRUE(cache().Put(*r).ok());
+  }
+  ASSERT_TRUE(cache().Flush().ok());
+  EXPECT_EQ(state_->live.size(), held.size()) << "held regions survive, unused ones are flushed";
+  for (Region* r : held) Put(r);
+  ASSERT_TRUE(cache().Flush().ok());
+  EXPECT_TRUE(state_->live.empty());
+  ASSERT_TRUE(cache().Invalidate(area, 2 * n * kPage).ok());
+  munmap(area, 2 * n * kPage);
+}
+
+TEST_P(CacheCoreTest, RegionGotOnAnExitedThreadCanBePutElsewhere) {
+  cache();
+  Region* r = nullptr;
+  std::thread([&] { r = Get(0, kPage); }).join();
+  ASSERT_TRUE(cache().Flush().ok());
+  EXPECT_EQ(state_->deregistrations.load(), 0) << "still held after its thread exited";
+  Put(r);
+  ASSERT_TRUE(cache().Flush().ok());
+  EXPECT_EQ(state_->deregistrations.load(), 1);
 }
 
 TEST_P(CacheCoreTest, RegionsHeldAtDestroyAreReleased) {
