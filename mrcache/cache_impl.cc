@@ -291,8 +291,11 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
   // Explicit ODP registers every region on demand; lookups stay keyed by
   // what the caller asked for.
   const int request_access = odp_ == OdpMode::kExplicit ? (user_access | kAccessOnDemand) : user_access;
-  const uintptr_t page_start = AlignDown(start, page_);
-  const uintptr_t page_end = AlignUp(end, page_);
+  // The smallest range we ever register: the request rounded to the region
+  // granularity, or to pages if the granularity is coarser.
+  const size_t fine = align_ < page_ ? align_ : page_;
+  const uintptr_t page_start = AlignDown(start, fine);
+  const uintptr_t page_end = AlignUp(end, fine);
   if (page_end == 0) return ErrnoStatus(EINVAL, "mrc_get: range wraps the address space");
   uintptr_t aligned_start = AlignDown(start, align_);
   uintptr_t aligned_end = AlignUp(end, align_);
@@ -318,7 +321,8 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
         TakeRefLocked(tc, hit);
         FillLookupLocked(tc, start, end, user_access, hit);
         TouchLocked(hit);
-        slow_hits_.fetch_add(1, std::memory_order_relaxed);
+        // A retry was already counted as a miss: one get, one count.
+        if (attempt == 0) slow_hits_.fetch_add(1, std::memory_order_relaxed);
         lock.unlock();
         delete fresh;
         IntervalTree<Region*>::FreeNode(node);
@@ -328,26 +332,24 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
       if (attempt == 0) misses_.fetch_add(1, std::memory_order_relaxed);
       pending.start = aligned_start;
       pending.end = aligned_end;
-      // Merge plan: the union of every compatible region overlapping the
-      // range, transitively, as long as it stays within max_merge_bytes.
+      // Merge plan: the union with every compatible region that overlaps the
+      // requested range (one pass, not transitively: chaining neighbours
+      // that merely share a page would build regions that any free kills),
+      // as long as it stays within max_merge_bytes.
       if (allow_merge) {
         struct Plan {
           uintptr_t s, e;
           int remote, odp, local;
-          bool grew;
         } plan{aligned_start, aligned_end, request_access & kAccessRemoteBits,
-               request_access & kAccessOnDemand, 0, true};
-        while (plan.grew && plan.e - plan.s <= config_.max_merge_bytes) {
-          plan.grew = false;
-          index_.ForEachOverlap(plan.s, plan.e, [&plan](uintptr_t s, uintptr_t e, Region* r) {
-            if (r->remote_access() != plan.remote || (r->reg.access & kAccessOnDemand) != plan.odp) {
-              return;
-            }
-            plan.local |= r->reg.access & kAccessLocalWrite;
-            if (s < plan.s) plan.s = s, plan.grew = true;
-            if (e > plan.e) plan.e = e, plan.grew = true;
-          });
-        }
+               request_access & kAccessOnDemand, 0};
+        index_.ForEachOverlap(aligned_start, aligned_end, [&plan](uintptr_t s, uintptr_t e, Region* r) {
+          if (r->remote_access() != plan.remote || (r->reg.access & kAccessOnDemand) != plan.odp) {
+            return;
+          }
+          plan.local |= r->reg.access & kAccessLocalWrite;
+          if (s < plan.s) plan.s = s;
+          if (e > plan.e) plan.e = e;
+        });
         if (plan.e - plan.s <= config_.max_merge_bytes) {
           pending.start = plan.s;
           pending.end = plan.e;
@@ -828,8 +830,12 @@ void CacheImpl::RecheckRetiredLocked(DeadList* dead) {
 }
 
 void CacheImpl::InvalidateRangeLocked(uintptr_t start, uintptr_t end, Region** candidates) {
-  uintptr_t s = AlignDown(start, page_);
-  uintptr_t e = AlignUp(end, page_);
+  // Regions start and end on multiples of align_ (or of the page size, when
+  // registering fell back to exact pages), so rounding the range to the finer
+  // of the two finds exactly the regions that overlap it.
+  const size_t fine = align_ < page_ ? align_ : page_;
+  uintptr_t s = AlignDown(start, fine);
+  uintptr_t e = AlignUp(end, fine);
   if (e == 0) e = UINTPTR_MAX;
   struct Collect {
     Region* list;
