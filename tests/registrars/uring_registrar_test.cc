@@ -187,6 +187,19 @@ TEST_F(UringRegistrarTest, StaleRegistrationWritesIntoTheOldPagesNotTheNewMappin
   EXPECT_TRUE(registrar_->Deregister(*reg).ok());
 }
 
+TEST_F(UringRegistrarTest, PinnedPagesOutliveMunmapSoADeviceWriteStillSucceeds) {
+  AnonMapping m(16 * kKiB);
+  auto reg = registrar_->Register(m.addr(), m.length(), kAccessLocalWrite);
+  ASSERT_TRUE(reg.ok()) << reg.status();
+  m.Unmap(0, m.length());
+  std::string data(16 * kKiB, 'U');
+  ASSERT_TRUE(registrar_->DeviceWrite(*reg, 0, data.data(), data.size()).ok());
+  std::string back(data.size(), '\0');
+  ASSERT_TRUE(UringDeviceRead(*registrar_, *reg, 0, back.data(), back.size()).ok());
+  EXPECT_EQ(back, data);
+  EXPECT_TRUE(registrar_->Deregister(*reg).ok());
+}
+
 TEST_F(UringRegistrarTest, ReregisteringTheNewMappingMakesDeviceWritesVisible) {
   AnonMapping m(64 * kKiB);
   auto stale = registrar_->Register(m.addr(), m.length(), kAccessLocalWrite);
