@@ -118,6 +118,16 @@ TEST_F(UringRegistrarTest, FullSlotTableIsEnomemAndAFreedSlotIsReused) {
   EXPECT_TRUE((*small)->Deregister(*c).ok());
 }
 
+TEST(UringRegistrarConfigTest, MakeSucceedsExactlyWhereUringIsAvailable) {
+  auto made = MakeUringRegistrar(Config{});
+  if (UringAvailable()) {
+    ASSERT_TRUE(made.ok()) << made.status();
+    EXPECT_EQ(GetUringRegistrarStats(**made)->slots, Config{}.uring_slots);
+  } else {
+    EXPECT_EQ(StatusToErrno(made.status()), ENOTSUP) << made.status();
+  }
+}
+
 TEST(UringRegistrarConfigTest, SlotCountOutsideTheKernelLimitIsEinval) {
   Config config;
   config.uring_slots = 0;
