@@ -12,6 +12,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "mrcache/errno_status.h"
+#include "mrcache/monitor_sync.h"
+#include "mrcache/odp.h"
 
 namespace mrcache {
 namespace {
@@ -84,41 +86,15 @@ absl::StatusOr<std::unique_ptr<CacheImpl>> CacheImpl::Create(const Config& confi
   std::unique_ptr<CacheImpl> cache(new CacheImpl(config, std::move(registrar)));
 
   // On-demand paging: resolve the mode against the device's capabilities.
-  OdpCapabilities caps = cache->registrar_->odp_capabilities();
-  switch (config.odp) {
-    case OdpMode::kOff:
-      cache->odp_ = OdpMode::kOff;
-      break;
-    case OdpMode::kExplicit:
-      if (!caps.explicit_odp) {
-        return ErrnoStatus(EINVAL, absl::StrCat("odp=explicit: the ", cache->registrar_->name(),
-                                                " registrar's device does not support on-demand paging"));
-      }
-      cache->odp_ = OdpMode::kExplicit;
-      break;
-    case OdpMode::kImplicit:
-      if (!caps.implicit_odp) {
-        return ErrnoStatus(EINVAL, absl::StrCat("odp=implicit: the ", cache->registrar_->name(),
-                                                " registrar's device does not support implicit on-demand paging"));
-      }
-      cache->odp_ = OdpMode::kImplicit;
-      break;
-    case OdpMode::kAuto:
-      cache->odp_ = caps.implicit_odp   ? OdpMode::kImplicit
-                    : caps.explicit_odp ? OdpMode::kExplicit
-                                        : OdpMode::kOff;
-      break;
-  }
+  auto odp = ResolveOdpMode(config.odp, cache->registrar_->odp_capabilities());
+  if (!odp.ok()) return odp.status();
+  cache->odp_ = *odp;
 
   if (cache->odp_ == OdpMode::kImplicit) {
     // One MR for the whole address space; every get returns its keys.
-    int access = kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead |
-                 kAccessRemoteAtomic | kAccessOnDemand;
-    auto reg = cache->registrar_->Register(nullptr, SIZE_MAX, access);
-    if (!reg.ok()) {
-      return ErrnoStatus(StatusToErrno(reg.status()),
-                         absl::StrCat("implicit ODP registration failed: ", reg.status().message()));
-    }
+    int access = kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead | kAccessRemoteAtomic;
+    auto reg = RegisterImplicitOdp(*cache->registrar_, access);
+    if (!reg.ok()) return reg.status();
     auto* r = new Region;
     r->start = 0;
     r->end = UINTPTR_MAX;
@@ -222,6 +198,8 @@ void CacheImpl::OnForkChild() noexcept {
 // ---- get --------------------------------------------------------------------
 
 absl::StatusOr<Region*> CacheImpl::Acquire(void* addr, size_t length, int access) {
+  // Releases reported after the fact (uffd) must be visible before we look.
+  SyncMemoryMonitors();
   uintptr_t start = reinterpret_cast<uintptr_t>(addr);
   uintptr_t end = start + length;
   // Fast path: a valid entry of this thread's lookup table, and a reference

@@ -1,7 +1,5 @@
 #include "mrcache/memory_events.h"
 
-#include <pthread.h>
-
 #include <atomic>
 #include <cerrno>
 #include <mutex>
@@ -26,7 +24,9 @@ std::mutex& TableMutex() {
   return *m;
 }
 
-void NotifyForkChild() {
+}  // namespace
+
+void NotifyListenersOfFork() noexcept {
   int n = g_high_water.load(std::memory_order_acquire);
   for (int i = 0; i < n; ++i) {
     MemoryEventListener* l = g_slots[i].listener.load(std::memory_order_acquire);
@@ -34,12 +34,9 @@ void NotifyForkChild() {
   }
 }
 
-}  // namespace
 
 absl::Status AddMemoryEventListener(MemoryEventListener* listener) {
   if (listener == nullptr) return ErrnoStatus(EINVAL, "null memory event listener");
-  static const bool atfork_installed = pthread_atfork(nullptr, nullptr, NotifyForkChild) == 0;
-  (void)atfork_installed;
   std::lock_guard<std::mutex> lock(TableMutex());
   for (int i = 0; i < kMaxMemoryEventListeners; ++i) {
     if (g_slots[i].listener.load(std::memory_order_relaxed) == nullptr) {

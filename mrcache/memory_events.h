@@ -31,8 +31,8 @@ class MemoryEventListener {
   // [start, end) is about to be (or was just) unmapped, remapped, discarded or
   // replaced. Hook context: no allocation, no blocking, no registrar calls.
   virtual void OnMemoryRelease(uintptr_t start, uintptr_t end) noexcept = 0;
-  // Runs in the child right after fork(), before any other code of the child
-  // (pthread_atfork). Same rules as OnMemoryRelease.
+  // Runs in the child right after fork(), before the child's own code
+  // (fork_guard's pthread_atfork handler). Same rules as OnMemoryRelease.
   virtual void OnForkChild() noexcept {}
 };
 
@@ -47,6 +47,10 @@ void RemoveMemoryEventListener(MemoryEventListener* listener);
 // Called by monitors. length 0 is ignored; the range is widened to pages by
 // the listeners as they need.
 void ReportMemoryRelease(const void* addr, size_t length) noexcept;
+
+// Calls every listener's OnForkChild. Called by the fork guard's
+// pthread_atfork child handler (fork_guard.cc), never by anything else.
+void NotifyListenersOfFork() noexcept;
 
 // How many reports have been made (all monitors, process lifetime).
 uint64_t MemoryReleaseReportCount() noexcept;

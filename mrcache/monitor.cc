@@ -1,30 +1,173 @@
+// monitor.cc: parsing monitor names, `auto`, and the reference-counted,
+// process-wide installation of each monitor (see monitor.h).
 #include "mrcache/monitor.h"
 
 #include <cerrno>
+#include <mutex>
 #include <string>
+#include <vector>
 
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "mrcache/errno_status.h"
+#include "mrcache/fork_guard.h"
+#include "mrcache/jemalloc_monitor.h"
+#include "mrcache/patch_monitor.h"
+#include "mrcache/symbols_monitor.h"
+#include "mrcache/uffd_monitor.h"
 
 namespace mrcache {
 namespace {
 
-// `none`: the caller invalidates explicitly (mrc_invalidate) or uses ODP.
-class NoMonitor : public MonitorLease {
- public:
-  std::string name() const override { return "none"; }
-  bool blind() const override { return true; }
+// One installable monitor. Install/Uninstall run under g_mutex only, never
+// from a hook.
+struct Component {
+  const char* name;
+  absl::Status (*install)();
+  void (*uninstall)();
+  void (*watch)(void*, size_t);
+  void (*unwatch)(void*, size_t);
+  int refs;
 };
+
+Component g_components[] = {
+    {"symbols", &symbols_monitor::Enable, &symbols_monitor::Disable, nullptr, nullptr, 0},
+    {"patch", &patch_monitor::Enable, &patch_monitor::Disable, nullptr, nullptr, 0},
+    {"uffd", &uffd_monitor::Enable, &uffd_monitor::Disable, &uffd_monitor::Watch,
+     &uffd_monitor::Unwatch, 0},
+    {"jemalloc", &jemalloc_monitor::Enable, &jemalloc_monitor::Disable, nullptr, nullptr, 0},
+};
+constexpr int kNumComponents = sizeof(g_components) / sizeof(g_components[0]);
+
+std::mutex& InstallMutex() {
+  static std::mutex* m = new std::mutex;  // leaked: usable during exit
+  return *m;
+}
+
+int FindComponent(absl::string_view name) {
+  for (int i = 0; i < kNumComponents; ++i) {
+    if (name == g_components[i].name) return i;
+  }
+  return -1;
+}
+
+// Requires InstallMutex.
+absl::Status AcquireComponentLocked(int i) {
+  Component& c = g_components[i];
+  if (c.refs == 0) {
+    absl::Status s = c.install();
+    if (!s.ok()) return s;
+  }
+  ++c.refs;
+  return absl::OkStatus();
+}
+
+void ReleaseComponentLocked(int i) {
+  Component& c = g_components[i];
+  if (--c.refs == 0) c.uninstall();
+}
+
+class Lease : public MonitorLease {
+ public:
+  explicit Lease(std::vector<int> components) : components_(std::move(components)) {}
+  ~Lease() override {
+    std::lock_guard<std::mutex> lock(InstallMutex());
+    for (int i : components_) ReleaseComponentLocked(i);
+  }
+  std::string name() const override {
+    if (components_.empty()) return "none";
+    std::vector<std::string> names;
+    for (int i : components_) names.push_back(g_components[i].name);
+    return absl::StrJoin(names, "+");
+  }
+  void Watch(void* addr, size_t length) override {
+    for (int i : components_) {
+      if (g_components[i].watch != nullptr) g_components[i].watch(addr, length);
+    }
+  }
+  void Unwatch(void* addr, size_t length) override {
+    for (int i : components_) {
+      if (g_components[i].unwatch != nullptr) g_components[i].unwatch(addr, length);
+    }
+  }
+  bool blind() const override { return components_.empty(); }
+
+ private:
+  const std::vector<int> components_;
+};
+
+// `auto`: every monitor that can be installed here, preferring `patch` over
+// `symbols` (patch sees everything symbols sees, plus libc-internal calls).
+std::vector<std::string> AutoNames() {
+  return {"patch", "uffd", "jemalloc"};
+}
 
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<MonitorLease>> AcquireMonitor(absl::string_view name) {
-  if (name == "none") return std::unique_ptr<MonitorLease>(new NoMonitor);
-  if (name == "symbols" || name == "patch" || name == "uffd" || name == "jemalloc" ||
-      name == "auto") {
-    return ErrnoStatus(ENOTSUP, "monitor '" + std::string(name) + "' is not built yet");
+  EnsureForkGuardInstalled();
+  std::vector<absl::string_view> parts = absl::StrSplit(name, '+');
+  bool want_auto = false;
+  std::vector<int> wanted;
+  for (absl::string_view part : parts) {
+    if (part == "none") continue;
+    if (part == "auto") {
+      want_auto = true;
+      continue;
+    }
+    int i = FindComponent(part);
+    if (i < 0) {
+      return ErrnoStatus(EINVAL, "unknown monitor '" + std::string(part) + "' in '" +
+                                     std::string(name) +
+                                     "' (expected none|symbols|patch|uffd|jemalloc|auto, "
+                                     "'+'-separated)");
+    }
+    bool dup = false;
+    for (int w : wanted) dup |= w == i;
+    if (!dup) wanted.push_back(i);
   }
-  return ErrnoStatus(EINVAL, "unknown monitor '" + std::string(name) +
-                                 "' (expected none|symbols|patch|uffd|jemalloc|auto)");
+
+  std::lock_guard<std::mutex> lock(InstallMutex());
+  std::vector<int> acquired;
+  auto release_all = [&acquired] {
+    for (int i : acquired) ReleaseComponentLocked(i);
+  };
+  for (int i : wanted) {
+    absl::Status s = AcquireComponentLocked(i);
+    if (!s.ok()) {
+      release_all();
+      return s;
+    }
+    acquired.push_back(i);
+  }
+  if (want_auto) {
+    bool have_instruction_level = false;  // patch or symbols in effect
+    for (int i : acquired) {
+      absl::string_view n = g_components[i].name;
+      have_instruction_level |= n == "patch" || n == "symbols";
+    }
+    for (const std::string& n : AutoNames()) {
+      int i = FindComponent(n);
+      if (i < 0) continue;
+      bool already = false;
+      for (int a : acquired) already |= a == i;
+      if (already) continue;
+      if (AcquireComponentLocked(i).ok()) {
+        acquired.push_back(i);
+        have_instruction_level |= n == "patch";
+      }
+    }
+    if (!have_instruction_level) {
+      int i = FindComponent("symbols");
+      absl::Status s = AcquireComponentLocked(i);
+      if (!s.ok() && acquired.empty()) {
+        return ErrnoStatus(ENOTSUP, "monitor 'auto': no monitor can be installed here; "
+                                    "symbols: " + std::string(s.message()));
+      }
+      if (s.ok()) acquired.push_back(i);
+    }
+  }
+  return std::unique_ptr<MonitorLease>(new Lease(std::move(acquired)));
 }
 
 }  // namespace mrcache

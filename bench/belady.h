@@ -1,0 +1,53 @@
+// belady.h: the offline optimum (Belady's MIN) for a registration cache
+// without merging.
+//
+// Model: on a miss, a region is registered for exactly the page-aligned
+// range the transfer asks for, with that transfer's access; a transfer hits
+// when a cached region with the same access contains its range. At most
+// `max_regions` regions stay cached (0 = unlimited); a released range drops
+// every cached region overlapping it (the same invalidation the real caches
+// get). Belady's rule decides what stays: a region's next use is the next
+// transfer it contains, or never if a release drops it first; on a miss the
+// new region is kept only if it is needed sooner than some cached region,
+// and then the cached region needed furthest in the future is evicted.
+//
+// When every transfer of a buffer asks for the same range (pingpong, zipf),
+// this is exactly MIN, the optimum: no cache without merging can hit more
+// often. Where transfers nest inside one another (churn's partial transfers,
+// ring, kv), the rule is the natural generalisation of MIN, not a proven
+// bound.
+#ifndef BENCH_BELADY_H_
+#define BENCH_BELADY_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "bench/trace.h"
+
+namespace mrbench {
+
+struct CacheEvent {
+  enum Kind : uint8_t { kAccess, kRelease };
+  Kind kind = kAccess;
+  uintptr_t start = 0, end = 0;  // kAccess: the aligned region; kRelease: the released bytes
+  int access = 0;                // kAccess only
+};
+
+struct OptimalResult {
+  uint64_t accesses = 0;
+  uint64_t hits = 0;
+  uint64_t registrations = 0;     // misses
+  uint64_t registered_bytes = 0;  // sum of missed region sizes
+  uint64_t peak_pinned_bytes = 0; // largest sum of cached region sizes (including the one in use)
+};
+
+OptimalResult OptimalHits(const std::vector<CacheEvent>& events, size_t max_regions);
+
+// The events a trace produces when its buffers come from malloc, as the
+// replayer allocates them (addresses are replayed with malloc/free here).
+std::vector<CacheEvent> TraceEvents(const Trace& trace);
+
+}  // namespace mrbench
+
+#endif  // BENCH_BELADY_H_

@@ -1,0 +1,102 @@
+#include "bench/configs.h"
+
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "bench/bench_registrar.h"
+#include "bench/belady.h"
+#include "bench/counting_registrar.h"
+#include "bench/mrcache_driver.h"
+#include "bench/none_driver.h"
+#include "bench/progress.h"
+#include "bench/replay.h"
+#include "bench/ucx_peer.h"
+
+namespace mrbench {
+namespace {
+
+mrcache::Config LimitedConfig(const BenchOptions& options) {
+  mrcache::Config config = options.base;
+  config.max_regions = options.max_regions;
+  config.max_bytes = options.max_bytes;
+  return config;
+}
+
+void Fill(const ReplayResult& r, bool verified, Row* row) {
+  row->transfers = r.transfers;
+  row->hits = r.hits;
+  row->registrations = r.registrations;
+  row->registered_bytes = r.registered_bytes;
+  row->registrar_seconds = double(r.registrar_ns) / 1e9;
+  row->peak_pinned_bytes = r.peak_pinned_bytes;
+  row->ns_per_op = r.transfers ? double(r.cache_ns) / double(r.transfers) : 0;
+  row->stale = r.stale;
+  row->verified = verified;
+}
+
+absl::StatusOr<ReplayResult> RunInProcess(const std::string& name, const Trace& trace, const BenchOptions& options,
+                                          const ReplayOptions& replay) {
+  mrcache::Config config = LimitedConfig(options);
+  absl::StatusOr<std::unique_ptr<mrcache::Registrar>> inner = MakeBenchRegistrar(config);
+  if (!inner.ok()) return inner.status();
+  auto counters = std::make_shared<RegistrarCounters>();
+  auto registrar = std::make_unique<CountingRegistrar>(std::move(*inner), counters);
+  if (name == "none") {
+    NoneDriver driver(*registrar);
+    return Replay(trace, driver, *counters, replay);
+  }
+  if (name == "mrcache-nomerge") config.max_merge_bytes = 0;
+  absl::StatusOr<std::unique_ptr<MrcacheDriver>> driver = MrcacheDriver::Create(config, std::move(registrar));
+  if (!driver.ok()) return driver.status();
+  return Replay(trace, **driver, *counters, replay);
+}
+
+}  // namespace
+
+const std::vector<std::string>& ConfigNames() {
+  static const auto* names = new std::vector<std::string>{"none", "mrcache", "mrcache-nomerge", "ucx", "optimal"};
+  return *names;
+}
+
+Row RunConfig(const std::string& name, const Trace& trace, const BenchOptions& options) {
+  Row row;
+  row.config = name;
+  row.workload = trace.name;
+  row.max_regions = options.max_regions;
+  if (name == "optimal") {
+    const OptimalResult r = OptimalHits(TraceEvents(trace), options.max_regions);
+    row.timed = false;
+    row.transfers = r.accesses;
+    row.hits = r.hits;
+    row.registrations = r.registrations;
+    row.registered_bytes = r.registered_bytes;
+    row.peak_pinned_bytes = r.peak_pinned_bytes;
+    return row;
+  }
+  Progress progress(absl::StrCat(trace.name, " ", name));
+  ReplayOptions replay;
+  replay.verify = options.verify;
+  replay.progress = [&progress](size_t done, size_t total) { progress.Update(done, total); };
+  absl::StatusOr<ReplayResult> result;
+  if (name == "ucx") {
+    UcxPeerSpec spec;
+    spec.make_registrar = [&options] { return MakeBenchRegistrar(LimitedConfig(options)); };
+    spec.max_regions = options.max_regions;
+    spec.max_bytes = options.max_bytes;
+    spec.options = replay;
+    result = RunUcxPeer(trace, spec);
+  } else if (name == "none" || name == "mrcache" || name == "mrcache-nomerge") {
+    result = RunInProcess(name, trace, options, replay);
+  } else {
+    result = absl::InvalidArgumentError(absl::StrCat("unknown configuration '", name, "'"));
+  }
+  progress.Done();
+  if (!result.ok()) {
+    row.error = std::string(result.status().message());
+    return row;
+  }
+  Fill(*result, options.verify, &row);
+  return row;
+}
+
+}  // namespace mrbench

@@ -1,0 +1,40 @@
+// configs.h: the configurations mrbench compares, by their issue-7 names.
+//
+//   none             register + deregister around every transfer (NoneDriver)
+//   mrcache          mrcache::Cache with its defaults (MrcacheDriver)
+//   mrcache-nomerge  the same with max_merge_bytes = 0
+//   ucx              UCX 1.13 ucs_rcache, in a child process (ucx_peer.h)
+//   optimal          Belady's MIN for a cache without merging (belady.h),
+//                    computed from the trace, not run
+//
+// Every run configuration gets a fresh registrar of the same kind, wrapped in
+// a CountingRegistrar, and the same limits (max_regions, max_bytes). RunConfig
+// never fails as a whole: a configuration that cannot run returns a Row whose
+// `error` says why, so the others are still reported.
+#ifndef BENCH_CONFIGS_H_
+#define BENCH_CONFIGS_H_
+
+#include <string>
+#include <vector>
+
+#include "bench/report.h"
+#include "bench/trace.h"
+#include "mrcache/config.h"
+
+namespace mrbench {
+
+struct BenchOptions {
+  mrcache::Config base;  // registrar name and parameters (limits are set per run)
+  size_t max_regions = 256;
+  size_t max_bytes = 0;
+  bool verify = false;
+};
+
+// none mrcache mrcache-nomerge ucx optimal.
+const std::vector<std::string>& ConfigNames();
+
+Row RunConfig(const std::string& config, const Trace& trace, const BenchOptions& options);
+
+}  // namespace mrbench
+
+#endif  // BENCH_CONFIGS_H_

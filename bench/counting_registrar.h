@@ -1,0 +1,62 @@
+// counting_registrar.h: a Registrar decorator that measures what passes through.
+//
+// Every configuration mrbench compares (none, mrcache, ucx) talks to the same
+// kind of registrar through this wrapper, so registrations, registered bytes,
+// registrar time and pinned bytes are counted the same way for all of them,
+// independently of what each cache reports about itself.
+//
+// Invariants: pinned_bytes == sum of lengths registered and not yet
+// deregistered; peak_pinned_bytes >= pinned_bytes at every moment; the
+// counters are updated atomically, so the wrapper stays thread-safe if the
+// inner registrar is. Counters live in a shared RegistrarCounters so that they
+// outlive a wrapper owned by a cache.
+#ifndef BENCH_COUNTING_REGISTRAR_H_
+#define BENCH_COUNTING_REGISTRAR_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+
+#include "mrcache/registrar.h"
+
+namespace mrbench {
+
+struct RegistrarCounters {
+  std::atomic<uint64_t> registrations{0};
+  std::atomic<uint64_t> deregistrations{0};
+  std::atomic<uint64_t> registered_bytes{0};  // total over all registrations
+  std::atomic<uint64_t> registrar_ns{0};      // time inside Register and Deregister
+  std::atomic<uint64_t> pinned_bytes{0};
+  std::atomic<uint64_t> peak_pinned_bytes{0};
+};
+
+class CountingRegistrar : public mrcache::Registrar {
+ public:
+  CountingRegistrar(std::unique_ptr<mrcache::Registrar> inner, std::shared_ptr<RegistrarCounters> counters)
+      : inner_(std::move(inner)), counters_(std::move(counters)) {}
+
+  const char* name() const override { return inner_->name(); }
+  absl::StatusOr<mrcache::Registration> Register(void* addr, size_t length, int access) override;
+  absl::Status Deregister(const mrcache::Registration& reg) override;
+  absl::Status DeviceWrite(const mrcache::Registration& reg, size_t offset, const void* src,
+                           size_t length) override {
+    return inner_->DeviceWrite(reg, offset, src, length);
+  }
+  mrcache::OdpCapabilities odp_capabilities() const override { return inner_->odp_capabilities(); }
+  absl::Status Prefetch(const mrcache::Registration& reg, void* addr, size_t length) override {
+    return inner_->Prefetch(reg, addr, length);
+  }
+
+  const RegistrarCounters& counters() const { return *counters_; }
+
+ private:
+  std::unique_ptr<mrcache::Registrar> inner_;
+  std::shared_ptr<RegistrarCounters> counters_;
+};
+
+// Monotonic nanoseconds (CLOCK_MONOTONIC).
+uint64_t NowNs();
+
+}  // namespace mrbench
+
+#endif  // BENCH_COUNTING_REGISTRAR_H_

@@ -1,0 +1,229 @@
+// micro_bench: the cost of mrcache's hit, miss and invalidation paths, and
+// UCX 1.13's ucs_rcache hit and miss paths in the same run, so that every
+// ratio in bench/RESULTS.md comes from one measurement.
+//
+//   BM_MrcacheHit / BM_UcxHit       get+put of a cached region, cycling over
+//                                   64 or 4,096 registered regions; with 2
+//                                   threads both threads use the SAME regions
+//   BM_MrcacheMiss / BM_UcxMiss     get+put that always misses (4,096 ranges
+//                                   cycled through a 64-region cache): lookup,
+//                                   registration, eviction, all at zero
+//                                   registrar cost (pure cache overhead)
+//   BM_MrcacheMissAfterInvalidate   invalidate a cached range, then get it:
+//                                   the drain of the invalidation ring plus a
+//                                   miss (compare with BM_MrcacheMiss)
+//
+// The registrar is `sim` with sim_base_ns = sim_page_ns = 0. mrcache runs with
+// monitor=none; UCX is loaded with UCX_MEM_MMAP_HOOK_MODE=none (ucs_api.h),
+// which main() checks before any benchmark runs.
+#include <sys/mman.h>
+
+#include <cstdio>
+#include <memory>
+#include <vector>
+
+#include "benchmark/benchmark.h"
+#include "bench/ucs_api.h"
+#include "bench/ucx_rcache.h"
+#include "mrcache/cache.h"
+#include "mrcache/sim_registrar.h"
+
+namespace mrbench {
+namespace {
+
+constexpr size_t kPage = 4096;
+constexpr size_t kMaxRanges = 4096;
+constexpr int kAccess = 7;
+
+// kMaxRanges one-page ranges with a page gap between them (so nothing merges).
+char* Arena() {
+  static char* arena = [] {
+    void* p = mmap(nullptr, 2 * kMaxRanges * kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) {
+      std::perror("micro_bench: mmap");
+      std::abort();
+    }
+    return static_cast<char*>(p);
+  }();
+  return arena;
+}
+char* Range(size_t i) { return Arena() + 2 * i * kPage; }
+
+mrcache::Config ZeroCostConfig(size_t max_regions) {
+  mrcache::Config config;
+  config.registrar = "sim";
+  config.sim_base_ns = 0;
+  config.sim_page_ns = 0;
+  config.monitor = "none";
+  config.max_regions = max_regions;
+  return config;
+}
+
+std::unique_ptr<mrcache::Cache> MakeCache(size_t max_regions) {
+  mrcache::Config config = ZeroCostConfig(max_regions);
+  auto cache = mrcache::Cache::Create(config, mrcache::MakeSimRegistrar(config));
+  if (!cache.ok()) {
+    std::fprintf(stderr, "micro_bench: %s\n", cache.status().ToString().c_str());
+    std::abort();
+  }
+  return std::move(*cache);
+}
+
+// A UCX rcache over a zero-cost sim registrar (both kept alive together).
+struct Ucx {
+  std::unique_ptr<mrcache::Registrar> registrar;
+  std::unique_ptr<UcxRcache> cache;
+};
+
+Ucx MakeUcx(size_t max_regions) {
+  Ucx ucx;
+  ucx.registrar = mrcache::MakeSimRegistrar(ZeroCostConfig(max_regions));
+  auto api = LoadUcsWithoutHooks();
+  auto cache = api.ok() ? UcxRcache::Create(**api, *ucx.registrar, max_regions, 0, kAccess)
+                        : absl::StatusOr<std::unique_ptr<UcxRcache>>(api.status());
+  if (!cache.ok()) {
+    std::fprintf(stderr, "micro_bench: %s\n", cache.status().ToString().c_str());
+    std::abort();
+  }
+  ucx.cache = std::move(*cache);
+  return ucx;
+}
+
+// ---- hits: one shared cache per region count, filled before timing ----------
+std::unique_ptr<mrcache::Cache> g_cache;
+Ucx g_ucx;
+
+void SetUpMrcacheHit(const benchmark::State& state) {
+  g_cache = MakeCache(0);
+  for (int64_t i = 0; i < state.range(0); ++i) {
+    auto region = g_cache->Acquire(Range(i), kPage, kAccess);
+    if (!region.ok() || !g_cache->Put(*region).ok()) std::abort();
+  }
+}
+void TearDownMrcache(const benchmark::State&) { g_cache.reset(); }
+
+void BM_MrcacheHit(benchmark::State& state) {
+  const size_t n = static_cast<size_t>(state.range(0));
+  size_t i = static_cast<size_t>(state.thread_index()) * 7 % n;
+  mrcache::Cache& cache = *g_cache;
+  for (auto _ : state) {
+    absl::StatusOr<mrcache::Region*> region = cache.Acquire(Range(i), kPage, kAccess);
+    benchmark::DoNotOptimize(region);
+    (void)cache.Put(*region);
+    if (++i == n) i = 0;
+  }
+  state.SetItemsProcessed(state.iterations());
+  if (state.thread_index() == 0) state.counters["misses"] = double(cache.stats().misses);
+}
+
+void SetUpUcxHit(const benchmark::State& state) {
+  g_ucx = MakeUcx(0);
+  const UcsApi& api = g_ucx.cache->api();
+  for (int64_t i = 0; i < state.range(0); ++i) {
+    ucs_rcache_region_t* region;
+    if (api.rcache_get(g_ucx.cache->rcache(), Range(i), kPage, UcxRcache::Prot(), nullptr, &region) != UCS_OK) {
+      std::abort();
+    }
+    api.rcache_region_put(g_ucx.cache->rcache(), region);
+  }
+}
+void TearDownUcx(const benchmark::State&) {
+  g_ucx.cache.reset();
+  g_ucx.registrar.reset();
+}
+
+void BM_UcxHit(benchmark::State& state) {
+  const size_t n = static_cast<size_t>(state.range(0));
+  size_t i = static_cast<size_t>(state.thread_index()) * 7 % n;
+  const UcsApi& api = g_ucx.cache->api();
+  ucs_rcache_t* rcache = g_ucx.cache->rcache();
+  for (auto _ : state) {
+    ucs_rcache_region_t* region;
+    ucs_status_t status = api.rcache_get(rcache, Range(i), kPage, UcxRcache::Prot(), nullptr, &region);
+    benchmark::DoNotOptimize(status);
+    api.rcache_region_put(rcache, region);
+    if (++i == n) i = 0;
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+
+// ---- misses: 4,096 ranges through 64 regions, so every get misses ------------
+void BM_MrcacheMiss(benchmark::State& state) {
+  std::unique_ptr<mrcache::Cache> cache = MakeCache(64);
+  size_t i = 0;
+  for (auto _ : state) {
+    absl::StatusOr<mrcache::Region*> region = cache->Acquire(Range(i), kPage, kAccess);
+    if (!region.ok()) {
+      state.SkipWithError("acquire failed");
+      break;
+    }
+    (void)cache->Put(*region);
+    if (++i == kMaxRanges) i = 0;
+  }
+  state.SetItemsProcessed(state.iterations());
+  state.counters["hits"] = double(cache->stats().hits);
+}
+
+void BM_UcxMiss(benchmark::State& state) {
+  Ucx ucx = MakeUcx(64);
+  const UcsApi& api = ucx.cache->api();
+  size_t i = 0;
+  for (auto _ : state) {
+    ucs_rcache_region_t* region;
+    if (api.rcache_get(ucx.cache->rcache(), Range(i), kPage, UcxRcache::Prot(), nullptr, &region) != UCS_OK) {
+      state.SkipWithError("ucs_rcache_get failed");
+      break;
+    }
+    api.rcache_region_put(ucx.cache->rcache(), region);
+    if (++i == kMaxRanges) i = 0;
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+
+// ---- invalidation drain --------------------------------------------------------
+void BM_MrcacheMissAfterInvalidate(benchmark::State& state) {
+  std::unique_ptr<mrcache::Cache> cache = MakeCache(64);
+  size_t i = 0;
+  for (auto _ : state) {
+    (void)cache->Invalidate(Range(i), kPage);
+    absl::StatusOr<mrcache::Region*> region = cache->Acquire(Range(i), kPage, kAccess);
+    if (!region.ok()) {
+      state.SkipWithError("acquire failed");
+      break;
+    }
+    (void)cache->Put(*region);
+    if (++i == 16) i = 0;  // a working set that fits: only invalidation makes it miss
+  }
+  state.SetItemsProcessed(state.iterations());
+  state.counters["hits"] = double(cache->stats().hits);
+}
+
+void HitArgs(benchmark::internal::Benchmark* b) {
+  b->Arg(64)->Arg(4096)->Threads(1)->Threads(2)->UseRealTime();
+}
+
+BENCHMARK(BM_MrcacheHit)->Apply(HitArgs)->Setup(SetUpMrcacheHit)->Teardown(TearDownMrcache);
+BENCHMARK(BM_UcxHit)->Apply(HitArgs)->Setup(SetUpUcxHit)->Teardown(TearDownUcx);
+BENCHMARK(BM_MrcacheMiss);
+BENCHMARK(BM_UcxMiss);
+BENCHMARK(BM_MrcacheMissAfterInvalidate);
+
+}  // namespace
+}  // namespace mrbench
+
+int main(int argc, char** argv) {
+  // Before anything can load libucs: sets UCX_MEM_MMAP_HOOK_MODE=none, loads
+  // it and checks that UCM reads the hook mode as none.
+  absl::StatusOr<const mrbench::UcsApi*> api = mrbench::LoadUcsWithoutHooks();
+  if (!api.ok()) {
+    std::fprintf(stderr, "micro_bench: %s\n", api.status().ToString().c_str());
+    return 1;
+  }
+  std::fprintf(stderr, "micro_bench: UCX loaded with mmap_hook_mode=%d (0 = none)\n",
+               static_cast<int>((*api)->ucm_opts->mmap_hook_mode));
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -1,0 +1,263 @@
+// mrbench: replays workloads through several registration-cache
+// configurations on one registrar and reports hit rate, registrations,
+// registrar time, pinned memory, cache overhead and stale registrations.
+// Run `mrbench --help` for the flags; with no arguments it runs every
+// built-in workload through every configuration on the uring registrar.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "bench/configs.h"
+#include "bench/plot.h"
+#include "bench/report.h"
+#include "bench/trace.h"
+#include "bench/workloads.h"
+#include "mrcache/config.h"
+
+namespace mrbench {
+namespace {
+
+constexpr char kUsage[] = R"(usage: mrbench [flags]
+
+Replays a workload through cache configurations on one registrar and reports,
+per configuration: transfers, hit rate, registrations, bytes registered,
+registrar time, peak pinned bytes, ns per operation (cache overhead without
+registrar time) and stale registrations found by --verify.
+
+  --registrar NAME     sim | uring | verbs (default uring)
+  --workload LIST      comma-separated built-in workloads (default: all):
+                       pingpong, ring, churn, zipf, kv
+  --trace FILE         replay a trace file instead (lines: alloc ID BYTES |
+                       free ID | xfer ID OFFSET LENGTH [ACCESS]; # comments)
+  --seed N             workload seed (default 1)
+  --ops N              transfers per workload (default 20000)
+  --max-regions N      cache limit on regions, all configurations (default 256; 0 = unlimited)
+  --max-bytes SIZE     cache limit on pinned bytes, e.g. 64M (default 0 = unlimited)
+  --configs LIST       comma-separated subset of: none, mrcache, mrcache-nomerge, ucx, optimal
+  --verify, --no-verify
+                       device-write through every registration and check the CPU
+                       sees it (default: on for uring, off otherwise)
+  --json PATH          also write the results as a JSON array
+  --plot PATH.svg      draw hit rate and registrar time (and the sweep) with gnuplot
+  --sweep              also run each workload at max_regions x 1/8 .. x4
+  --save-trace PATH    write the (first) workload's trace in the text format and exit
+  --help               this text
+
+MRCACHE_* environment variables (e.g. MRCACHE_SIM_BASE_NS) configure the registrar.
+)";
+
+struct Flags {
+  std::string registrar = "uring";
+  std::vector<std::string> workloads = WorkloadNames();
+  std::string trace_file;
+  WorkloadParams params;
+  std::vector<std::string> configs = ConfigNames();
+  int verify = -1;  // -1: default for the registrar
+  std::string json, plot, save_trace;
+  bool sweep = false;
+  uint64_t max_bytes = 0;
+};
+
+int Fail(const std::string& message) {
+  std::fprintf(stderr, "mrbench: %s\n", message.c_str());
+  return 2;
+}
+
+bool InList(const std::vector<std::string>& list, const std::string& name) {
+  return std::find(list.begin(), list.end(), name) != list.end();
+}
+
+// Parses argv into `flags`; returns an error message, or "" on success.
+std::string ParseFlags(int argc, char** argv, Flags* flags, bool* help) {
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i], value;
+    const size_t eq = arg.find('=');
+    bool has_value = false;
+    if (arg.rfind("--", 0) == 0 && eq != std::string::npos) {
+      value = arg.substr(eq + 1), arg = arg.substr(0, eq), has_value = true;
+    }
+    auto next = [&]() -> bool {
+      if (has_value) return true;
+      if (i + 1 >= argc) return false;
+      value = argv[++i];
+      return true;
+    };
+    auto number = [&](uint64_t* out) -> std::string {
+      if (!next()) return arg + " needs a value";
+      if (!absl::SimpleAtoi(value, out)) return absl::StrCat(arg, ": '", value, "' is not a non-negative integer");
+      return "";
+    };
+    auto list = [&](std::vector<std::string>* out, const std::vector<std::string>& known) -> std::string {
+      if (!next()) return arg + " needs a value";
+      out->clear();
+      for (absl::string_view name : absl::StrSplit(value, ',', absl::SkipEmpty())) {
+        if (!InList(known, std::string(name))) {
+          return absl::StrCat(arg, ": unknown name '", name, "' (known: ", absl::StrJoin(known, ", "), ")");
+        }
+        out->push_back(std::string(name));
+      }
+      if (out->empty()) return arg + " needs at least one name";
+      return "";
+    };
+    std::string error;
+    uint64_t n = 0;
+    if (arg == "--help" || arg == "-h") {
+      *help = true;
+    } else if (arg == "--registrar") {
+      if (!next()) return "--registrar needs a value";
+      if (value != "sim" && value != "uring" && value != "verbs") {
+        return absl::StrCat("--registrar: unknown registrar '", value, "' (known: sim, uring, verbs)");
+      }
+      flags->registrar = value;
+    } else if (arg == "--workload") {
+      error = list(&flags->workloads, WorkloadNames());
+    } else if (arg == "--configs") {
+      error = list(&flags->configs, ConfigNames());
+    } else if (arg == "--trace") {
+      if (!next()) return "--trace needs a file";
+      flags->trace_file = value;
+    } else if (arg == "--seed") {
+      error = number(&flags->params.seed);
+    } else if (arg == "--ops") {
+      if ((error = number(&n)).empty() && n == 0) error = "--ops must be at least 1";
+      flags->params.ops = n;
+    } else if (arg == "--max-regions") {
+      error = number(&n);
+      flags->params.max_regions = n;
+    } else if (arg == "--max-bytes") {
+      if (!next()) return "--max-bytes needs a value";
+      absl::StatusOr<uint64_t> size = mrcache::ParseSize(value);
+      if (!size.ok()) return absl::StrCat("--max-bytes: '", value, "' is not a size (e.g. 4096, 64M, 1G)");
+      flags->max_bytes = flags->params.max_bytes = *size;
+    } else if (arg == "--verify" || arg == "--no-verify") {
+      flags->verify = arg == "--verify";
+    } else if (arg == "--json" || arg == "--plot" || arg == "--save-trace") {
+      if (!next() || value.empty()) return arg + " needs a path";
+      (arg == "--json" ? flags->json : arg == "--plot" ? flags->plot : flags->save_trace) = value;
+    } else if (arg == "--sweep") {
+      flags->sweep = true;
+    } else {
+      return absl::StrCat("unknown flag '", argv[i], "' (see --help)");
+    }
+    if (!error.empty()) return error;
+  }
+  return "";
+}
+
+bool GnuplotOnPath() {
+  const char* path = std::getenv("PATH");
+  for (absl::string_view dir : absl::StrSplit(path ? path : "/usr/bin:/bin", ':', absl::SkipEmpty())) {
+    if (access(absl::StrCat(dir, "/gnuplot").c_str(), X_OK) == 0) return true;
+  }
+  return false;
+}
+
+int Main(int argc, char** argv) {
+  Flags flags;
+  bool help = false;
+  const std::string error = ParseFlags(argc, argv, &flags, &help);
+  if (help) {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
+  if (!error.empty()) return Fail(error);
+  if (!flags.plot.empty() && !GnuplotOnPath()) {
+    return Fail("--plot needs gnuplot, which is not on PATH (install it: apt-get install gnuplot-nox)");
+  }
+
+  std::vector<Trace> traces;
+  if (!flags.trace_file.empty()) {
+    absl::StatusOr<Trace> trace = ReadTraceFile(flags.trace_file);
+    if (!trace.ok()) return Fail(std::string(trace.status().message()));
+    traces.push_back(std::move(*trace));
+  } else {
+    for (const std::string& name : flags.workloads) {
+      absl::StatusOr<Trace> trace = MakeWorkload(name, flags.params);
+      if (!trace.ok()) return Fail(std::string(trace.status().message()));
+      traces.push_back(std::move(*trace));
+    }
+  }
+  if (!flags.save_trace.empty()) {
+    FILE* out = std::fopen(flags.save_trace.c_str(), "w");
+    if (out == nullptr) return Fail(absl::StrCat("cannot write ", flags.save_trace));
+    const std::string text = FormatTrace(traces[0]);
+    const bool ok = std::fwrite(text.data(), 1, text.size(), out) == text.size();
+    if (std::fclose(out) != 0 || !ok) return Fail(absl::StrCat("error writing ", flags.save_trace));
+    return 0;
+  }
+
+  absl::StatusOr<mrcache::Config> base = mrcache::Config::FromEnvironment();
+  if (!base.ok()) return Fail(std::string(base.status().message()));
+  BenchOptions options;
+  options.base = *base;
+  options.base.registrar = flags.registrar;
+  options.max_regions = flags.params.max_regions;
+  options.max_bytes = flags.max_bytes;
+  options.verify = flags.verify < 0 ? flags.registrar == "uring" : flags.verify == 1;
+
+  std::printf("mrbench: registrar %s, seed %llu, %zu transfers per workload, max_regions %zu, max_bytes %s, verify %s\n",
+              flags.registrar.c_str(), static_cast<unsigned long long>(flags.params.seed), flags.params.ops,
+              options.max_regions, options.max_bytes ? HumanBytes(options.max_bytes).c_str() : "unlimited",
+              options.verify ? "on" : "off");
+  std::fflush(stdout);
+  std::vector<Row> rows, sweep;
+  for (const Trace& trace : traces) {
+    for (const std::string& config : flags.configs) rows.push_back(RunConfig(config, trace, options));
+  }
+  if (flags.sweep) {
+    const size_t base_regions = options.max_regions ? options.max_regions : 256;
+    for (const Trace& trace : traces) {
+      for (size_t cap = std::max<size_t>(1, base_regions / 8); cap <= base_regions * 4; cap *= 2) {
+        BenchOptions at = options;
+        at.max_regions = cap;
+        for (const std::string& config : flags.configs) {
+          if (config != "none") sweep.push_back(RunConfig(config, trace, at));
+        }
+      }
+    }
+  }
+  PrintTable(rows, stdout);
+  if (!sweep.empty()) {
+    std::printf("\nsweep (hit rate versus max_regions):\n");
+    PrintTable(sweep, stdout);
+  }
+  std::fflush(stdout);
+
+  int status = 0;
+  uint64_t stale = 0;
+  for (const std::vector<Row>* set : {&rows, &sweep}) {
+    for (const Row& r : *set) {
+      if (!r.error.empty()) status = 1;
+      stale += r.stale;
+    }
+  }
+  if (!flags.json.empty()) {
+    std::vector<Row> all = rows;
+    all.insert(all.end(), sweep.begin(), sweep.end());
+    absl::Status written = WriteJson(flags.json, all);
+    if (!written.ok()) return Fail(std::string(written.message()));
+  }
+  if (!flags.plot.empty()) {
+    absl::Status plotted = PlotSvg(rows, sweep, flags.plot);
+    if (!plotted.ok()) return Fail(std::string(plotted.message()));
+  }
+  if (stale != 0) {
+    std::fprintf(stderr, "mrbench: %llu stale registration(s) detected\n", static_cast<unsigned long long>(stale));
+    status = 1;
+  }
+  if (status != 0 && stale == 0) std::fprintf(stderr, "mrbench: some configurations failed (see the table)\n");
+  return status;
+}
+
+}  // namespace
+}  // namespace mrbench
+
+int main(int argc, char** argv) { return mrbench::Main(argc, argv); }

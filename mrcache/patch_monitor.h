@@ -1,0 +1,72 @@
+// patch_monitor.h: the `patch` monitor, by patching libc's entry points.
+//
+// Enable() overwrites the first 5 bytes of libc's munmap, mremap, madvise,
+// shmdt, brk and mmap (found with dlsym on libc.so.6's own handle, so an
+// interposer in the executable does not hide them) with a relative jump to a
+// trampoline slot allocated within +-2 GiB of libc; the slot holds an absolute
+// jump (`jmp [rip+0]; .quad handler`) to a handler that reports the released
+// range (release_ranges.h) and performs the system call itself. Calls inside
+// glibc (free() of a large chunk -> internal munmap, malloc trim -> madvise,
+// realloc -> mremap, sbrk -> brk) enter the same code and are seen too. The
+// brk handler updates glibc's __curbrk exactly as glibc's brk does, so sbrk
+// keeps a consistent notion of the break.
+//
+// Safety rules:
+//  - An entry is patched only if its first 8 bytes are exactly the glibc 2.36
+//    (x86-64) code this handler replaces; otherwise ENOTSUP naming the
+//    function and saying whether it already starts with a jump (another
+//    library, or a second patch, got there first).
+//  - The entry must be 8-byte aligned; the patch is written as ONE atomic
+//    8-byte store (the 5-byte jump plus the 3 original bytes that follow),
+//    with the page made RWX (never non-executable) meanwhile and R+X after.
+//    Other threads therefore see either the old or the new entry. For munmap,
+//    madvise, shmdt and brk the 5 bytes are exactly the first instruction
+//    (`mov eax, nr`), so a thread sleeping inside the syscall that follows
+//    resumes on unchanged code. Residual risk, documented rather than
+//    removed: for mmap and mremap the jump ends inside the second instruction;
+//    a thread that has executed the first instruction and not yet the second
+//    at the very moment of the store would decode a torn instruction. (The
+//    kernel's own text_poke avoids this with an int3 protocol, which needs a
+//    SIGTRAP handler; we do not install one.)
+//  - Disable() restores the original 8 bytes with the same single store.
+//    Trampoline pages are kept for the life of the process (a thread may
+//    still be jumping through one) and reused by later installations.
+//  - x86-64 only: ENOTSUP elsewhere.
+#ifndef MRCACHE_PATCH_MONITOR_H_
+#define MRCACHE_PATCH_MONITOR_H_
+
+#include <cstddef>
+#include <cstdint>
+
+#include "absl/status/status.h"
+
+namespace mrcache {
+namespace patch_monitor {
+
+absl::Status Enable();
+void Disable();
+bool Enabled();
+
+// One patched entry point (exposed for tests).
+struct PatchSite {
+  const char* name = nullptr;
+  void* entry = nullptr;
+  uint8_t original[8] = {};
+  bool applied = false;
+};
+
+// Patches `entry` (named `name` in messages) to jump to `handler`, provided
+// its first 8 bytes equal `expected`. ENOTSUP (naming the function) if they do
+// not, if the entry already starts with a jump, if it is not 8-byte aligned,
+// or if no trampoline can be placed within reach; errno of mprotect/mmap
+// otherwise.
+absl::Status ApplyPatch(const char* name, void* entry, const uint8_t (&expected)[8],
+                        void* handler, PatchSite* site);
+// Restores the original bytes. EBUSY if the entry no longer holds our jump
+// (someone patched over us): it is then left alone.
+absl::Status RemovePatch(PatchSite* site);
+
+}  // namespace patch_monitor
+}  // namespace mrcache
+
+#endif  // MRCACHE_PATCH_MONITOR_H_

@@ -1,0 +1,33 @@
+// registrar_factory.cc: the registrar a config names, and Cache::Create over it.
+#include <cerrno>
+
+#include "absl/strings/str_cat.h"
+#include "mrcache/cache.h"
+#include "mrcache/errno_status.h"
+#include "mrcache/sim_registrar.h"
+#include "mrcache/uring_registrar.h"
+#include "mrcache/verbs_registrar.h"
+
+namespace mrcache {
+
+absl::StatusOr<std::unique_ptr<Registrar>> CreateRegistrar(const Config& config, ibv_pd* pd) {
+  std::string name = config.registrar;
+  if (name.empty()) name = pd != nullptr ? "verbs" : UringAvailable() ? "uring" : "sim";
+  if (name == "uring") return MakeUringRegistrar(config);
+  if (name == "sim") return MakeSimRegistrar(config);
+  if (name == "verbs") {
+    if (pd == nullptr) {
+      return ErrnoStatus(EINVAL, "registrar=verbs needs a protection domain (struct ibv_pd*)");
+    }
+    return MakeVerbsRegistrar(pd, config);
+  }
+  return ErrnoStatus(EINVAL, absl::StrCat("unknown registrar '", name, "' (expected uring|sim|verbs)"));
+}
+
+absl::StatusOr<std::unique_ptr<Cache>> Cache::Create(const Config& config, ibv_pd* pd) {
+  auto registrar = CreateRegistrar(config, pd);
+  if (!registrar.ok()) return registrar.status();
+  return Create(config, std::move(*registrar));
+}
+
+}  // namespace mrcache

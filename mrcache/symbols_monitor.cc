@@ -1,0 +1,217 @@
+#include "mrcache/symbols_monitor.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <sys/mman.h>
+#include <sys/shm.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdarg>
+#include <cstdint>
+
+#include "mrcache/errno_status.h"
+#include "mrcache/release_ranges.h"
+
+extern "C" void* __curbrk;
+
+namespace mrcache {
+namespace symbols_monitor {
+namespace {
+
+std::atomic<bool> g_enabled{false};
+
+using MunmapFn = int (*)(void*, size_t);
+using MmapFn = void* (*)(void*, size_t, int, int, int, off_t);
+using MremapFn = void* (*)(void*, size_t, size_t, int, ...);
+using MadviseFn = int (*)(void*, size_t, int);
+using BrkFn = int (*)(void*);
+using SbrkFn = void* (*)(intptr_t);
+using ShmdtFn = int (*)(const void*);
+
+struct NextDefinitions {
+  MunmapFn munmap;
+  MmapFn mmap;
+  MmapFn mmap64;
+  MremapFn mremap;
+  MadviseFn madvise;
+  MadviseFn posix_madvise;
+  BrkFn brk;
+  SbrkFn sbrk;
+  ShmdtFn shmdt;
+};
+
+NextDefinitions g_next;
+enum : int { kUnresolved = 0, kResolving = 1, kResolved = 2 };
+std::atomic<int> g_state{kUnresolved};
+
+// True once g_next is usable. While another call (maybe this thread's, from
+// inside dlsym) is resolving, false: the caller makes the raw system call.
+bool Resolve() noexcept {
+  int s = g_state.load(std::memory_order_acquire);
+  if (s == kResolved) return true;
+  if (s == kResolving) return false;
+  int expected = kUnresolved;
+  if (!g_state.compare_exchange_strong(expected, kResolving, std::memory_order_acq_rel)) {
+    return expected == kResolved;
+  }
+  NextDefinitions n;
+  n.munmap = reinterpret_cast<MunmapFn>(dlsym(RTLD_NEXT, "munmap"));
+  n.mmap = reinterpret_cast<MmapFn>(dlsym(RTLD_NEXT, "mmap"));
+  n.mmap64 = reinterpret_cast<MmapFn>(dlsym(RTLD_NEXT, "mmap64"));
+  n.mremap = reinterpret_cast<MremapFn>(dlsym(RTLD_NEXT, "mremap"));
+  n.madvise = reinterpret_cast<MadviseFn>(dlsym(RTLD_NEXT, "madvise"));
+  n.posix_madvise = reinterpret_cast<MadviseFn>(dlsym(RTLD_NEXT, "posix_madvise"));
+  n.brk = reinterpret_cast<BrkFn>(dlsym(RTLD_NEXT, "brk"));
+  n.sbrk = reinterpret_cast<SbrkFn>(dlsym(RTLD_NEXT, "sbrk"));
+  n.shmdt = reinterpret_cast<ShmdtFn>(dlsym(RTLD_NEXT, "shmdt"));
+  bool complete = n.munmap && n.mmap && n.mmap64 && n.mremap && n.madvise &&
+                  n.posix_madvise && n.brk && n.sbrk && n.shmdt;
+  if (!complete) {
+    g_state.store(kUnresolved, std::memory_order_release);
+    return false;
+  }
+  g_next = n;
+  g_state.store(kResolved, std::memory_order_release);
+  return true;
+}
+
+inline bool Reporting() noexcept { return g_enabled.load(std::memory_order_relaxed); }
+
+// Raw fallbacks, used only while the next definitions are being resolved.
+int RawBrk(void* addr) noexcept {
+  void* nb = reinterpret_cast<void*>(syscall(SYS_brk, addr));
+  __curbrk = nb;  // what glibc's brk does
+  if (nb < addr) {
+    errno = ENOMEM;
+    return -1;
+  }
+  return 0;
+}
+
+void* RawSbrk(intptr_t increment) noexcept {
+  if (__curbrk == nullptr && RawBrk(nullptr) < 0) return reinterpret_cast<void*>(-1);
+  char* old = static_cast<char*>(__curbrk);
+  if (increment == 0) return old;
+  if ((increment > 0 && reinterpret_cast<uintptr_t>(old) + increment < reinterpret_cast<uintptr_t>(old)) ||
+      (increment < 0 && reinterpret_cast<uintptr_t>(old) < static_cast<uintptr_t>(-increment))) {
+    errno = ENOMEM;
+    return reinterpret_cast<void*>(-1);
+  }
+  if (RawBrk(old + increment) < 0) return reinterpret_cast<void*>(-1);
+  return old;
+}
+
+// mmap and mmap64 are one function on x86-64; each forwards to its own next.
+void* DoMmap(bool is64, void* addr, size_t length, int prot, int flags, int fd,
+             off_t offset) noexcept {
+  if (Reporting()) ReportMmap(addr, length, flags);
+  if (Resolve()) {
+    MmapFn next = is64 ? g_next.mmap64 : g_next.mmap;
+    return next(addr, length, prot, flags, fd, offset);
+  }
+  if ((offset & (getpagesize() - 1)) != 0) {
+    errno = EINVAL;
+    return MAP_FAILED;
+  }
+  return reinterpret_cast<void*>(syscall(SYS_mmap, addr, length, prot, flags, fd, offset));
+}
+
+}  // namespace
+
+absl::Status Enable() {
+  if (!Resolve()) {
+    return ErrnoStatus(ENOTSUP, "symbols monitor: cannot resolve libc's munmap/mmap/mremap/"
+                                "madvise/posix_madvise/brk/sbrk/shmdt with dlsym(RTLD_NEXT)");
+  }
+  void* seen = dlsym(RTLD_DEFAULT, "munmap");
+  if (seen != reinterpret_cast<void*>(&::munmap)) {
+    return ErrnoStatus(ENOTSUP, "symbols monitor: munmap does not resolve to mrcache's "
+                                "interposer in this process (link //mrcache:symbols_monitor "
+                                "with its --export-dynamic-symbol flags)");
+  }
+  g_enabled.store(true, std::memory_order_seq_cst);
+  return absl::OkStatus();
+}
+
+void Disable() { g_enabled.store(false, std::memory_order_seq_cst); }
+
+bool Enabled() { return g_enabled.load(std::memory_order_relaxed); }
+
+}  // namespace symbols_monitor
+}  // namespace mrcache
+
+using mrcache::symbols_monitor::g_next;
+using mrcache::symbols_monitor::Reporting;
+using mrcache::symbols_monitor::Resolve;
+
+extern "C" {
+
+int munmap(void* addr, size_t length) noexcept {
+  if (Reporting()) mrcache::ReportMunmap(addr, length);
+  if (Resolve()) return g_next.munmap(addr, length);
+  return static_cast<int>(syscall(SYS_munmap, addr, length));
+}
+
+void* mmap(void* addr, size_t length, int prot, int flags, int fd, off_t offset) noexcept {
+  return mrcache::symbols_monitor::DoMmap(false, addr, length, prot, flags, fd, offset);
+}
+
+void* mmap64(void* addr, size_t length, int prot, int flags, int fd, off_t offset) noexcept {
+  return mrcache::symbols_monitor::DoMmap(true, addr, length, prot, flags, fd, offset);
+}
+
+void* mremap(void* old_address, size_t old_size, size_t new_size, int flags, ...) noexcept {
+  void* new_address = nullptr;
+  if ((flags & MREMAP_FIXED) != 0) {
+    va_list ap;
+    va_start(ap, flags);
+    new_address = va_arg(ap, void*);
+    va_end(ap);
+  }
+  bool reporting = Reporting();
+  if (reporting) mrcache::ReportMremapBefore(old_address, old_size, new_size, flags, new_address);
+  void* result;
+  if (Resolve()) {
+    result = g_next.mremap(old_address, old_size, new_size, flags, new_address);
+  } else {
+    result = reinterpret_cast<void*>(
+        syscall(SYS_mremap, old_address, old_size, new_size, flags, new_address));
+  }
+  if (reporting) mrcache::ReportMremapMoved(old_address, old_size, result);
+  return result;
+}
+
+int madvise(void* addr, size_t length, int advice) noexcept {
+  if (Reporting()) mrcache::ReportMadvise(addr, length, advice);
+  if (Resolve()) return g_next.madvise(addr, length, advice);
+  return static_cast<int>(syscall(SYS_madvise, addr, length, advice));
+}
+
+int posix_madvise(void* addr, size_t length, int advice) noexcept {
+  if (Resolve()) return g_next.posix_madvise(addr, length, advice);
+  if (advice == POSIX_MADV_DONTNEED) return 0;  // glibc: a no-op
+  long r = syscall(SYS_madvise, addr, length, advice);
+  return r == 0 ? 0 : errno;
+}
+
+int brk(void* addr) noexcept {
+  if (Reporting()) mrcache::ReportBrk(addr);
+  if (Resolve()) return g_next.brk(addr);
+  return mrcache::symbols_monitor::RawBrk(addr);
+}
+
+void* sbrk(intptr_t increment) noexcept {
+  if (Reporting()) mrcache::ReportSbrk(increment);
+  if (Resolve()) return g_next.sbrk(increment);
+  return mrcache::symbols_monitor::RawSbrk(increment);
+}
+
+int shmdt(const void* addr) noexcept {
+  if (Reporting()) mrcache::ReportShmdt(addr);
+  if (Resolve()) return g_next.shmdt(addr);
+  return static_cast<int>(syscall(SYS_shmdt, addr));
+}
+
+}  // extern "C"

@@ -1,0 +1,42 @@
+// symbols_monitor.h: the `symbols` monitor, by symbol interposition.
+//
+// symbols_monitor.cc defines munmap, mremap, madvise, posix_madvise, brk,
+// sbrk, shmdt, mmap and mmap64 with C linkage. Whenever this library is linked
+// into a program (statically into the executable, or as a shared library
+// loaded before libc) those definitions take precedence over libc's for every
+// call that goes through symbol lookup (the executable's own calls and other
+// libraries' PLT calls). Each one reports the range it is about to release
+// (release_ranges.h) when the monitor is enabled, then calls the next
+// definition (dlsym(RTLD_NEXT)): another interposer or libc.
+//
+// Invariants:
+//  - Disabled (the default), the definitions only forward: one relaxed
+//    atomic load of overhead.
+//  - The next definitions are resolved once, lazily, under an atomic state
+//    flag. dlsym may itself allocate and so call mmap/munmap: any call made
+//    while the resolution is in progress (on any thread) performs the raw
+//    system call instead, keeping glibc's break (__curbrk) consistent for
+//    brk/sbrk exactly as glibc does.
+//  - Calls inside libc (free() of a large chunk calls glibc's internal
+//    munmap) and raw syscall(2) are NOT seen: use `patch` or `uffd` for those.
+//  - posix_madvise never releases memory in glibc (POSIX_MADV_DONTNEED is a
+//    no-op there), so it forwards without reporting.
+#ifndef MRCACHE_SYMBOLS_MONITOR_H_
+#define MRCACHE_SYMBOLS_MONITOR_H_
+
+#include "absl/status/status.h"
+
+namespace mrcache {
+namespace symbols_monitor {
+
+// Starts reporting. Resolves the next definitions first; ENOTSUP if libc's
+// cannot be found (the interposers are not in effect in this process).
+absl::Status Enable();
+// Stops reporting (the definitions keep forwarding).
+void Disable();
+bool Enabled();
+
+}  // namespace symbols_monitor
+}  // namespace mrcache
+
+#endif  // MRCACHE_SYMBOLS_MONITOR_H_

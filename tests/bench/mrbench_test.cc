@@ -1,0 +1,146 @@
+// mrbench end to end: the binary run as a user runs it, on the sim registrar
+// (and on uring with --verify where io_uring works).
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+
+namespace {
+
+struct Outcome {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr
+};
+
+Outcome RunMrbench(const std::string& args) {
+  Outcome out;
+  FILE* p = popen(("bench/mrbench " + args + " 2>&1").c_str(), "r");
+  if (p == nullptr) return out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.output.append(buf, n);
+  const int status = pclose(p);
+  out.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return out;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// The string or number after "key": on `line` ("" if absent).
+std::string Field(const std::string& line, const std::string& key) {
+  const std::string tag = "\"" + key + "\": ";
+  size_t pos = line.find(tag);
+  if (pos == std::string::npos) return "";
+  pos += tag.size();
+  if (line[pos] == '"') return line.substr(pos + 1, line.find('"', pos + 1) - pos - 1);
+  return line.substr(pos, line.find_first_of(",}", pos) - pos);
+}
+
+struct Result {
+  double hit_rate = -1;
+  std::string stale;
+};
+
+// (workload, config) -> result, from mrbench's JSON (one object per line).
+std::map<std::pair<std::string, std::string>, Result> ParseJson(const std::string& json) {
+  std::map<std::pair<std::string, std::string>, Result> out;
+  std::istringstream lines(json);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (line.find("\"config\"") == std::string::npos) continue;
+    Result r;
+    EXPECT_TRUE(absl::SimpleAtod(Field(line, "hit_rate"), &r.hit_rate)) << line;
+    r.stale = Field(line, "stale");
+    out[{Field(line, "workload"), Field(line, "config")}] = r;
+  }
+  return out;
+}
+
+TEST(Mrbench, SimRunOrdersHitRatesSanelyWithNoStaleRegistration) {
+  const std::string json = ::testing::TempDir() + "/sim.json";
+  Outcome o = RunMrbench("--registrar sim --verify --ops 3000 --max-regions 64 --json " + json);
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  auto results = ParseJson(ReadFile(json));
+  for (const char* w : {"pingpong", "ring", "churn", "zipf", "kv"}) {
+    for (const char* c : {"none", "mrcache", "mrcache-nomerge", "ucx", "optimal"}) {
+      ASSERT_TRUE(results.count({w, c})) << w << " " << c << "\n" << o.output;
+    }
+    const auto at = [&](const char* c) { return results[{w, c}]; };
+    EXPECT_EQ(at("none").hit_rate, 0) << w;
+    EXPECT_GE(at("mrcache").hit_rate, at("none").hit_rate) << w;
+    EXPECT_GT(at("mrcache").hit_rate, 0) << w;
+    for (const char* c : {"none", "mrcache", "mrcache-nomerge", "ucx"}) EXPECT_EQ(at(c).stale, "0") << w << " " << c;
+    EXPECT_EQ(at("optimal").stale, "null");
+  }
+  // Whole-buffer workloads: the offline optimum bounds every cache without merging.
+  for (const char* w : {"pingpong", "zipf"}) {
+    const double optimal = results[{w, "optimal"}].hit_rate;
+    const double nomerge = results[{w, "mrcache-nomerge"}].hit_rate;
+    EXPECT_GE(optimal, nomerge) << w;
+  }
+  EXPECT_NE(o.output.find("workload"), std::string::npos);  // the table's header
+}
+
+TEST(Mrbench, UringVerifiesEveryTransferAndFindsNothingStale) {
+  Outcome o = RunMrbench("--registrar uring --ops 2000 --workload churn,pingpong --configs none,mrcache,ucx");
+  if (o.output.find("io_uring") != std::string::npos && o.exit_code != 0) GTEST_SKIP() << o.output;
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  EXPECT_NE(o.output.find("verify on"), std::string::npos) << o.output;
+}
+
+TEST(Mrbench, MalformedTraceIsRejectedWithItsLineNumber) {
+  const std::string trace = ::testing::TempDir() + "/bad_trace.txt";
+  std::ofstream(trace) << "alloc 1 4096\nxfer 1 0 4096\nxfer 1 4000 200\n";
+  Outcome o = RunMrbench("--registrar sim --trace " + trace);
+  EXPECT_EQ(o.exit_code, 2);
+  EXPECT_NE(o.output.find(trace + ":3: xfer [4000, 4200) is outside buffer 1 of 4096 bytes"), std::string::npos)
+      << o.output;
+  EXPECT_EQ(o.output.find("hit_rate"), std::string::npos);  // nothing replayed
+}
+
+TEST(Mrbench, TraceFileIsReplayed) {
+  const std::string trace = ::testing::TempDir() + "/trace.txt";
+  std::ofstream(trace) << "# two transfers of one buffer\nalloc 1 65536\nxfer 1 0 65536\nxfer 1 0 65536 1\nfree 1\n";
+  Outcome o = RunMrbench("--registrar sim --configs none,mrcache --trace " + trace);
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  EXPECT_NE(o.output.find(trace), std::string::npos) << o.output;
+}
+
+TEST(Mrbench, HelpAndBadFlags) {
+  Outcome help = RunMrbench("--help");
+  EXPECT_EQ(help.exit_code, 0);
+  for (const char* flag : {"--registrar", "--workload", "--trace", "--seed", "--ops", "--max-regions", "--max-bytes",
+                           "--verify", "--json", "--plot", "--sweep"}) {
+    EXPECT_NE(help.output.find(flag), std::string::npos) << flag;
+  }
+  Outcome bad = RunMrbench("--bogus");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.output.find("unknown flag '--bogus'"), std::string::npos);
+  Outcome workload = RunMrbench("--workload nope");
+  EXPECT_EQ(workload.exit_code, 2);
+  EXPECT_NE(workload.output.find("unknown name 'nope'"), std::string::npos);
+}
+
+TEST(Mrbench, PlotWithSweepWritesAnSvg) {
+  const std::string svg = ::testing::TempDir() + "/mrbench.svg";
+  Outcome o = RunMrbench("--registrar sim --ops 500 --max-regions 16 --workload zipf --configs mrcache,optimal --sweep --plot " + svg);
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  const std::string text = ReadFile(svg);
+  EXPECT_NE(text.find("<svg"), std::string::npos);
+  EXPECT_NE(text.find("hit rate vs capacity: zipf"), std::string::npos);
+}
+
+}  // namespace

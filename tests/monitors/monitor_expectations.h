@@ -1,0 +1,36 @@
+// monitor_expectations.h: which rows (ways memory disappears) each monitor is
+// expected to report in this environment (glibc 2.36, Linux 6.18, root).
+// Derived from how each monitor works (DESIGN.md sections 4 and 5):
+//  - symbols sees calls that go through symbol lookup: not glibc's internal
+//    munmap in free(), not raw syscall(2).
+//  - patch sees every call that enters libc's entry points, including
+//    glibc-internal ones; not raw syscall(2).
+//  - uffd sees what the kernel does to registered ranges, raw syscalls
+//    included; SysV shm attachments cannot be registered and shmdt sends no
+//    event.
+//  - jemalloc sees only jemalloc's own extent operations.
+//  - auto is patch+uffd(+jemalloc) here and must cover every row.
+#ifndef TESTS_MONITORS_MONITOR_EXPECTATIONS_H_
+#define TESTS_MONITORS_MONITOR_EXPECTATIONS_H_
+
+#include <string>
+
+namespace mrcache {
+namespace testing {
+
+inline bool ExpectReported(const std::string& monitor, const std::string& way) {
+  if (monitor == "none") return false;
+  if (monitor == "auto") return true;
+  if (monitor == "symbols") {
+    return way != "glibc_free" && way != "raw_munmap";
+  }
+  if (monitor == "patch") return way != "raw_munmap";
+  if (monitor == "uffd") return way != "shmdt";
+  if (monitor == "jemalloc") return way == "jemalloc_purge";
+  return false;
+}
+
+}  // namespace testing
+}  // namespace mrcache
+
+#endif  // TESTS_MONITORS_MONITOR_EXPECTATIONS_H_

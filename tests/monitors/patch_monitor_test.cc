@@ -1,0 +1,196 @@
+// The patch monitor's safety rules: it patches only the code it expects,
+// refuses entries someone already patched, and restores the bytes it replaced.
+#include "mrcache/patch_monitor.h"
+
+#include <dlfcn.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <memory>
+
+#include "gtest/gtest.h"
+#include "mrcache/errno_status.h"
+#include "mrcache/monitor.h"
+#include "tests/monitors/recording_listener.h"
+
+namespace mrcache {
+namespace testing {
+namespace {
+
+using patch_monitor::ApplyPatch;
+using patch_monitor::PatchSite;
+using patch_monitor::RemovePatch;
+
+// `mov eax, 42; ret; nop; nop`: a function whose entry looks like a syscall
+// wrapper's first instruction.
+constexpr uint8_t kFakeCode[8] = {0xb8, 0x2a, 0x00, 0x00, 0x00, 0xc3, 0x90, 0x90};
+
+int ReturnsSeven() { return 7; }
+
+class FakeFunction {
+ public:
+  explicit FakeFunction(const uint8_t (&code)[8]) {
+    page_ = static_cast<uint8_t*>(mmap(nullptr, 4096, PROT_READ | PROT_WRITE,
+                                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+    memcpy(page_, code, 8);
+    mprotect(page_, 4096, PROT_READ | PROT_EXEC);
+  }
+  ~FakeFunction() { munmap(page_, 4096); }
+  void* entry() const { return page_; }
+  int Call() const { return reinterpret_cast<int (*)()>(page_)(); }
+  bool Holds(const uint8_t (&code)[8]) const { return memcmp(page_, code, 8) == 0; }
+
+ private:
+  uint8_t* page_;
+};
+
+TEST(PatchMonitorTest, PatchedEntryJumpsToTheHandler) {
+  FakeFunction f(kFakeCode);
+  ASSERT_EQ(f.Call(), 42);
+  PatchSite site;
+  ASSERT_TRUE(ApplyPatch("fake", f.entry(), kFakeCode, reinterpret_cast<void*>(&ReturnsSeven),
+                         &site)
+                  .ok());
+  EXPECT_EQ(f.Call(), 7);
+  ASSERT_TRUE(RemovePatch(&site).ok());
+}
+
+TEST(PatchMonitorTest, RemoveRestoresTheOriginalBytes) {
+  FakeFunction f(kFakeCode);
+  PatchSite site;
+  ASSERT_TRUE(ApplyPatch("fake", f.entry(), kFakeCode, reinterpret_cast<void*>(&ReturnsSeven),
+                         &site)
+                  .ok());
+  EXPECT_FALSE(f.Holds(kFakeCode));
+  ASSERT_TRUE(RemovePatch(&site).ok());
+  EXPECT_TRUE(f.Holds(kFakeCode));
+  EXPECT_EQ(f.Call(), 42);
+}
+
+TEST(PatchMonitorTest, RefusesToPatchAnEntryTwice) {
+  FakeFunction f(kFakeCode);
+  PatchSite first, second;
+  ASSERT_TRUE(ApplyPatch("fake", f.entry(), kFakeCode, reinterpret_cast<void*>(&ReturnsSeven),
+                         &first)
+                  .ok());
+  absl::Status s = ApplyPatch("fake", f.entry(), kFakeCode,
+                              reinterpret_cast<void*>(&ReturnsSeven), &second);
+  EXPECT_EQ(StatusToErrno(s), ENOTSUP);
+  EXPECT_NE(s.message().find("fake"), absl::string_view::npos) << s;
+  EXPECT_NE(s.message().find("jump"), absl::string_view::npos) << s;
+  EXPECT_FALSE(second.applied);
+  ASSERT_TRUE(RemovePatch(&first).ok());
+  EXPECT_TRUE(f.Holds(kFakeCode));
+}
+
+TEST(PatchMonitorTest, RefusesAnEntryAnotherLibraryAlreadyJumpsFrom) {
+  // What a foreign hook leaves behind: `jmp rel32` over the first instruction.
+  constexpr uint8_t kForeign[8] = {0xe9, 0x10, 0x20, 0x00, 0x00, 0x0f, 0x05, 0x48};
+  FakeFunction f(kForeign);
+  PatchSite site;
+  absl::Status s = ApplyPatch("munmap", f.entry(), kFakeCode,
+                              reinterpret_cast<void*>(&ReturnsSeven), &site);
+  EXPECT_EQ(StatusToErrno(s), ENOTSUP);
+  EXPECT_NE(s.message().find("refusing to patch munmap"), absl::string_view::npos) << s;
+  EXPECT_NE(s.message().find("already starts with a jump"), absl::string_view::npos) << s;
+  EXPECT_TRUE(f.Holds(kForeign));
+}
+
+TEST(PatchMonitorTest, RefusesUnexpectedCode) {
+  constexpr uint8_t kOther[8] = {0x55, 0x48, 0x89, 0xe5, 0x90, 0x90, 0x5d, 0xc3};
+  FakeFunction f(kOther);
+  PatchSite site;
+  absl::Status s = ApplyPatch("madvise", f.entry(), kFakeCode,
+                              reinterpret_cast<void*>(&ReturnsSeven), &site);
+  EXPECT_EQ(StatusToErrno(s), ENOTSUP);
+  EXPECT_NE(s.message().find("not the expected glibc 2.36 code"), absl::string_view::npos) << s;
+  EXPECT_TRUE(f.Holds(kOther));
+}
+
+TEST(PatchMonitorTest, RemoveLeavesAnEntrySomeoneElsePatchedOver) {
+  FakeFunction f(kFakeCode);
+  PatchSite site;
+  ASSERT_TRUE(ApplyPatch("fake", f.entry(), kFakeCode, reinterpret_cast<void*>(&ReturnsSeven),
+                         &site)
+                  .ok());
+  constexpr uint8_t kOverwritten[8] = {0xff, 0x25, 0, 0, 0, 0, 0, 0};
+  mprotect(f.entry(), 4096, PROT_READ | PROT_WRITE | PROT_EXEC);
+  memcpy(f.entry(), kOverwritten, 8);
+  absl::Status s = RemovePatch(&site);
+  EXPECT_EQ(StatusToErrno(s), EBUSY) << s;
+  EXPECT_TRUE(f.Holds(kOverwritten));
+}
+
+const uint8_t* LibcEntry(const char* name) {
+  void* libc = dlopen("libc.so.6", RTLD_NOW | RTLD_NOLOAD);
+  void* p = dlsym(libc, name);
+  dlclose(libc);
+  return static_cast<const uint8_t*>(p);
+}
+
+TEST(PatchMonitorTest, InstallPatchesLibcAndLastReleaseRestoresIt) {
+  uint8_t before[8];
+  memcpy(before, LibcEntry("munmap"), 8);
+  {
+    auto a = AcquireMonitor("patch");
+    ASSERT_TRUE(a.ok()) << a.status();
+    auto b = AcquireMonitor("patch");  // shares the installation
+    ASSERT_TRUE(b.ok()) << b.status();
+    EXPECT_EQ(LibcEntry("munmap")[0], 0xe9);
+    a->reset();
+    EXPECT_EQ(LibcEntry("munmap")[0], 0xe9) << "still leased by b";
+  }
+  EXPECT_EQ(memcmp(LibcEntry("munmap"), before, 8), 0);
+}
+
+TEST(PatchMonitorTest, RefusesLibcEntryThatIsAlreadyPatched) {
+  auto lease = AcquireMonitor("patch");
+  ASSERT_TRUE(lease.ok()) << lease.status();
+  constexpr uint8_t kGlibcMunmap[8] = {0xb8, 0x0b, 0x00, 0x00, 0x00, 0x0f, 0x05, 0x48};
+  PatchSite site;
+  absl::Status s = ApplyPatch("munmap", const_cast<uint8_t*>(LibcEntry("munmap")), kGlibcMunmap,
+                              reinterpret_cast<void*>(&ReturnsSeven), &site);
+  EXPECT_EQ(StatusToErrno(s), ENOTSUP) << s;
+  EXPECT_FALSE(site.applied);
+}
+
+TEST(PatchMonitorTest, SbrkSeesTheBreakTheBrkHandlerSet) {
+  auto lease = AcquireMonitor("patch");
+  ASSERT_TRUE(lease.ok()) << lease.status();
+  char* start = static_cast<char*>(sbrk(0));
+  ASSERT_EQ(sbrk(8192), start);
+  EXPECT_EQ(sbrk(0), start + 8192);
+  ASSERT_EQ(brk(start), 0);  // through the patched entry
+  EXPECT_EQ(sbrk(0), start);
+}
+
+TEST(PatchMonitorTest, HandlersSetErrnoLikeGlibc) {
+  auto lease = AcquireMonitor("patch");
+  ASSERT_TRUE(lease.ok()) << lease.status();
+  errno = 0;
+  EXPECT_EQ(munmap(reinterpret_cast<void*>(4097), 4096), -1);
+  EXPECT_EQ(errno, EINVAL);
+  errno = 0;
+  EXPECT_EQ(mmap(nullptr, 4096, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 1), MAP_FAILED);
+  EXPECT_EQ(errno, EINVAL);
+}
+
+TEST(PatchMonitorTest, GlibcFreeOfALargeChunkIsReported) {
+  auto lease = AcquireMonitor("patch");
+  ASSERT_TRUE(lease.ok()) << lease.status();
+  RecordingListener listener;
+  for (int i = 0; i < 10; ++i) {
+    void* p = malloc(64 << 20);  // above glibc's largest mmap threshold
+    memset(p, 1, 4096);
+    listener.Clear();
+    uintptr_t where = reinterpret_cast<uintptr_t>(p);  // p is dangling after free
+    free(p);
+    EXPECT_TRUE(listener.SawAddress(where, 64 << 20)) << "free number " << i;
+  }
+}
+
+}  // namespace
+}  // namespace testing
+}  // namespace mrcache

@@ -1,0 +1,73 @@
+// Which ways of making memory disappear each monitor reports (the rows and
+// columns of the invalidation matrix, at the monitor level: no cache).
+#include <sys/mman.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <tuple>
+
+#include "gtest/gtest.h"
+#include "mrcache/monitor.h"
+#include "mrcache/monitor_sync.h"
+#include "tests/monitors/recording_listener.h"
+#include "tests/monitors/release_ways.h"
+#include "tests/monitors/monitor_expectations.h"
+
+namespace mrcache {
+namespace testing {
+namespace {
+
+struct Cell {
+  std::string monitor;
+  std::string way;
+};
+
+class ReleaseWaysTest : public ::testing::TestWithParam<Cell> {};
+
+TEST_P(ReleaseWaysTest, ReportsExactlyTheExpectedWays) {
+  const Cell& cell = GetParam();
+  const ReleaseWay* way = FindReleaseWay(cell.way);
+  ASSERT_NE(way, nullptr);
+  auto lease = AcquireMonitor(cell.monitor);
+  ASSERT_TRUE(lease.ok()) << lease.status();
+  RecordingListener listener;
+
+  Victim v = way->prepare();
+  uintptr_t page_start = reinterpret_cast<uintptr_t>(v.gone) & ~uintptr_t{4095};
+  uintptr_t page_end = (reinterpret_cast<uintptr_t>(v.gone) + v.gone_len + 4095) & ~uintptr_t{4095};
+  (*lease)->Watch(reinterpret_cast<void*>(page_start), page_end - page_start);
+  listener.Clear();
+  way->release(v);
+  SyncMemoryMonitors();
+  bool seen = listener.Saw(v.gone, v.gone_len);
+  (*lease)->Unwatch(reinterpret_cast<void*>(page_start), page_end - page_start);
+  way->cleanup(v);
+
+  EXPECT_EQ(seen, ExpectReported(cell.monitor, cell.way))
+      << cell.monitor << " / " << cell.way;
+}
+
+std::vector<Cell> AllCells() {
+  std::vector<Cell> cells;
+  std::vector<std::string> monitors = {"none", "symbols", "patch", "uffd", "auto"};
+  if (JemallocIsAllocator()) monitors.push_back("jemalloc");
+  for (const std::string& m : monitors) {
+    for (const ReleaseWay& w : AllReleaseWays()) cells.push_back({m, w.name});
+  }
+  return cells;
+}
+
+INSTANTIATE_TEST_SUITE_P(AllMonitors, ReleaseWaysTest, ::testing::ValuesIn(AllCells()),
+                         [](const ::testing::TestParamInfo<Cell>& info) {
+                           return info.param.monitor + "_" + info.param.way +
+                                  (ExpectReported(info.param.monitor, info.param.way)
+                                       ? "_reported"
+                                       : "_not_reported");
+                         });
+
+}  // namespace
+}  // namespace testing
+}  // namespace mrcache

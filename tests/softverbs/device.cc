@@ -1,0 +1,350 @@
+// device.cc: softverbs' one device, its contexts and the query verbs.
+//
+// The device is "softverbs0": one InfiniBand port (ACTIVE, LID 1, one GID,
+// one P_Key), no queues, MRs only. ibv_open_device reads SOFTVERBS_ODP and
+// SOFTVERBS_SLOTS (size of the io_uring fixed-buffer table, default and
+// maximum 16384) and fills a real struct verbs_context, so the inline
+// ibv_query_device_ex, ibv_query_port and ibv_advise_mr of rdma-core's
+// headers dispatch into softverbs.
+#include <endian.h>
+#include <fcntl.h>
+#include <infiniband/verbs.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+
+#include "tests/softverbs/registry.h"
+
+#undef ibv_query_port
+
+namespace softverbs {
+namespace {
+
+constexpr uint64_t kGuid = 0x5f7665726273aa01ULL;  // "_verbs" + 0xaa01
+constexpr unsigned kDefaultSlots = 16384;
+
+ibv_device* TheDevice() {
+  static ibv_device* dev = [] {
+    auto* d = new ibv_device();
+    d->node_type = IBV_NODE_CA;
+    d->transport_type = IBV_TRANSPORT_IB;
+    snprintf(d->name, sizeof d->name, "softverbs0");
+    snprintf(d->dev_name, sizeof d->dev_name, "uverbs_softverbs0");
+    snprintf(d->dev_path, sizeof d->dev_path, "/sys/class/infiniband_verbs/uverbs_softverbs0");
+    snprintf(d->ibdev_path, sizeof d->ibdev_path, "/sys/class/infiniband/softverbs0");
+    return d;
+  }();
+  return dev;
+}
+
+Context* FindContext(ibv_context* ctx) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  auto it = r.contexts.find(ctx);
+  return it == r.contexts.end() ? nullptr : it->second;
+}
+
+void FillDeviceAttr(ibv_device_attr* a) {
+  memset(a, 0, sizeof *a);
+  snprintf(a->fw_ver, sizeof a->fw_ver, "softverbs-1.0");
+  a->node_guid = htobe64(kGuid);
+  a->sys_image_guid = htobe64(kGuid);
+  a->max_mr_size = UINT64_MAX;
+  a->page_size_cap = ~(static_cast<uint64_t>(PageSize()) - 1);
+  a->vendor_id = 0;
+  a->vendor_part_id = 0;
+  a->max_mr = static_cast<int>(kDefaultSlots);
+  a->max_pd = 1 << 16;
+  a->atomic_cap = IBV_ATOMIC_NONE;
+  a->max_pkeys = 1;
+  a->phys_port_cnt = 1;
+}
+
+void FillPortAttr(ibv_port_attr* p) {
+  memset(p, 0, sizeof *p);
+  p->state = IBV_PORT_ACTIVE;
+  p->max_mtu = IBV_MTU_4096;
+  p->active_mtu = IBV_MTU_4096;
+  p->gid_tbl_len = 1;
+  p->max_msg_sz = 1U << 31;
+  p->pkey_tbl_len = 1;
+  p->lid = 1;
+  p->sm_lid = 1;
+  p->max_vl_num = 1;
+  p->active_width = 2;   // 4X
+  p->active_speed = 32;  // EDR
+  p->phys_state = 5;     // LinkUp
+  p->link_layer = IBV_LINK_LAYER_INFINIBAND;
+}
+
+int QueryDeviceEx(ibv_context* context, const ibv_query_device_ex_input* input,
+                  ibv_device_attr_ex* attr, size_t attr_size) {
+  if (input != nullptr && input->comp_mask != 0) return EINVAL;
+  if (attr == nullptr || attr_size < sizeof(ibv_device_attr)) return EINVAL;
+  Context* ctx = FindContext(context);
+  if (ctx == nullptr) return EINVAL;
+  ibv_device_attr_ex ex;
+  memset(&ex, 0, sizeof ex);
+  FillDeviceAttr(&ex.orig_attr);
+  if (ctx->odp != OdpLevel::kNone) {
+    ex.odp_caps.general_caps = IBV_ODP_SUPPORT;
+    if (ctx->odp == OdpLevel::kImplicit) ex.odp_caps.general_caps |= IBV_ODP_SUPPORT_IMPLICIT;
+    const uint32_t rdma = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE |
+                          IBV_ODP_SUPPORT_READ;
+    ex.odp_caps.per_transport_caps.rc_odp_caps =
+        rdma | IBV_ODP_SUPPORT_ATOMIC | IBV_ODP_SUPPORT_SRQ_RECV;
+    ex.odp_caps.per_transport_caps.uc_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV |
+                                                 IBV_ODP_SUPPORT_WRITE;
+    ex.odp_caps.per_transport_caps.ud_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV;
+    ex.xrc_odp_caps = rdma | IBV_ODP_SUPPORT_SRQ_RECV;
+  }
+  ex.phys_port_cnt_ex = 1;
+  memcpy(attr, &ex, attr_size < sizeof ex ? attr_size : sizeof ex);
+  if (attr_size > sizeof ex) {
+    memset(reinterpret_cast<char*>(attr) + sizeof ex, 0, attr_size - sizeof ex);
+  }
+  return 0;
+}
+
+int QueryPortEx(ibv_context* context, uint8_t port_num, ibv_port_attr* attr, size_t attr_len) {
+  if (FindContext(context) == nullptr || attr == nullptr) return EINVAL;
+  if (port_num != 1) return EINVAL;
+  ibv_port_attr p;
+  FillPortAttr(&p);
+  memcpy(attr, &p, attr_len < sizeof p ? attr_len : sizeof p);
+  return 0;
+}
+
+}  // namespace
+}  // namespace softverbs
+
+using softverbs::Context;
+using softverbs::FindContext;
+using softverbs::Registry;
+using softverbs::registry;
+
+extern "C" {
+
+ibv_device** ibv_get_device_list(int* num_devices) {
+  auto** list = static_cast<ibv_device**>(calloc(2, sizeof(ibv_device*)));
+  if (list == nullptr) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  list[0] = softverbs::TheDevice();
+  if (num_devices != nullptr) *num_devices = 1;
+  return list;
+}
+
+void ibv_free_device_list(ibv_device** list) { free(list); }
+
+const char* ibv_get_device_name(ibv_device* device) {
+  if (device != softverbs::TheDevice()) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  return device->name;
+}
+
+__be64 ibv_get_device_guid(ibv_device* device) {
+  if (device != softverbs::TheDevice()) {
+    errno = EINVAL;
+    return 0;
+  }
+  return htobe64(softverbs::kGuid);
+}
+
+int ibv_get_device_index(ibv_device* device) {
+  return device == softverbs::TheDevice() ? 0 : -1;
+}
+
+ibv_context* ibv_open_device(ibv_device* device) {
+  if (device != softverbs::TheDevice()) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  unsigned slots = softverbs::kDefaultSlots;
+  if (const char* s = getenv("SOFTVERBS_SLOTS")) {
+    char* end = nullptr;
+    unsigned long v = strtoul(s, &end, 10);
+    if (end == s || *end != '\0' || v == 0 || v > softverbs::kDefaultSlots) {
+      fprintf(stderr, "softverbs: SOFTVERBS_SLOTS=%s is not in 1..16384\n", s);
+      errno = EINVAL;
+      return nullptr;
+    }
+    slots = static_cast<unsigned>(v);
+  }
+  auto* ctx = new Context();
+  int err = ctx->pins.Init(slots);
+  if (err != 0) {
+    delete ctx;
+    errno = err;
+    return nullptr;
+  }
+  ctx->odp = softverbs::OdpLevelFromEnvironment();
+  verbs_context& v = ctx->vctx;
+  v.sz = sizeof(verbs_context);
+  v.query_device_ex = softverbs::QueryDeviceEx;
+  v.query_port = softverbs::QueryPortEx;
+  v.advise_mr = softverbs::AdviseMr;
+  v.context.device = device;
+  v.context.cmd_fd = ctx->pins.fd();
+  v.context.async_fd = -1;
+  v.context.num_comp_vectors = 1;
+  pthread_mutex_init(&v.context.mutex, nullptr);
+  v.context.abi_compat = __VERBS_ABI_IS_EXTENDED;
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  r.contexts[&v.context] = ctx;
+  return &v.context;
+}
+
+// Like closing the uverbs file: whatever the context still owns is released.
+int ibv_close_device(ibv_context* context) {
+  Registry& r = registry();
+  Context* ctx = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(r.mu);
+    auto it = r.contexts.find(context);
+    if (it == r.contexts.end()) {
+      errno = EINVAL;
+      return -1;
+    }
+    ctx = it->second;
+    r.contexts.erase(it);
+    for (auto m = r.mrs.begin(); m != r.mrs.end();) {
+      softverbs::Mr* mr = m->second;
+      ++m;
+      if (mr->pd->ctx != ctx) continue;
+      ++r.counters.mrs_released_by_close;
+      r.ForgetMrLocked(mr);
+    }
+    for (auto p = r.pds.begin(); p != r.pds.end();) {
+      softverbs::Pd* pd = p->second;
+      if (pd->ctx != ctx) {
+        ++p;
+        continue;
+      }
+      p = r.pds.erase(p);
+      --r.counters.live_pds;
+      delete pd;
+    }
+  }
+  pthread_mutex_destroy(&ctx->vctx.context.mutex);
+  delete ctx;
+  return 0;
+}
+
+int ibv_query_device(ibv_context* context, ibv_device_attr* attr) {
+  if (FindContext(context) == nullptr || attr == nullptr) return EINVAL;
+  softverbs::FillDeviceAttr(attr);
+  return 0;
+}
+
+// The exported symbol takes the pre-port_cap_flags2 layout; rdma-core's
+// inline ibv_query_port only calls it when verbs_context.query_port is unset.
+int ibv_query_port(ibv_context* context, uint8_t port_num, _compat_ibv_port_attr* attr) {
+  return softverbs::QueryPortEx(context, port_num, reinterpret_cast<ibv_port_attr*>(attr),
+                                offsetof(ibv_port_attr, port_cap_flags2));
+}
+
+int ibv_query_gid(ibv_context* context, uint8_t port_num, int index, ibv_gid* gid) {
+  if (FindContext(context) == nullptr || gid == nullptr || port_num != 1 || index != 0) {
+    errno = EINVAL;
+    return -1;
+  }
+  gid->global.subnet_prefix = htobe64(0xfe80000000000000ULL);
+  gid->global.interface_id = htobe64(softverbs::kGuid);
+  return 0;
+}
+
+// rdma-core private (IBVERBS_PRIVATE_34), used by ibv_devinfo: the GID type
+// (0 = IB/RoCE v1).
+int ibv_query_gid_type(ibv_context* context, uint8_t port_num, unsigned int index, int* type) {
+  if (FindContext(context) == nullptr || type == nullptr || port_num != 1 || index != 0) {
+    errno = EINVAL;
+    return -1;
+  }
+  *type = 0;
+  return 0;
+}
+
+int ibv_query_pkey(ibv_context* context, uint8_t port_num, int index, __be16* pkey) {
+  if (FindContext(context) == nullptr || pkey == nullptr || port_num != 1 || index != 0) {
+    errno = EINVAL;
+    return -1;
+  }
+  *pkey = htobe16(0xffff);
+  return 0;
+}
+
+int ibv_get_pkey_index(ibv_context* context, uint8_t port_num, __be16 pkey) {
+  if (FindContext(context) == nullptr || port_num != 1 || pkey != htobe16(0xffff)) {
+    return -1;
+  }
+  return 0;
+}
+
+// Reads dir/file into buf (NUL-terminated, trailing newline dropped).
+// Returns the length, or -1 with errno.
+int ibv_read_sysfs_file(const char* dir, const char* file, char* buf, size_t size) {
+  char path[IBV_SYSFS_PATH_MAX * 2];
+  if (dir == nullptr || file == nullptr || buf == nullptr || size == 0) {
+    errno = EINVAL;
+    return -1;
+  }
+  snprintf(path, sizeof path, "%s/%s", dir, file);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  ssize_t n = read(fd, buf, size);
+  int saved = errno;
+  close(fd);
+  if (n < 0) {
+    errno = saved;
+    return -1;
+  }
+  if (n > 0 && buf[n - 1] == '\n') --n;
+  if (static_cast<size_t>(n) >= size) n = static_cast<ssize_t>(size) - 1;
+  buf[n] = '\0';
+  return static_cast<int>(n);
+}
+
+// Pages pinned through io_uring are long-term GUP pins, which the kernel
+// (>= 5.13) copies on fork: fork protection is unneeded, as on real hardware
+// with such a kernel.
+int ibv_fork_init(void) {
+  return 0;
+}
+
+ibv_fork_status ibv_is_fork_initialized(void) { return IBV_FORK_UNNEEDED; }
+
+const char* ibv_node_type_str(ibv_node_type node_type) {
+  switch (node_type) {
+    case IBV_NODE_CA: return "InfiniBand channel adapter";
+    case IBV_NODE_SWITCH: return "InfiniBand switch";
+    case IBV_NODE_ROUTER: return "InfiniBand router";
+    case IBV_NODE_RNIC: return "iWARP NIC";
+    case IBV_NODE_USNIC: return "usNIC";
+    case IBV_NODE_USNIC_UDP: return "usNIC UDP";
+    case IBV_NODE_UNSPECIFIED: return "unspecified";
+    default: return "unknown";
+  }
+}
+
+const char* ibv_port_state_str(ibv_port_state port_state) {
+  switch (port_state) {
+    case IBV_PORT_NOP: return "no state change (NOP)";
+    case IBV_PORT_DOWN: return "down";
+    case IBV_PORT_INIT: return "init";
+    case IBV_PORT_ARMED: return "armed";
+    case IBV_PORT_ACTIVE: return "active";
+    case IBV_PORT_ACTIVE_DEFER: return "active defer";
+    default: return "invalid state";
+  }
+}
+
+}  // extern "C"

@@ -1,0 +1,396 @@
+// memory.cc: protection domains, memory regions, ibv_advise_mr and the
+// device-side write.
+//
+// Rules (ibv_reg_mr(3), ibv_rereg_mr(3), ibv_alloc_pd(3), kernel uverbs):
+//  - access: an unknown bit outside the optional range (bits 20..29) is
+//    EINVAL; unknown optional bits are dropped, as libibverbs does;
+//    REMOTE_WRITE or REMOTE_ATOMIC without LOCAL_WRITE is EINVAL.
+//  - length 0, addr + length overflowing, or iova not congruent with addr
+//    modulo the page size is EINVAL; unmapped memory is EFAULT (the kernel's
+//    pin fails); a full pin table is ENOMEM.
+//  - IBV_ACCESS_ON_DEMAND on a device without ODP is EOPNOTSUPP (as the
+//    kernel's ib_check_mr_access); such MRs pin nothing and may cover memory
+//    not mapped yet. addr NULL + length SIZE_MAX + ON_DEMAND is the implicit
+//    ODP MR: EOPNOTSUPP without implicit ODP, EINVAL if iova != 0.
+//  - an unknown PD or MR is EINVAL; ibv_dealloc_pd with MRs is EBUSY.
+#include <infiniband/verbs.h>
+#include <sys/mman.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <mutex>
+
+#include "tests/softverbs/registry.h"
+
+#undef ibv_reg_mr
+#undef ibv_reg_mr_iova
+
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22
+#endif
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+
+namespace softverbs {
+namespace {
+
+constexpr unsigned kKnownAccess =
+    IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+    IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_MW_BIND | IBV_ACCESS_ZERO_BASED |
+    IBV_ACCESS_ON_DEMAND | IBV_ACCESS_HUGETLB | IBV_ACCESS_RELAXED_ORDERING;
+
+// 0 or EINVAL; *accepted gets the bits the MR keeps.
+int CheckAccess(unsigned access, unsigned* accepted) {
+  if (access & ~kKnownAccess & ~static_cast<unsigned>(IBV_ACCESS_OPTIONAL_RANGE)) return EINVAL;
+  if ((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) &&
+      !(access & IBV_ACCESS_LOCAL_WRITE)) {
+    return EINVAL;
+  }
+  *accepted = access & kKnownAccess;
+  return 0;
+}
+
+bool IsImplicit(const void* addr, size_t length, unsigned access) {
+  return (access & IBV_ACCESS_ON_DEMAND) && addr == nullptr && length == SIZE_MAX;
+}
+
+// Checks a translation (addr, length, iova) for an MR with `access` on `ctx`.
+int CheckRange(const Context* ctx, void* addr, size_t length, uint64_t iova, unsigned access) {
+  const bool on_demand = access & IBV_ACCESS_ON_DEMAND;
+  if (on_demand && ctx->odp == OdpLevel::kNone) return EOPNOTSUPP;
+  if (IsImplicit(addr, length, access)) {
+    if (ctx->odp != OdpLevel::kImplicit) return EOPNOTSUPP;
+    return iova == 0 ? 0 : EINVAL;
+  }
+  const uintptr_t start = reinterpret_cast<uintptr_t>(addr);
+  // As ib_umem_get: the page-rounded end must not wrap either.
+  const uintptr_t page = PageSize();
+  if (length == 0 || start + length < start || ((start + length + page - 1) & ~(page - 1)) == 0) {
+    return EINVAL;
+  }
+  if ((start ^ iova) & (page - 1)) return EINVAL;
+  if (iova + length < iova) return EINVAL;
+  return 0;
+}
+
+uint64_t PinnedSpan(void* addr, size_t length) {
+  const uintptr_t page = PageSize();
+  const uintptr_t start = reinterpret_cast<uintptr_t>(addr) & ~(page - 1);
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(addr) + length + page - 1) & ~(page - 1);
+  return end - start;
+}
+
+void AddPinnedLocked(Registry& r, uint64_t bytes) {
+  r.counters.bytes_pinned += bytes;
+  if (r.counters.bytes_pinned > r.counters.peak_bytes_pinned) {
+    r.counters.peak_bytes_pinned = r.counters.bytes_pinned;
+  }
+}
+
+ibv_mr* Fail(int err) {
+  Registry& r = registry();
+  {
+    std::lock_guard<std::mutex> lock(r.mu);
+    ++r.counters.failed_registrations;
+  }
+  errno = err;
+  return nullptr;
+}
+
+ibv_mr* RegisterMr(ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsigned access) {
+  Registry& r = registry();
+  Pd* owner = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(r.mu);
+    auto it = r.pds.find(pd);
+    if (it == r.pds.end()) {
+      ++r.counters.failed_registrations;
+      errno = EINVAL;
+      return nullptr;
+    }
+    owner = it->second;
+    ++owner->mrs;  // holds the PD (dealloc is EBUSY) while we pin unlocked
+  }
+  auto release_pd = [&] {
+    std::lock_guard<std::mutex> lock(r.mu);
+    --owner->mrs;
+  };
+  unsigned accepted = 0;
+  int err = CheckAccess(access, &accepted);
+  if (err == 0) err = CheckRange(owner->ctx, addr, length, iova, accepted);
+  std::vector<uint32_t> slots;
+  const bool on_demand = accepted & IBV_ACCESS_ON_DEMAND;
+  if (err == 0 && !on_demand) err = owner->ctx->pins.Pin(addr, length, &slots);
+  if (err != 0) {
+    release_pd();
+    return Fail(err);
+  }
+  auto* mr = new Mr();
+  mr->pd = owner;
+  mr->iova = iova;
+  mr->access = accepted;
+  mr->odp = on_demand;
+  mr->implicit = IsImplicit(addr, length, accepted);
+  mr->slots = std::move(slots);
+  mr->pinned_bytes = on_demand ? 0 : PinnedSpan(addr, length);
+  mr->mr.context = pd->context;
+  mr->mr.pd = pd;
+  mr->mr.addr = addr;
+  mr->mr.length = length;
+  std::lock_guard<std::mutex> lock(r.mu);
+  mr->mr.handle = r.next_handle++;
+  mr->mr.lkey = r.next_key;
+  mr->mr.rkey = r.next_key;
+  r.next_key += 0x100;
+  r.mrs[&mr->mr] = mr;
+  r.by_lkey[mr->mr.lkey] = mr;
+  ++r.counters.registrations;
+  ++r.counters.live_mrs;
+  if (on_demand) ++r.counters.odp_registrations;
+  AddPinnedLocked(r, mr->pinned_bytes);
+  return &mr->mr;
+}
+
+int ReregInputError(int err) {
+  errno = err;
+  return IBV_REREG_MR_ERR_INPUT;
+}
+
+}  // namespace
+
+int AdviseMr(ibv_pd* pd, ibv_advise_mr_advice advice, uint32_t flags, ibv_sge* sg_list,
+             uint32_t num_sge) {
+  Registry& r = registry();
+  struct Range {
+    uintptr_t start, end;
+  };
+  std::vector<Range> ranges;
+  {
+    std::lock_guard<std::mutex> lock(r.mu);
+    ++r.counters.advise_calls;
+    auto it = r.pds.find(pd);
+    if (it == r.pds.end()) return EINVAL;
+    if (it->second->ctx->odp == OdpLevel::kNone) return EOPNOTSUPP;
+    if (advice != IBV_ADVISE_MR_ADVICE_PREFETCH && advice != IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE &&
+        advice != IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT) {
+      return EINVAL;
+    }
+    if (flags & ~static_cast<uint32_t>(IBV_ADVISE_MR_FLAG_FLUSH)) return EINVAL;
+    if (sg_list == nullptr || num_sge == 0) return EINVAL;
+    for (uint32_t i = 0; i < num_sge; ++i) {
+      auto m = r.by_lkey.find(sg_list[i].lkey);
+      if (m == r.by_lkey.end()) return EINVAL;
+      const Mr* mr = m->second;
+      if (!mr->odp || mr->pd != it->second) return EINVAL;
+      const uint64_t addr = sg_list[i].addr, len = sg_list[i].length;
+      if (len == 0 || addr + len < addr || addr < mr->iova ||
+          addr + len - mr->iova > mr->mr.length) {
+        return EINVAL;
+      }
+      const uintptr_t start = reinterpret_cast<uintptr_t>(mr->mr.addr) + (addr - mr->iova);
+      ranges.push_back({start, start + len});
+    }
+  }
+  if (advice == IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT) return 0;
+  // Fault the pages in now, as the device's page-fault handler would.
+  const int how =
+      advice == IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE ? MADV_POPULATE_WRITE : MADV_POPULATE_READ;
+  const uintptr_t page = PageSize();
+  for (const Range& range : ranges) {
+    uintptr_t start = range.start & ~(page - 1);
+    uintptr_t end = (range.end + page - 1) & ~(page - 1);
+    if (madvise(reinterpret_cast<void*>(start), end - start, how) != 0) {
+      // Without FLUSH the real prefetch is asynchronous and its failure silent.
+      if (flags & IBV_ADVISE_MR_FLAG_FLUSH) return errno == ENOMEM ? EFAULT : errno;
+    }
+  }
+  return 0;
+}
+
+}  // namespace softverbs
+
+using softverbs::Mr;
+using softverbs::Pd;
+using softverbs::Registry;
+using softverbs::registry;
+
+extern "C" {
+
+ibv_pd* ibv_alloc_pd(ibv_context* context) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  auto it = r.contexts.find(context);
+  if (it == r.contexts.end()) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  auto* pd = new Pd();
+  pd->ctx = it->second;
+  pd->pd.context = context;
+  pd->pd.handle = r.next_handle++;
+  r.pds[&pd->pd] = pd;
+  ++r.counters.live_pds;
+  return &pd->pd;
+}
+
+int ibv_dealloc_pd(ibv_pd* pd) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  auto it = r.pds.find(pd);
+  if (it == r.pds.end()) return EINVAL;
+  if (it->second->mrs != 0) return EBUSY;
+  delete it->second;
+  r.pds.erase(it);
+  --r.counters.live_pds;
+  return 0;
+}
+
+ibv_mr* ibv_reg_mr(ibv_pd* pd, void* addr, size_t length, int access) {
+  return softverbs::RegisterMr(pd, addr, length, reinterpret_cast<uintptr_t>(addr),
+                               static_cast<unsigned>(access));
+}
+
+ibv_mr* ibv_reg_mr_iova(ibv_pd* pd, void* addr, size_t length, uint64_t iova, int access) {
+  return softverbs::RegisterMr(pd, addr, length, iova, static_cast<unsigned>(access));
+}
+
+ibv_mr* ibv_reg_mr_iova2(ibv_pd* pd, void* addr, size_t length, uint64_t iova,
+                         unsigned int access) {
+  return softverbs::RegisterMr(pd, addr, length, iova, access);
+}
+
+// dma-buf import needs a real device's DMA mapping: not modelled.
+ibv_mr* ibv_reg_dmabuf_mr(ibv_pd* pd, uint64_t offset, size_t length, uint64_t iova, int fd,
+                          int access) {
+  return softverbs::Fail(EOPNOTSUPP);
+}
+
+int ibv_dereg_mr(ibv_mr* mr) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  auto it = r.mrs.find(mr);
+  if (it == r.mrs.end()) return EINVAL;
+  r.ForgetMrLocked(it->second);
+  ++r.counters.deregistrations;
+  return 0;
+}
+
+// The old MR stays valid whenever this fails (IBV_REREG_MR_ERR_INPUT + errno):
+// the new translation is pinned before the old one is released. Keys persist.
+int ibv_rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, size_t length, int access) {
+  if (flags & ~IBV_REREG_MR_FLAGS_SUPPORTED) return softverbs::ReregInputError(EINVAL);
+  if ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) && (addr == nullptr || length == 0)) {
+    return softverbs::ReregInputError(EINVAL);
+  }
+  if (access != 0 && !(flags & IBV_REREG_MR_CHANGE_ACCESS)) return softverbs::ReregInputError(EINVAL);
+  Registry& r = registry();
+  Mr* m = nullptr;
+  Pd* new_pd = nullptr;
+  void* new_addr = nullptr;
+  size_t new_length = 0;
+  unsigned new_access = 0;
+  softverbs::PinTable* pins = nullptr;  // the context outlives this call
+  {
+    std::lock_guard<std::mutex> lock(r.mu);
+    auto it = r.mrs.find(mr);
+    if (it == r.mrs.end()) return softverbs::ReregInputError(EINVAL);
+    m = it->second;
+    pins = &m->pd->ctx->pins;
+    if (m->implicit) return softverbs::ReregInputError(EOPNOTSUPP);
+    new_pd = m->pd;
+    if (flags & IBV_REREG_MR_CHANGE_PD) {
+      auto p = r.pds.find(pd);
+      if (p == r.pds.end() || p->second->ctx != m->pd->ctx) return softverbs::ReregInputError(EINVAL);
+      new_pd = p->second;
+    }
+    new_addr = (flags & IBV_REREG_MR_CHANGE_TRANSLATION) ? addr : m->mr.addr;
+    new_length = (flags & IBV_REREG_MR_CHANGE_TRANSLATION) ? length : m->mr.length;
+    new_access = m->access;
+    if (flags & IBV_REREG_MR_CHANGE_ACCESS) {
+      int err = softverbs::CheckAccess(static_cast<unsigned>(access), &new_access);
+      if (err != 0) return softverbs::ReregInputError(err);
+    }
+    const uint64_t new_iova = (flags & IBV_REREG_MR_CHANGE_TRANSLATION)
+                                  ? reinterpret_cast<uintptr_t>(new_addr)
+                                  : m->iova;
+    int err = softverbs::CheckRange(m->pd->ctx, new_addr, new_length, new_iova, new_access);
+    if (err != 0 || softverbs::IsImplicit(new_addr, new_length, new_access)) {
+      return softverbs::ReregInputError(err != 0 ? err : EOPNOTSUPP);
+    }
+    ++new_pd->mrs;  // reserved for the MR's new home
+  }
+  const bool on_demand = new_access & IBV_ACCESS_ON_DEMAND;
+  const bool repin = (flags & IBV_REREG_MR_CHANGE_TRANSLATION) || on_demand != m->odp;
+  std::vector<uint32_t> slots;
+  if (repin && !on_demand) {
+    int err = pins->Pin(new_addr, new_length, &slots);
+    if (err != 0) {
+      std::lock_guard<std::mutex> lock(r.mu);
+      --new_pd->mrs;
+      return softverbs::ReregInputError(err);
+    }
+  }
+  bool gone = false;
+  {
+    std::lock_guard<std::mutex> lock(r.mu);
+    if (r.mrs.find(mr) == r.mrs.end()) {  // deregistered meanwhile
+      --new_pd->mrs;
+      gone = true;
+    } else {
+      --m->pd->mrs;
+      m->pd = new_pd;
+      m->mr.pd = &new_pd->pd;
+      m->access = new_access;
+      if (repin) {
+        r.counters.bytes_pinned -= m->pinned_bytes;
+        slots.swap(m->slots);  // slots now holds the old pins
+        m->odp = on_demand;
+        m->pinned_bytes = on_demand ? 0 : softverbs::PinnedSpan(new_addr, new_length);
+        softverbs::AddPinnedLocked(r, m->pinned_bytes);
+        if (flags & IBV_REREG_MR_CHANGE_TRANSLATION) {
+          m->iova = reinterpret_cast<uintptr_t>(new_addr);
+        }
+      }
+      m->mr.addr = new_addr;
+      m->mr.length = new_length;
+      ++r.counters.rereg_calls;
+    }
+  }
+  // Either the old pins (success) or the unused new ones (MR gone).
+  if (!slots.empty()) pins->Unpin(slots);
+  return gone ? softverbs::ReregInputError(EINVAL) : 0;
+}
+
+int softverbs_device_write(uint32_t lkey, uint64_t addr, const void* src, size_t len) {
+  Registry& r = registry();
+  // Held throughout, so the MR (and its slots) cannot be released mid-write.
+  std::lock_guard<std::mutex> lock(r.mu);
+  auto it = r.by_lkey.find(lkey);
+  if (it == r.by_lkey.end() || src == nullptr || len == 0) return EINVAL;
+  Mr* m = it->second;
+  if (addr + len < addr || addr < m->iova || addr + len - m->iova > m->mr.length) return ERANGE;
+  if (!(m->access & IBV_ACCESS_LOCAL_WRITE)) return EACCES;
+  const uintptr_t start = reinterpret_cast<uintptr_t>(m->mr.addr);
+  const uintptr_t target = start + (addr - m->iova);
+  int err = 0;
+  if (m->odp) {
+    // Through the current page tables, faulting pages in like an ODP device.
+    iovec local{const_cast<void*>(src), len};
+    iovec remote{reinterpret_cast<void*>(target), len};
+    ssize_t n = process_vm_writev(getpid(), &local, 1, &remote, 1, 0);
+    if (n < 0) {
+      err = errno;
+    } else if (static_cast<size_t>(n) != len) {
+      err = EFAULT;
+    }
+  } else {
+    err = m->pd->ctx->pins.Write(m->slots, start, target, src, len);
+  }
+  if (err == 0) ++r.counters.device_writes;
+  return err;
+}
+
+}  // extern "C"

@@ -1,0 +1,86 @@
+// registry.cc: the registry singleton, the counters API and the exit report.
+//
+// At exit, if SOFTVERBS_COUNTERS_FILE names a file, the counters are written
+// to it as one `key=value` line per field of struct softverbs_counters (same
+// names, decimal values), replacing the file.
+#include "tests/softverbs/registry.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+namespace softverbs {
+
+Registry& registry() {
+  static Registry* r = new Registry;
+  return *r;
+}
+
+void Registry::ForgetMrLocked(Mr* mr) {
+  if (!mr->slots.empty()) mr->pd->ctx->pins.Unpin(mr->slots);
+  counters.bytes_pinned -= mr->pinned_bytes;
+  --counters.live_mrs;
+  --mr->pd->mrs;
+  by_lkey.erase(mr->mr.lkey);
+  mrs.erase(&mr->mr);
+  delete mr;
+}
+
+OdpLevel OdpLevelFromEnvironment() {
+  const char* v = getenv("SOFTVERBS_ODP");
+  if (v == nullptr || *v == '\0' || strcmp(v, "none") == 0) return OdpLevel::kNone;
+  if (strcmp(v, "explicit") == 0) return OdpLevel::kExplicit;
+  if (strcmp(v, "implicit") == 0) return OdpLevel::kImplicit;
+  fprintf(stderr, "softverbs: SOFTVERBS_ODP=%s is not none|explicit|implicit; using none\n", v);
+  return OdpLevel::kNone;
+}
+
+size_t PageSize() {
+  static const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  return page;
+}
+
+namespace {
+
+void WriteCountersFile() {
+  const char* path = getenv("SOFTVERBS_COUNTERS_FILE");
+  if (path == nullptr || *path == '\0') return;
+  softverbs_counters c;
+  softverbs_get_counters(&c);
+  FILE* f = fopen(path, "w");
+  if (f == nullptr) {
+    fprintf(stderr, "softverbs: cannot write SOFTVERBS_COUNTERS_FILE=%s\n", path);
+    return;
+  }
+#define SOFTVERBS_PRINT(field) fprintf(f, #field "=%llu\n", (unsigned long long)c.field)
+  SOFTVERBS_PRINT(registrations);
+  SOFTVERBS_PRINT(failed_registrations);
+  SOFTVERBS_PRINT(deregistrations);
+  SOFTVERBS_PRINT(rereg_calls);
+  SOFTVERBS_PRINT(mrs_released_by_close);
+  SOFTVERBS_PRINT(live_mrs);
+  SOFTVERBS_PRINT(live_pds);
+  SOFTVERBS_PRINT(bytes_pinned);
+  SOFTVERBS_PRINT(peak_bytes_pinned);
+  SOFTVERBS_PRINT(odp_registrations);
+  SOFTVERBS_PRINT(advise_calls);
+  SOFTVERBS_PRINT(device_writes);
+#undef SOFTVERBS_PRINT
+  fclose(f);
+}
+
+// A destructor of the shared object runs at exit() after the program's own
+// atexit handlers, so it sees the final counts.
+__attribute__((destructor)) void ReportAtExit() { WriteCountersFile(); }
+
+}  // namespace
+}  // namespace softverbs
+
+extern "C" void softverbs_get_counters(softverbs_counters* out) {
+  if (out == nullptr) return;
+  softverbs::Registry& r = softverbs::registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  *out = r.counters;
+}

@@ -1,0 +1,85 @@
+// registry.h: softverbs' objects and the process-wide registry that owns them.
+//
+// Every object softverbs hands out (context, PD, MR) is recorded here, and
+// every entry point checks membership before it touches a caller's pointer:
+// an unknown or already-freed PD or MR is EINVAL, never a crash.
+//
+// Invariants (all under Registry::mu):
+//  - contexts, pds and mrs hold exactly the live objects;
+//  - Pd::mrs == number of live MRs whose pd is that Pd;
+//  - by_lkey maps each live MR's lkey to it; keys are never reused;
+//  - counters.live_mrs == mrs.size(), counters.live_pds == pds.size(),
+//    counters.bytes_pinned == sum of Mr::pinned_bytes.
+#ifndef SOFTVERBS_REGISTRY_H_
+#define SOFTVERBS_REGISTRY_H_
+
+#include <infiniband/verbs.h>
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "tests/softverbs/pin_table.h"
+#include "tests/softverbs/softverbs.h"
+
+namespace softverbs {
+
+// ODP support, from SOFTVERBS_ODP=none|explicit|implicit at ibv_open_device.
+enum class OdpLevel { kNone, kExplicit, kImplicit };
+
+// What ibv_open_device returns a pointer into (&vctx.context).
+struct Context {
+  verbs_context vctx;  // first: verbs_get_ctx() computes its address from &vctx.context
+  OdpLevel odp = OdpLevel::kNone;
+  PinTable pins;
+};
+
+struct Pd {
+  ibv_pd pd;  // first: the caller's ibv_pd* is this object
+  Context* ctx = nullptr;
+  size_t mrs = 0;
+};
+
+struct Mr {
+  ibv_mr mr;  // first: the caller's ibv_mr* is this object
+  Pd* pd = nullptr;
+  uint64_t iova = 0;           // the address SGEs use for mr.addr
+  unsigned access = 0;         // accepted access bits (optional ones dropped)
+  bool odp = false;            // IBV_ACCESS_ON_DEMAND: nothing pinned
+  bool implicit = false;       // the implicit ODP MR (addr NULL, length SIZE_MAX)
+  std::vector<uint32_t> slots; // pinned: io_uring fixed-buffer slots, in order
+  uint64_t pinned_bytes = 0;   // page-rounded span pinned
+};
+
+struct Registry {
+  std::mutex mu;
+  std::unordered_map<ibv_context*, Context*> contexts;
+  std::unordered_map<ibv_pd*, Pd*> pds;
+  std::unordered_map<ibv_mr*, Mr*> mrs;
+  std::unordered_map<uint32_t, Mr*> by_lkey;
+  uint32_t next_key = 0x100;
+  uint32_t next_handle = 1;
+  softverbs_counters counters{};
+
+  // Releases the MR's pins and forgets it. Caller holds mu.
+  void ForgetMrLocked(Mr* mr);
+};
+
+// The process-wide registry (never destroyed, so it outlives exit handlers).
+Registry& registry();
+
+// The ODP level SOFTVERBS_ODP asks for (unknown values: none, with a warning).
+OdpLevel OdpLevelFromEnvironment();
+
+// The system page size.
+size_t PageSize();
+
+// The verbs_context ops softverbs implements in memory.cc (advise_mr).
+int AdviseMr(ibv_pd* pd, ibv_advise_mr_advice advice, uint32_t flags, ibv_sge* sg_list,
+             uint32_t num_sge);
+
+}  // namespace softverbs
+
+#endif  // SOFTVERBS_REGISTRY_H_
