@@ -5,9 +5,8 @@
 #include <cerrno>
 
 #include "absl/strings/str_cat.h"
+#include "mrcache/cache.h"
 #include "mrcache/errno_status.h"
-#include "mrcache/sim_registrar.h"
-#include "mrcache/uring_registrar.h"
 
 namespace mrbench {
 namespace {
@@ -35,14 +34,13 @@ absl::StatusOr<ibv_pd*> OpenFirstPd() {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<mrcache::Registrar>> MakeBenchRegistrar(const mrcache::Config& config) {
-  if (config.registrar == "sim") return mrcache::MakeSimRegistrar(config);
-  if (config.registrar == "uring") return mrcache::MakeUringRegistrar(config);
+  ibv_pd* pd = nullptr;
   if (config.registrar == "verbs") {
     static const absl::StatusOr<ibv_pd*>* opened = new absl::StatusOr<ibv_pd*>(OpenFirstPd());
     if (!opened->ok()) return opened->status();
-    return mrcache::ErrnoStatus(ENOTSUP, "the verbs registrar is not part of this build yet");
+    pd = **opened;
   }
-  return mrcache::ErrnoStatus(EINVAL, absl::StrCat("unknown registrar '", config.registrar, "'"));
+  return mrcache::CreateRegistrar(config, pd);
 }
 
 }  // namespace mrbench

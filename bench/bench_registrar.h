@@ -1,6 +1,6 @@
 // bench_registrar.h: the registrar every configuration of an mrbench run uses.
 //
-// `uring` and `sim` are built from the config; `verbs` needs a protection
+// mrcache::CreateRegistrar builds it from the config; `verbs` needs a protection
 // domain, so for it the first RDMA device is opened and a PD allocated once
 // per process (kept until exit). ENODEV, with a hint, when there is no RDMA
 // device.

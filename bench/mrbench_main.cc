@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "bench/bench_registrar.h"
 #include "bench/configs.h"
 #include "bench/plot.h"
 #include "bench/report.h"
@@ -202,6 +203,11 @@ int Main(int argc, char** argv) {
   options.max_regions = flags.params.max_regions;
   options.max_bytes = flags.max_bytes;
   options.verify = flags.verify < 0 ? flags.registrar == "uring" : flags.verify == 1;
+  {
+    // Fail before running anything if the registrar cannot work here.
+    absl::StatusOr<std::unique_ptr<mrcache::Registrar>> probe = MakeBenchRegistrar(options.base);
+    if (!probe.ok()) return Fail(absl::StrCat("registrar ", flags.registrar, ": ", probe.status().message()));
+  }
 
   std::printf("mrbench: registrar %s, seed %llu, %zu transfers per workload, max_regions %zu, max_bytes %s, verify %s\n",
               flags.registrar.c_str(), static_cast<unsigned long long>(flags.params.seed), flags.params.ops,

@@ -13,6 +13,8 @@
 //   kv        one 64 MiB pool holding 32 x max_regions values (256 B..64 KiB,
 //             each at a fixed random 64-byte aligned offset), Zipf(0.99)-popular
 //
+// max_regions = 0 (an unlimited cache) sizes the workloads as for 1,024.
+//
 // Invariants: the same (name, params) always yields the same trace; `ops`
 // is the number of transfers; every trace frees what it allocates.
 #ifndef BENCH_WORKLOADS_H_

@@ -11,19 +11,12 @@
 #include <memory>
 #include <new>
 
+#include "mrcache/c_api_handles.h"
 #include "mrcache/cache.h"
 #include "mrcache/config.h"
 #include "mrcache/custom_registrar.h"
 #include "mrcache/errno_status.h"
 #include "mrcache/region.h"
-
-struct mrc_config {
-  mrcache::Config config;
-};
-
-struct mrc_cache {
-  std::unique_ptr<mrcache::Cache> cache;
-};
 
 struct mrc_region : mrcache::Region {};
 

@@ -91,18 +91,11 @@ absl::StatusOr<std::unique_ptr<CacheImpl>> CacheImpl::Create(const Config& confi
   cache->odp_ = *odp;
 
   if (cache->odp_ == OdpMode::kImplicit) {
-    // One MR for the whole address space; every get returns its keys.
-    int access = kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead | kAccessRemoteAtomic;
-    auto reg = RegisterImplicitOdp(*cache->registrar_, access);
-    if (!reg.ok()) return reg.status();
-    auto* r = new Region;
-    r->start = 0;
-    r->end = UINTPTR_MAX;
-    r->id = cache->next_region_id_++;
-    r->reg = *reg;
-    r->cache = cache.get();
-    cache->implicit_odp_ = r;
-    cache->CountRegistration(0);  // pins nothing
+    // The implicit MRs (one per set of remote rights) are registered on first
+    // use; register the most common one now so that a device that fails it
+    // fails cache creation, with its reason.
+    auto first = cache->ImplicitRegion(kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead);
+    if (!first.ok()) return first.status();
   }
 
   // ODP regions need no monitor for correctness.
@@ -149,7 +142,7 @@ CacheImpl::~CacheImpl() {
       dead.Push(r);
     }
     lru_head_ = lru_tail_ = nullptr;
-    held += implicit_refs_.load() > 0 ? 1 : 0;
+    for (const auto& refs : implicit_refs_) held += refs.load() > 0 ? 1 : 0;
   }
   if (held > 0 && !child) {
     std::fprintf(stderr,
@@ -157,9 +150,8 @@ CacheImpl::~CacheImpl() {
                  "releasing their registrations\n",
                  static_cast<long long>(held));
   }
-  if (implicit_odp_ != nullptr) {
-    dead.Push(implicit_odp_);
-    implicit_odp_ = nullptr;
+  for (auto& slot : implicit_odp_) {
+    if (Region* r = slot.exchange(nullptr)) dead.Push(r);
   }
   if (child) {
     // fork(): the registrations belong to the parent. Free our bookkeeping
@@ -291,8 +283,11 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
   // Explicit ODP registers every region on demand; lookups stay keyed by
   // what the caller asked for.
   const int request_access = odp_ == OdpMode::kExplicit ? (user_access | kAccessOnDemand) : user_access;
-  const uintptr_t page_start = AlignDown(start, page_);
-  const uintptr_t page_end = AlignUp(end, page_);
+  // The smallest range we ever register: the request rounded to the region
+  // granularity, or to pages if the granularity is coarser.
+  const size_t fine = align_ < page_ ? align_ : page_;
+  const uintptr_t page_start = AlignDown(start, fine);
+  const uintptr_t page_end = AlignUp(end, fine);
   if (page_end == 0) return ErrnoStatus(EINVAL, "mrc_get: range wraps the address space");
   uintptr_t aligned_start = AlignDown(start, align_);
   uintptr_t aligned_end = AlignUp(end, align_);
@@ -318,7 +313,8 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
         TakeRefLocked(tc, hit);
         FillLookupLocked(tc, start, end, user_access, hit);
         TouchLocked(hit);
-        slow_hits_.fetch_add(1, std::memory_order_relaxed);
+        // A retry was already counted as a miss: one get, one count.
+        if (attempt == 0) slow_hits_.fetch_add(1, std::memory_order_relaxed);
         lock.unlock();
         delete fresh;
         IntervalTree<Region*>::FreeNode(node);
@@ -328,26 +324,24 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
       if (attempt == 0) misses_.fetch_add(1, std::memory_order_relaxed);
       pending.start = aligned_start;
       pending.end = aligned_end;
-      // Merge plan: the union of every compatible region overlapping the
-      // range, transitively, as long as it stays within max_merge_bytes.
+      // Merge plan: the union with every compatible region that overlaps the
+      // requested range (one pass, not transitively: chaining neighbours
+      // that merely share a page would build regions that any free kills),
+      // as long as it stays within max_merge_bytes.
       if (allow_merge) {
         struct Plan {
           uintptr_t s, e;
           int remote, odp, local;
-          bool grew;
         } plan{aligned_start, aligned_end, request_access & kAccessRemoteBits,
-               request_access & kAccessOnDemand, 0, true};
-        while (plan.grew && plan.e - plan.s <= config_.max_merge_bytes) {
-          plan.grew = false;
-          index_.ForEachOverlap(plan.s, plan.e, [&plan](uintptr_t s, uintptr_t e, Region* r) {
-            if (r->remote_access() != plan.remote || (r->reg.access & kAccessOnDemand) != plan.odp) {
-              return;
-            }
-            plan.local |= r->reg.access & kAccessLocalWrite;
-            if (s < plan.s) plan.s = s, plan.grew = true;
-            if (e > plan.e) plan.e = e, plan.grew = true;
-          });
-        }
+               request_access & kAccessOnDemand, 0};
+        index_.ForEachOverlap(aligned_start, aligned_end, [&plan](uintptr_t s, uintptr_t e, Region* r) {
+          if (r->remote_access() != plan.remote || (r->reg.access & kAccessOnDemand) != plan.odp) {
+            return;
+          }
+          plan.local |= r->reg.access & kAccessLocalWrite;
+          if (s < plan.s) plan.s = s;
+          if (e > plan.e) plan.e = e;
+        });
         if (plan.e - plan.s <= config_.max_merge_bytes) {
           pending.start = plan.s;
           pending.end = plan.e;
@@ -476,6 +470,12 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
         &dead);
     lock.unlock();
     Release(&dead);
+    if (odp_ == OdpMode::kExplicit && config_.odp_prefetch_bytes &&
+        end - start >= config_.odp_prefetch_bytes) {
+      // Fault the range in now rather than on the device's first access; a
+      // failed prefetch only costs the device a fault later.
+      (void)registrar_->Prefetch(r->reg, reinterpret_cast<void*>(start), end - start);
+    }
     return r;
   }
 }
@@ -500,15 +500,48 @@ absl::StatusOr<Region*> CacheImpl::AcquireBypass(uintptr_t start, uintptr_t end,
   return r;
 }
 
+absl::StatusOr<Region*> CacheImpl::ImplicitRegion(int access) {
+  // One implicit MR per set of remote rights, so that its rkey grants exactly
+  // what was asked for; local write is always included.
+  std::atomic<Region*>& slot = implicit_odp_[(access & kAccessRemoteBits) >> 1];
+  if (Region* r = slot.load(std::memory_order_acquire)) return r;
+  auto reg = TimedImplicitRegister(kAccessLocalWrite | (access & kAccessRemoteBits));
+  if (!reg.ok()) return reg.status();
+  auto* r = new Region;
+  r->start = 0;
+  r->end = UINTPTR_MAX;
+  r->reg = *reg;
+  r->cache = this;
+  Region* expected = nullptr;
+  if (!slot.compare_exchange_strong(expected, r, std::memory_order_acq_rel)) {
+    TimedDeregister(r->reg);  // another thread won the race
+    delete r;
+    return expected;
+  }
+  return r;
+}
+
+absl::StatusOr<Registration> CacheImpl::TimedImplicitRegister(int access) {
+  uint64_t t0 = NowNs();
+  auto reg = RegisterImplicitOdp(*registrar_, access);
+  registrar_ns_.fetch_add(NowNs() - t0, std::memory_order_relaxed);
+  if (reg.ok()) CountRegistration(0);  // pins nothing
+  return reg;
+}
+
+bool CacheImpl::IsImplicit(const Region* r) const {
+  return r->start == 0 && r->end == UINTPTR_MAX && r->cache == this;
+}
+
 absl::StatusOr<Region*> CacheImpl::AcquireImplicitOdp(uintptr_t start, uintptr_t end, int access) {
-  Region* r = implicit_odp_;
-  if (!AccessCompatible(r->reg.access, access | kAccessOnDemand) &&
-      (access & kAccessRemoteBits) != (r->reg.access & kAccessRemoteBits)) {
-    // The implicit MR grants every remote right; a narrower request gets a
-    // dedicated ODP registration so that its rkey grants no more than asked.
+  auto implicit = ImplicitRegion(access);
+  if (!implicit.ok()) return implicit.status();
+  Region* r = *implicit;
+  if (!AccessCompatible(r->reg.access, access | kAccessOnDemand)) {
+    // A bit the implicit MR lacks (e.g. HUGETLB): a dedicated ODP registration.
     return AcquireBypass(start, end, access | kAccessOnDemand);
   }
-  implicit_refs_.fetch_add(1, std::memory_order_relaxed);
+  implicit_refs_[(access & kAccessRemoteBits) >> 1].fetch_add(1, std::memory_order_relaxed);
   slow_hits_.fetch_add(1, std::memory_order_relaxed);
   if (config_.odp_prefetch_bytes && end - start >= config_.odp_prefetch_bytes) {
     (void)registrar_->Prefetch(r->reg, reinterpret_cast<void*>(start), end - start);
@@ -521,9 +554,10 @@ absl::StatusOr<Region*> CacheImpl::AcquireImplicitOdp(uintptr_t start, uintptr_t
 absl::Status CacheImpl::Put(Region* r) {
   if (r == nullptr) return ErrnoStatus(EINVAL, "mrc_put: null region");
   if (r->cache != this) return ErrnoStatus(EINVAL, "mrc_put: region belongs to another cache");
-  if (r == implicit_odp_) {
-    if (implicit_refs_.fetch_sub(1, std::memory_order_relaxed) <= 0) {
-      implicit_refs_.fetch_add(1, std::memory_order_relaxed);
+  if (IsImplicit(r)) {
+    auto& refs = implicit_refs_[(r->reg.access & kAccessRemoteBits) >> 1];
+    if (refs.fetch_sub(1, std::memory_order_relaxed) <= 0) {
+      refs.fetch_add(1, std::memory_order_relaxed);
       return ErrnoStatus(EINVAL, "mrc_put: region put more times than it was got");
     }
     return absl::OkStatus();
@@ -615,7 +649,7 @@ bool CacheImpl::EvictAllUnused() {
 
 absl::Status CacheImpl::DeviceWrite(Region* r, size_t offset, const void* src, size_t length) {
   if (r == nullptr || src == nullptr) return ErrnoStatus(EINVAL, "device write: null region or source");
-  if (r == implicit_odp_) {
+  if (IsImplicit(r)) {
     // The implicit MR spans everything: offset is an absolute address.
     return registrar_->DeviceWrite(r->reg, offset, src, length);
   }
@@ -828,8 +862,12 @@ void CacheImpl::RecheckRetiredLocked(DeadList* dead) {
 }
 
 void CacheImpl::InvalidateRangeLocked(uintptr_t start, uintptr_t end, Region** candidates) {
-  uintptr_t s = AlignDown(start, page_);
-  uintptr_t e = AlignUp(end, page_);
+  // Regions start and end on multiples of align_ (or of the page size, when
+  // registering fell back to exact pages), so rounding the range to the finer
+  // of the two finds exactly the regions that overlap it.
+  const size_t fine = align_ < page_ ? align_ : page_;
+  uintptr_t s = AlignDown(start, fine);
+  uintptr_t e = AlignUp(end, fine);
   if (e == 0) e = UINTPTR_MAX;
   struct Collect {
     Region* list;
@@ -942,7 +980,7 @@ void CacheImpl::Release(DeadList* dead) {
   for (Region* r = dead->head; r != nullptr;) {
     Region* next = r->next_dead;
     TimedDeregister(r->reg);
-    if (monitor_ && r != implicit_odp_) {
+    if (monitor_ && !IsImplicit(r)) {
       monitor_->Unwatch(reinterpret_cast<void*>(r->start), r->length());
     }
     if (cb) cb(reinterpret_cast<void*>(r->start), r->length(), r->reg.handle);

@@ -89,6 +89,9 @@ class CacheImpl : public MemoryEventListener {
   absl::StatusOr<Region*> AcquireSlow(ThreadCache* tc, uintptr_t start, uintptr_t end, int access);
   absl::StatusOr<Region*> AcquireBypass(uintptr_t start, uintptr_t end, int access);
   absl::StatusOr<Region*> AcquireImplicitOdp(uintptr_t start, uintptr_t end, int access);
+  absl::StatusOr<Region*> ImplicitRegion(int access);
+  absl::StatusOr<Registration> TimedImplicitRegister(int access);
+  bool IsImplicit(const Region* r) const;
   ThreadCache* AttachThread();
   // Grows the calling thread's tables to wanted_thread_slots_ (owner only).
   void GrowThreadCache(ThreadCache* tc);
@@ -134,8 +137,10 @@ class CacheImpl : public MemoryEventListener {
   const pid_t pid_;
   bool listening_ = false;
   OdpMode odp_ = OdpMode::kOff;
-  Region* implicit_odp_ = nullptr;      // the whole-address-space MR (odp=implicit)
-  std::atomic<int64_t> implicit_refs_{0};
+  // odp=implicit: whole-address-space MRs, one per set of remote rights
+  // (index: remote access bits >> 1), registered on first use.
+  std::atomic<Region*> implicit_odp_[8] = {};
+  std::atomic<int64_t> implicit_refs_[8] = {};
 
   // Hit-path shared state: read-mostly.
   alignas(64) std::atomic<uint64_t> gen_{1};

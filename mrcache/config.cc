@@ -99,12 +99,11 @@ absl::Status Config::Set(absl::string_view key, absl::string_view value) {
   if (key == "max_merge_bytes") return size_key(&max_merge_bytes, "a size, 0 = no merging");
   if (key == "alignment") {
     size_t old = alignment;
-    absl::Status s = size_key(&alignment, "a power of two >= the page size");
+    absl::Status s = size_key(&alignment, "a power of two >= 8, 0 = the page size");
     if (!s.ok()) return s;
-    if (alignment != 0 && (!IsPowerOfTwo(alignment) ||
-                           alignment < static_cast<size_t>(sysconf(_SC_PAGESIZE)))) {
+    if (alignment != 0 && (!IsPowerOfTwo(alignment) || alignment < kMinAlignment)) {
       alignment = old;
-      return BadValue(key, value, "a power of two >= the page size");
+      return BadValue(key, value, "a power of two >= 8, 0 = the page size");
     }
     return absl::OkStatus();
   }
@@ -201,9 +200,8 @@ absl::StatusOr<Config> Config::FromEnvironment() {
 }
 
 absl::Status Config::Validate() const {
-  if (alignment != 0 && (!IsPowerOfTwo(alignment) ||
-                         alignment < static_cast<size_t>(sysconf(_SC_PAGESIZE)))) {
-    return ErrnoStatus(EINVAL, "alignment must be a power of two >= the page size");
+  if (alignment != 0 && (!IsPowerOfTwo(alignment) || alignment < kMinAlignment)) {
+    return ErrnoStatus(EINVAL, "alignment must be a power of two >= 8 (0 = the page size)");
   }
   return absl::OkStatus();
 }

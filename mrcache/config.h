@@ -25,7 +25,12 @@ struct Config {
   size_t max_regions = 16384;     // 0 = unlimited
   size_t max_bytes = 0;           // pinned bytes; 0 = unlimited
   size_t max_merge_bytes = size_t{1} << 30;  // 0 = merging off
-  size_t alignment = 0;           // 0 = page size; else a power of two >= page size
+  // Region granularity: 0 = the page size; else a power of two >= 8. Below
+  // the page size (e.g. 64, UCX's InfiniBand default) neighbouring buffers
+  // that share a page get separate regions (the registrar still pins whole
+  // pages); above it (e.g. 2M) fewer, larger registrations.
+  size_t alignment = 0;
+  static constexpr size_t kMinAlignment = 8;
   std::string monitor = "auto";
   OdpMode odp = OdpMode::kOff;
   size_t odp_prefetch_bytes = 0;  // 0 = never prefetch

@@ -35,7 +35,7 @@ struct ibv_pd;
  *   max_regions      unused+used regions kept (default 16384; 0 = unlimited)
  *   max_bytes        pinned bytes kept (default 0 = unlimited; suffixes K M G accepted)
  *   max_merge_bytes  largest region a merge may create (default 1G; 0 = merging off)
- *   alignment        registration granularity, a power of two >= page size (default page size)
+ *   alignment        region granularity, a power of two >= 8 (default 0 = the page size)
  *   monitor          none|symbols|patch|uffd|jemalloc|auto (default auto)
  *   odp              off|explicit|implicit|auto (default off)
  *   odp_prefetch_bytes  prefetch ODP ranges at least this large (default 0 = never)

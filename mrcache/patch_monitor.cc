@@ -189,6 +189,19 @@ bool StartsWithJump(const uint8_t* p) {
          ((p[0] == 0x48 || p[0] == 0x49) && (p[1] == 0xb8 || p[1] == 0xbb)) || p[0] == 0xcc;
 }
 
+// Code words are read and written with plain aligned 8-byte moves (atomic on
+// x86-64) in inline assembly: sanitizers must not instrument accesses to
+// libc's text, for which they keep no shadow memory.
+uint64_t ReadCodeWord(const void* entry) {
+  uint64_t value;
+  asm volatile("movq (%1), %0" : "=r"(value) : "r"(entry) : "memory");
+  return value;
+}
+
+void WriteCodeWord(void* entry, uint64_t value) {
+  asm volatile("movq %1, (%0)" : : "r"(entry), "r"(value) : "memory");
+}
+
 // Writes 8 bytes at an 8-aligned code address with one atomic store.
 absl::Status StoreCode(const char* name, void* entry, uint64_t value) {
   long page = getpagesize();
@@ -197,7 +210,7 @@ absl::Status StoreCode(const char* name, void* entry, uint64_t value) {
   if (syscall(SYS_mprotect, page_start, page, PROT_READ | PROT_WRITE | PROT_EXEC) != 0) {
     return ErrnoStatus(errno, std::string("patch monitor: mprotect(RWX) of ") + name + " failed");
   }
-  __atomic_store_n(static_cast<uint64_t*>(entry), value, __ATOMIC_SEQ_CST);
+  WriteCodeWord(entry, value);
   if (syscall(SYS_mprotect, page_start, page, PROT_READ | PROT_EXEC) != 0) {
     return ErrnoStatus(errno, std::string("patch monitor: mprotect(RX) of ") + name + " failed");
   }
@@ -235,7 +248,6 @@ absl::Status ApplyPatch(const char* name, void* entry, const uint8_t (&expected)
   return ErrnoStatus(ENOTSUP, std::string("patch monitor: ") + name + ": x86-64 only");
 #endif
   std::lock_guard<std::mutex> lock(PatchMutex());
-  const uint8_t* code = static_cast<const uint8_t*>(entry);
   if (entry == nullptr) {
     return ErrnoStatus(ENOTSUP, std::string("patch monitor: ") + name + " not found in libc");
   }
@@ -244,7 +256,8 @@ absl::Status ApplyPatch(const char* name, void* entry, const uint8_t (&expected)
                                     " entry is not 8-byte aligned; refusing a non-atomic patch");
   }
   uint8_t current[8];
-  memcpy(current, code, 8);
+  uint64_t word = ReadCodeWord(entry);
+  memcpy(current, &word, 8);
   if (memcmp(current, expected, 8) != 0) {
     std::string why = StartsWithJump(current)
                           ? " already starts with a jump (patched by another library, or "
@@ -262,7 +275,7 @@ absl::Status ApplyPatch(const char* name, void* entry, const uint8_t (&expected)
   uint8_t patched[8];
   memcpy(patched, current, 8);
   int32_t rel = static_cast<int32_t>(reinterpret_cast<intptr_t>(slot) -
-                                     reinterpret_cast<intptr_t>(code + 5));
+                                     reinterpret_cast<intptr_t>(entry) - 5);
   patched[0] = 0xe9;
   memcpy(patched + 1, &rel, 4);
   uint64_t value;
@@ -279,7 +292,9 @@ absl::Status ApplyPatch(const char* name, void* entry, const uint8_t (&expected)
 absl::Status RemovePatch(PatchSite* site) {
   if (!site->applied) return absl::OkStatus();
   std::lock_guard<std::mutex> lock(PatchMutex());
-  const uint8_t* code = static_cast<const uint8_t*>(site->entry);
+  uint8_t code[8];
+  uint64_t word = ReadCodeWord(site->entry);
+  memcpy(code, &word, 8);
   if (code[0] != 0xe9 || memcmp(code + 5, site->original + 5, 3) != 0) {
     return ErrnoStatus(EBUSY, std::string("patch monitor: ") + site->name +
                                   " was patched over by someone else; leaving it (found " +
@@ -293,6 +308,13 @@ absl::Status RemovePatch(PatchSite* site) {
 }
 
 absl::Status Enable() {
+#if defined(__SANITIZE_THREAD__)
+  // glibc calls madvise(MADV_DONTNEED) on a thread's stack after the thread
+  // has finished (nptl advise_stack_range); through the patched entry that
+  // runs instrumented code after ThreadSanitizer tore the thread's state down.
+  return ErrnoStatus(ENOTSUP, "patch monitor: not available under ThreadSanitizer (glibc "
+                              "releases exiting threads' stacks after TSan's thread teardown)");
+#endif
   void* libc = dlopen("libc.so.6", RTLD_NOW | RTLD_NOLOAD);
   if (libc == nullptr) return ErrnoStatus(ENOTSUP, "patch monitor: libc.so.6 is not loaded");
   absl::Status status;

@@ -31,7 +31,9 @@
 //  - Disable() restores the original 8 bytes with the same single store.
 //    Trampoline pages are kept for the life of the process (a thread may
 //    still be jumping through one) and reused by later installations.
-//  - x86-64 only: ENOTSUP elsewhere.
+//  - x86-64 only: ENOTSUP elsewhere, and under ThreadSanitizer (glibc's
+//    exiting threads madvise their stacks after TSan's per-thread teardown,
+//    and the handler is instrumented code).
 #ifndef MRCACHE_PATCH_MONITOR_H_
 #define MRCACHE_PATCH_MONITOR_H_
 

@@ -10,8 +10,8 @@ namespace {
 // from libmrcache.so); a pthread key's destructor orphans the entries at
 // thread exit.
 constexpr int kEntries = 8;
-__thread ThreadCache* tl_entries[kEntries] __attribute__((tls_model("initial-exec")));
-__thread bool tl_exit_hook_armed __attribute__((tls_model("initial-exec")));
+__thread ThreadCache* tl_entries[kEntries] __attribute__((tls_model("initial-exec"), visibility("hidden")));
+__thread bool tl_exit_hook_armed __attribute__((tls_model("initial-exec"), visibility("hidden")));
 
 void OrphanAll(void*) {
   for (ThreadCache*& tc : tl_entries) {

@@ -28,14 +28,30 @@ namespace {
 // are truncated away so a big DeviceWrite does not hold memory forever.
 constexpr off_t kMemfdKeepBytes = off_t{1} << 20;
 
-// True if the calling thread has CAP_IPC_LOCK in its effective set. io_uring
-// decides at ring creation whether pinned pages count against RLIMIT_MEMLOCK.
+// True if the calling thread has CAP_IPC_LOCK in its effective set.
 bool HasIpcLock() {
   __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
   __user_cap_data_struct data[_LINUX_CAPABILITY_U32S_3] = {};
   if (syscall(SYS_capget, &header, data) != 0) return false;
   return (data[CAP_IPC_LOCK / 32].effective >> (CAP_IPC_LOCK % 32)) & 1;
 }
+
+// True if this process is in the initial user namespace (its uid map is the
+// identity over all uids). Capabilities held in a child namespace do not count
+// for io_uring's check.
+bool InInitialUserNamespace() {
+  std::FILE* f = std::fopen("/proc/self/uid_map", "re");
+  if (f == nullptr) return true;  // no user namespaces in this kernel
+  unsigned long inside = 1, outside = 1, count = 0;
+  int fields = std::fscanf(f, "%lu %lu %lu", &inside, &outside, &count);
+  std::fclose(f);
+  return fields == 3 && inside == 0 && outside == 0 && count == 4294967295ul;
+}
+
+// io_uring decides when a ring is created whether the pages it pins count
+// against RLIMIT_MEMLOCK: they do unless the creator has CAP_IPC_LOCK in the
+// initial user namespace.
+bool PinsCountAgainstMemlock() { return !HasIpcLock() || !InInitialUserNamespace(); }
 
 // A ring with a sparse table of `slots` buffers, or the errno of the step that
 // failed and its name.
@@ -345,8 +361,8 @@ absl::StatusOr<std::unique_ptr<Registrar>> MakeUringRegistrar(const Config& conf
     int err = errno;
     return ErrnoStatus(err, absl::StrCat("memfd_create: ", std::strerror(err)));
   }
-  // Capability first: the kernel samples it when the ring is created.
-  bool memlock_accounted = !HasIpcLock();
+  // Sampled before the ring exists, as the kernel samples it at creation.
+  bool memlock_accounted = PinsCountAgainstMemlock();
   auto registrar = std::make_unique<UringRegistrar>(
       static_cast<unsigned>(config.uring_slots), memlock_accounted, memfd);
   RingSetup setup = registrar->Init();

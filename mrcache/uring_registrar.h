@@ -9,11 +9,11 @@
 // Invariants:
 //  - handle = slot index; lkey = rkey = slot index + 1 (0 is never a key).
 //  - A slot is either free or holds exactly one live Registration.
-//  - Errors: len 0, wrap-around, bad access, IBV_ACCESS_ON_DEMAND (no ODP
-//    here: ENOTSUP), more than 1 GiB per buffer -> EINVAL/ENOTSUP; memory that
-//    is not mapped or not writable -> EFAULT (the kernel pins for writing);
-//    table full -> ENOMEM; RLIMIT_MEMLOCK exceeded (the ring was created
-//    without CAP_IPC_LOCK) -> ENOMEM naming the limit.
+//  - Errors: len 0, wrap-around, bad access bits, more than 1 GiB in one
+//    buffer -> EINVAL; IBV_ACCESS_ON_DEMAND -> ENOTSUP (no ODP here); memory
+//    that is not mapped, or not writable (the kernel pins for writing) ->
+//    EFAULT; table full -> ENOMEM; RLIMIT_MEMLOCK exceeded (the ring was
+//    created without CAP_IPC_LOCK) -> ENOMEM naming the limit.
 //  - DeviceWrite is an IORING_OP_READ_FIXED from a private memfd into the
 //    slot's pinned pages: a stale registration (memory unmapped and mapped
 //    again since Register) writes into the old pages, where the application

@@ -134,6 +134,15 @@ TEST(Mrbench, HelpAndBadFlags) {
   EXPECT_NE(workload.output.find("unknown name 'nope'"), std::string::npos);
 }
 
+TEST(Mrbench, UnusableRegistrarFailsBeforeRunning) {
+  // No RDMA device on the test machines; where there is one, verbs works.
+  Outcome o = RunMrbench("--registrar verbs --workload pingpong --ops 10");
+  if (o.exit_code == 0) GTEST_SKIP() << "an RDMA device is present";
+  EXPECT_EQ(o.exit_code, 2) << o.output;
+  EXPECT_NE(o.output.find("mrbench: registrar verbs: "), std::string::npos) << o.output;
+  EXPECT_EQ(o.output.find("hit_rate"), std::string::npos);
+}
+
 TEST(Mrbench, PlotWithSweepWritesAnSvg) {
   const std::string svg = ::testing::TempDir() + "/mrbench.svg";
   Outcome o = RunMrbench("--registrar sim --ops 500 --max-regions 16 --workload zipf --configs mrcache,optimal --sweep --plot " + svg);

@@ -406,6 +406,21 @@ TEST_P(CacheCoreTest, AlignmentFallsBackToExactPagesWhenNeighboursAreUnmapped) {
   munmap(area + kPage, kPage);
 }
 
+TEST_P(CacheCoreTest, SubPageAlignmentKeepsNeighboursSharingAPageApart) {
+  config_.alignment = 64;
+  Region* a = Get(0, 1000);
+  Region* b = Get(1024, 1000);  // same page as a, but not overlapping it
+  EXPECT_NE(a, b);
+  EXPECT_EQ(cache().stats().merges, 0u);
+  EXPECT_EQ(GetRegionInfo(b).addr, buf_ + 1024);
+  EXPECT_EQ(GetRegionInfo(b).length, 1024u);
+  Put(a);
+  Put(b);
+  // Invalidating a's bytes leaves b, which shares the page, registered.
+  ASSERT_TRUE(cache().Invalidate(buf_, 1000).ok());
+  EXPECT_EQ(state_->live.size(), 1u);
+}
+
 TEST_P(CacheCoreTest, RegionPutFromAnotherThreadIsCounted) {
   Region* r = Get(0, kPage);
   std::thread([&] { ASSERT_TRUE(cache().Put(r).ok()); }).join();

@@ -13,7 +13,9 @@
 #include "gtest/gtest.h"
 #include "mrcache/errno_status.h"
 #include "mrcache/monitor.h"
+#include "tests/monitors/monitor_expectations.h"
 #include "tests/monitors/recording_listener.h"
+#include "tests/monitors/release_ways.h"
 
 namespace mrcache {
 namespace testing {
@@ -135,6 +137,7 @@ TEST(PatchMonitorTest, InstallPatchesLibcAndLastReleaseRestoresIt) {
   memcpy(before, LibcEntry("munmap"), 8);
   {
     auto a = AcquireMonitor("patch");
+    if (MonitorUnavailable(a.status())) GTEST_SKIP() << a.status();
     ASSERT_TRUE(a.ok()) << a.status();
     auto b = AcquireMonitor("patch");  // shares the installation
     ASSERT_TRUE(b.ok()) << b.status();
@@ -147,6 +150,7 @@ TEST(PatchMonitorTest, InstallPatchesLibcAndLastReleaseRestoresIt) {
 
 TEST(PatchMonitorTest, RefusesLibcEntryThatIsAlreadyPatched) {
   auto lease = AcquireMonitor("patch");
+  if (MonitorUnavailable(lease.status())) GTEST_SKIP() << lease.status();
   ASSERT_TRUE(lease.ok()) << lease.status();
   constexpr uint8_t kGlibcMunmap[8] = {0xb8, 0x0b, 0x00, 0x00, 0x00, 0x0f, 0x05, 0x48};
   PatchSite site;
@@ -158,6 +162,7 @@ TEST(PatchMonitorTest, RefusesLibcEntryThatIsAlreadyPatched) {
 
 TEST(PatchMonitorTest, SbrkSeesTheBreakTheBrkHandlerSet) {
   auto lease = AcquireMonitor("patch");
+  if (MonitorUnavailable(lease.status())) GTEST_SKIP() << lease.status();
   ASSERT_TRUE(lease.ok()) << lease.status();
   char* start = static_cast<char*>(sbrk(0));
   ASSERT_EQ(sbrk(8192), start);
@@ -168,6 +173,7 @@ TEST(PatchMonitorTest, SbrkSeesTheBreakTheBrkHandlerSet) {
 
 TEST(PatchMonitorTest, HandlersSetErrnoLikeGlibc) {
   auto lease = AcquireMonitor("patch");
+  if (MonitorUnavailable(lease.status())) GTEST_SKIP() << lease.status();
   ASSERT_TRUE(lease.ok()) << lease.status();
   errno = 0;
   EXPECT_EQ(munmap(reinterpret_cast<void*>(4097), 4096), -1);
@@ -178,7 +184,9 @@ TEST(PatchMonitorTest, HandlersSetErrnoLikeGlibc) {
 }
 
 TEST(PatchMonitorTest, GlibcFreeOfALargeChunkIsReported) {
+  if (!GlibcMallocIsAllocator()) GTEST_SKIP() << "malloc is not glibc's (sanitizer build)";
   auto lease = AcquireMonitor("patch");
+  if (MonitorUnavailable(lease.status())) GTEST_SKIP() << lease.status();
   ASSERT_TRUE(lease.ok()) << lease.status();
   RecordingListener listener;
   for (int i = 0; i < 10; ++i) {

@@ -167,6 +167,38 @@ void RawMunmap(Victim& v) { syscall(SYS_munmap, v.gone, v.gone_len); }
 
 }  // namespace
 
+bool RefillSameAddress(Victim& v) {
+  uintptr_t start = reinterpret_cast<uintptr_t>(v.gone) & ~uintptr_t{4095};
+  uintptr_t end = (reinterpret_cast<uintptr_t>(v.gone) + v.gone_len + 4095) & ~uintptr_t{4095};
+  void* p = mmap(reinterpret_cast<void*>(start), end - start, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+  if (p == reinterpret_cast<void*>(start)) {
+    v.refill = static_cast<char*>(p);
+    v.refill_len = end - start;
+    return true;
+  }
+  if (p != MAP_FAILED) munmap(p, end - start);
+  // EEXIST: the whole range must still be mapped (madvise, MAP_FIXED, purge).
+  for (uintptr_t a = start; a < end; a += 4096) {
+    unsigned char vec;
+    if (mincore(reinterpret_cast<void*>(a), 4096, &vec) != 0) return false;  // ENOMEM: a hole
+  }
+  return true;
+}
+
+void CleanupVictim(const ReleaseWay& way, Victim& v) {
+  way.cleanup(v);
+  if (v.refill != nullptr) munmap(v.refill, v.refill_len);
+  v.refill = nullptr;
+}
+
+bool GlibcMallocIsAllocator() {
+  Dl_info info;
+  void* malloc_fn = dlsym(RTLD_DEFAULT, "malloc");
+  return malloc_fn != nullptr && dladdr(malloc_fn, &info) != 0 && info.dli_fname != nullptr &&
+         strstr(info.dli_fname, "libc.so") != nullptr;
+}
+
 bool JemallocIsAllocator() {
   MallctlFn mallctl = Mallctl();
   if (mallctl == nullptr) return false;
@@ -189,7 +221,7 @@ std::vector<ReleaseWay> AllReleaseWays() {
   };
   if (JemallocIsAllocator()) {
     ways.push_back({"jemalloc_purge", &GlibcFreePrepare, &JemallocPurge, &NoCleanup});
-  } else {
+  } else if (GlibcMallocIsAllocator()) {  // not under a sanitizer's allocator
     ways.push_back({"glibc_free", &GlibcFreePrepare, &GlibcFree, &NoCleanup});
   }
   ways.push_back(

@@ -27,6 +27,8 @@ struct Victim {
   int shmid = -1;
   void* heap = nullptr;  // malloc'ed block (glibc free, jemalloc purge)
   bool released = false;
+  char* refill = nullptr;  // fresh memory RefillSameAddress mapped
+  size_t refill_len = 0;
 };
 
 struct ReleaseWay {
@@ -36,11 +38,22 @@ struct ReleaseWay {
   void (*cleanup)(Victim&);
 };
 
+// After Release(): makes [gone, gone + gone_len) ordinary fresh memory
+// again. Where the range is no longer mapped (munmap, mremap, brk, shmdt,
+// free, raw munmap) fresh anonymous memory is mapped at the same address
+// (MAP_FIXED_NOREPLACE); where it still is (madvise, mmap MAP_FIXED, jemalloc
+// purge) it is left as the release made it. False if the address was taken
+// by someone else meanwhile. Cleanup() unmaps the refill.
+bool RefillSameAddress(Victim& v);
+void CleanupVictim(const ReleaseWay& way, Victim& v);
+
 // All rows available in this process. jemalloc_purge is included only when
-// jemalloc is the process allocator; glibc_free only when it is not.
+// jemalloc is the process allocator; glibc_free only when glibc's malloc is
+// (not under ASan/TSan, whose allocators keep freed chunks in quarantine).
 std::vector<ReleaseWay> AllReleaseWays();
 const ReleaseWay* FindReleaseWay(const std::string& name);
 bool JemallocIsAllocator();
+bool GlibcMallocIsAllocator();
 
 }  // namespace testing
 }  // namespace mrcache

@@ -9,10 +9,8 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
-#include <mutex>
 #include <set>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -74,22 +72,9 @@ class SimRegistrarTest : public ::testing::Test {
   std::unique_ptr<Registrar> registrar_;
 };
 
-TEST_F(SimRegistrarTest, RegisterEchoesTheRangeAndReturnsNonZeroKeys) {
-  AnonMapping m(8192);
-  auto reg = registrar_->Register(m.addr(), m.length(), kAccessLocalWrite | kAccessRemoteRead);
-  ASSERT_TRUE(reg.ok()) << reg.status();
-  EXPECT_EQ(reg->addr, m.addr());
-  EXPECT_EQ(reg->length, m.length());
-  EXPECT_EQ(reg->access, kAccessLocalWrite | kAccessRemoteRead);
-  EXPECT_NE(reg->handle, 0u);
-  EXPECT_NE(reg->lkey, 0u);
-  EXPECT_EQ(reg->lkey, static_cast<uint32_t>(reg->handle));
-  EXPECT_EQ(reg->rkey, reg->lkey);
-  EXPECT_STREQ(registrar_->name(), "sim");
-  EXPECT_TRUE(registrar_->Deregister(*reg).ok());
-}
+TEST_F(SimRegistrarTest, IsNamedSim) { EXPECT_STREQ(registrar_->name(), "sim"); }
 
-TEST_F(SimRegistrarTest, EveryRegistrationOfTheSameRangeGetsNewKeys) {
+TEST_F(SimRegistrarTest, EveryRegistrationOfTheSameRangeGetsNewKeysFromItsHandle) {
   AnonMapping m(4096);
   std::set<uint64_t> handles;
   std::set<uint32_t> keys;
@@ -97,6 +82,9 @@ TEST_F(SimRegistrarTest, EveryRegistrationOfTheSameRangeGetsNewKeys) {
   for (int i = 0; i < 10; ++i) {
     auto reg = registrar_->Register(m.addr(), 4096, 0);
     ASSERT_TRUE(reg.ok());
+    EXPECT_NE(reg->handle, 0u);
+    EXPECT_EQ(reg->lkey, static_cast<uint32_t>(reg->handle));
+    EXPECT_EQ(reg->rkey, reg->lkey);
     handles.insert(reg->handle);
     keys.insert(reg->lkey);
     regs.push_back(*reg);
@@ -106,87 +94,10 @@ TEST_F(SimRegistrarTest, EveryRegistrationOfTheSameRangeGetsNewKeys) {
   for (const Registration& reg : regs) EXPECT_TRUE(registrar_->Deregister(reg).ok());
 }
 
-TEST_F(SimRegistrarTest, CountsRegistrationsDeregistrationsAndLive) {
-  AnonMapping m(4096);
-  auto a = registrar_->Register(m.addr(), 4096, 0);
-  auto b = registrar_->Register(m.addr(), 4096, 0);
-  ASSERT_TRUE(a.ok() && b.ok());
-  EXPECT_EQ(Stats().registrations, 2u);
-  EXPECT_EQ(Stats().live, 2u);
-  ASSERT_TRUE(registrar_->Deregister(*a).ok());
-  EXPECT_EQ(Stats().deregistrations, 1u);
-  EXPECT_EQ(Stats().live, 1u);
-  ASSERT_TRUE(registrar_->Deregister(*b).ok());
-  EXPECT_EQ(Stats().live, 0u);
-}
-
-TEST_F(SimRegistrarTest, ZeroLengthIsEinval) {
-  AnonMapping m(4096);
-  EXPECT_EQ(StatusToErrno(registrar_->Register(m.addr(), 0, 0).status()), EINVAL);
-}
-
-TEST_F(SimRegistrarTest, RangeWrappingAroundTheAddressSpaceIsEinval) {
-  void* near_top = reinterpret_cast<void*>(UINTPTR_MAX - 4095);
-  EXPECT_EQ(StatusToErrno(registrar_->Register(near_top, 8192, 0).status()), EINVAL);
-}
-
 TEST_F(SimRegistrarTest, WholeAddressSpaceWithoutOnDemandIsEfault) {
   // Only ODP may cover memory that is not mapped (page 0 never is).
   EXPECT_EQ(StatusToErrno(registrar_->Register(nullptr, SIZE_MAX, kAccessLocalWrite).status()),
             EFAULT);
-}
-
-TEST_F(SimRegistrarTest, UnknownAccessBitsAreEinval) {
-  AnonMapping m(4096);
-  EXPECT_EQ(StatusToErrno(registrar_->Register(m.addr(), 4096, 1 << 12).status()), EINVAL);
-}
-
-TEST_F(SimRegistrarTest, RemoteWriteWithoutLocalWriteIsEinval) {
-  AnonMapping m(4096);
-  EXPECT_EQ(StatusToErrno(registrar_->Register(m.addr(), 4096, kAccessRemoteWrite).status()),
-            EINVAL);
-  EXPECT_EQ(StatusToErrno(registrar_->Register(m.addr(), 4096, kAccessRemoteAtomic).status()),
-            EINVAL);
-}
-
-TEST_F(SimRegistrarTest, UnmappedMemoryIsEfault) {
-  AnonMapping m(4096);
-  char* addr = m.addr();
-  m.Unmap(0, 4096);
-  EXPECT_EQ(StatusToErrno(registrar_->Register(addr, 4096, 0).status()), EFAULT);
-  EXPECT_EQ(Stats().registrations, 0u);
-}
-
-TEST_F(SimRegistrarTest, RangeWithAnUnmappedPageInTheMiddleIsEfault) {
-  AnonMapping m(3 * 4096);
-  m.Unmap(4096, 4096);
-  EXPECT_EQ(StatusToErrno(registrar_->Register(m.addr(), 3 * 4096, 0).status()), EFAULT);
-}
-
-TEST_F(SimRegistrarTest, RangeEndingOneByteIntoAnUnmappedPageIsEfault) {
-  AnonMapping m(2 * 4096);
-  m.Unmap(4096, 4096);
-  EXPECT_EQ(StatusToErrno(registrar_->Register(m.addr() + 100, 4096 - 100 + 1, 0).status()),
-            EFAULT);
-  auto inside = registrar_->Register(m.addr() + 100, 4096 - 100, 0);
-  ASSERT_TRUE(inside.ok()) << inside.status();
-  EXPECT_TRUE(registrar_->Deregister(*inside).ok());
-}
-
-TEST_F(SimRegistrarTest, DeregisterOfAnUnknownRegistrationIsEinval) {
-  Registration bogus;
-  bogus.handle = 12345;
-  bogus.addr = reinterpret_cast<void*>(0x1000);
-  bogus.length = 4096;
-  EXPECT_EQ(StatusToErrno(registrar_->Deregister(bogus)), EINVAL);
-}
-
-TEST_F(SimRegistrarTest, SecondDeregisterIsEinval) {
-  AnonMapping m(4096);
-  auto reg = registrar_->Register(m.addr(), 4096, 0);
-  ASSERT_TRUE(reg.ok());
-  ASSERT_TRUE(registrar_->Deregister(*reg).ok());
-  EXPECT_EQ(StatusToErrno(registrar_->Deregister(*reg)), EINVAL);
 }
 
 TEST_F(SimRegistrarTest, RegisterCostsBasePlusPerPage) {
@@ -245,38 +156,6 @@ TEST_F(SimRegistrarTest, ZeroCostsSimulateNothing) {
   AnonMapping m(64 * kMiB, PROT_READ | PROT_WRITE, MAP_NORESERVE);
   EXPECT_EQ(RegisterCost(m.addr(), m.length()), 0u);
   EXPECT_EQ(Stats().simulated_ns, 0u);
-}
-
-TEST_F(SimRegistrarTest, DeviceWriteCopiesIntoTheRegisteredMemory) {
-  AnonMapping m(16 * kKiB);
-  auto reg = registrar_->Register(m.addr(), m.length(), kAccessLocalWrite);
-  ASSERT_TRUE(reg.ok());
-  std::string data(5000, 'd');
-  ASSERT_TRUE(registrar_->DeviceWrite(*reg, 3000, data.data(), data.size()).ok());
-  EXPECT_TRUE(AllBytesAre(m.addr(), 3000, 0));
-  EXPECT_TRUE(AllBytesAre(m.addr() + 3000, 5000, 'd'));
-  EXPECT_TRUE(AllBytesAre(m.addr() + 8000, m.length() - 8000, 0));
-  EXPECT_TRUE(registrar_->Deregister(*reg).ok());
-}
-
-TEST_F(SimRegistrarTest, DeviceWriteBeyondTheRegistrationIsEinval) {
-  AnonMapping m(8192);
-  auto reg = registrar_->Register(m.addr(), 4096, kAccessLocalWrite);
-  ASSERT_TRUE(reg.ok());
-  char byte = 1;
-  EXPECT_EQ(StatusToErrno(registrar_->DeviceWrite(*reg, 4096, &byte, 1)), EINVAL);
-  EXPECT_EQ(StatusToErrno(registrar_->DeviceWrite(*reg, 4000, &byte, SIZE_MAX)), EINVAL);
-  EXPECT_TRUE(registrar_->DeviceWrite(*reg, 4095, &byte, 1).ok());
-  EXPECT_TRUE(registrar_->Deregister(*reg).ok());
-}
-
-TEST_F(SimRegistrarTest, DeviceWriteThroughADeregisteredRegistrationIsEinval) {
-  AnonMapping m(4096);
-  auto reg = registrar_->Register(m.addr(), 4096, kAccessLocalWrite);
-  ASSERT_TRUE(reg.ok());
-  ASSERT_TRUE(registrar_->Deregister(*reg).ok());
-  char byte = 1;
-  EXPECT_EQ(StatusToErrno(registrar_->DeviceWrite(*reg, 0, &byte, 1)), EINVAL);
 }
 
 TEST_F(SimRegistrarTest, DeviceWriteIntoMemoryUnmappedSinceRegistrationIsEfault) {
@@ -427,55 +306,6 @@ TEST_F(SimRegistrarTest, MlockOverRlimitMemlockIsEnomemNamingTheLimit) {
   EXPECT_NE(msg.find("RLIMIT_MEMLOCK"), std::string::npos) << msg;
   EXPECT_NE(msg.find("262144 bytes"), std::string::npos) << msg;
   EXPECT_EQ(out.locked_kib_after, 0) << "a failed mlock leaves nothing locked";
-}
-
-TEST_F(SimRegistrarTest, FourThreadsRegisterConcurrentlyWithUniqueHandles) {
-  constexpr int kThreads = 4, kRounds = 50, kPerRound = 8;
-  Config config;
-  config.sim_base_ns = 200;
-  config.sim_page_ns = 10;
-  config.sim_mlock = true;  // overlapping pin counts under contention
-  Make(config);
-  AnonMapping m(kPerRound * 4096);
-  std::mutex mu;
-  std::set<uint64_t> live_handles;
-  bool duplicate = false;
-  int failures = 0;
-  auto worker = [&] {
-    for (int round = 0; round < kRounds; ++round) {
-      std::vector<Registration> mine;
-      for (int i = 0; i < kPerRound; ++i) {
-        // Every thread registers the same pages: the pins overlap.
-        auto reg = registrar_->Register(m.addr() + i * 4096, 2 * 4096 - (i + 1 == kPerRound) * 4096,
-                                        kAccessLocalWrite);
-        std::lock_guard<std::mutex> lock(mu);
-        if (!reg.ok()) {
-          ++failures;
-          continue;
-        }
-        duplicate |= !live_handles.insert(reg->handle).second;
-        mine.push_back(*reg);
-      }
-      for (const Registration& reg : mine) {
-        {
-          std::lock_guard<std::mutex> lock(mu);
-          live_handles.erase(reg.handle);
-        }
-        if (!registrar_->Deregister(reg).ok()) {
-          std::lock_guard<std::mutex> lock(mu);
-          ++failures;
-        }
-      }
-    }
-  };
-  std::vector<std::thread> threads;
-  for (int t = 0; t < kThreads; ++t) threads.emplace_back(worker);
-  for (auto& th : threads) th.join();
-  EXPECT_EQ(failures, 0);
-  EXPECT_FALSE(duplicate);
-  EXPECT_EQ(Stats().registrations, uint64_t{kThreads * kRounds * kPerRound});
-  EXPECT_EQ(Stats().deregistrations, uint64_t{kThreads * kRounds * kPerRound});
-  EXPECT_EQ(Stats().mlocked_pages, 0u);
 }
 
 TEST(SimRegistrarTeardownTest, DestroyingWithLiveMlockedRegistrationsUnlocksThem) {

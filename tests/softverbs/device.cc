@@ -48,7 +48,7 @@ Context* FindContext(ibv_context* ctx) {
   return it == r.contexts.end() ? nullptr : it->second;
 }
 
-void FillDeviceAttr(ibv_device_attr* a) {
+void FillDeviceAttr(const Context* ctx, ibv_device_attr* a) {
   memset(a, 0, sizeof *a);
   snprintf(a->fw_ver, sizeof a->fw_ver, "softverbs-1.0");
   a->node_guid = htobe64(kGuid);
@@ -57,7 +57,7 @@ void FillDeviceAttr(ibv_device_attr* a) {
   a->page_size_cap = ~(static_cast<uint64_t>(PageSize()) - 1);
   a->vendor_id = 0;
   a->vendor_part_id = 0;
-  a->max_mr = static_cast<int>(kDefaultSlots);
+  a->max_mr = static_cast<int>(ctx->slots);
   a->max_pd = 1 << 16;
   a->atomic_cap = IBV_ATOMIC_NONE;
   a->max_pkeys = 1;
@@ -89,7 +89,7 @@ int QueryDeviceEx(ibv_context* context, const ibv_query_device_ex_input* input,
   if (ctx == nullptr) return EINVAL;
   ibv_device_attr_ex ex;
   memset(&ex, 0, sizeof ex);
-  FillDeviceAttr(&ex.orig_attr);
+  FillDeviceAttr(ctx, &ex.orig_attr);
   if (ctx->odp != OdpLevel::kNone) {
     ex.odp_caps.general_caps = IBV_ODP_SUPPORT;
     if (ctx->odp == OdpLevel::kImplicit) ex.odp_caps.general_caps |= IBV_ODP_SUPPORT_IMPLICIT;
@@ -129,7 +129,8 @@ using softverbs::registry;
 
 extern "C" {
 
-ibv_device** ibv_get_device_list(int* num_devices) {
+SOFTVERBS_DEFAULT_1_1(ibv_get_device_list);
+ibv_device** softverbs_ibv_get_device_list_1_1(int* num_devices) {
   auto** list = static_cast<ibv_device**>(calloc(2, sizeof(ibv_device*)));
   if (list == nullptr) {
     errno = ENOMEM;
@@ -140,9 +141,11 @@ ibv_device** ibv_get_device_list(int* num_devices) {
   return list;
 }
 
-void ibv_free_device_list(ibv_device** list) { free(list); }
+SOFTVERBS_DEFAULT_1_1(ibv_free_device_list);
+void softverbs_ibv_free_device_list_1_1(ibv_device** list) { free(list); }
 
-const char* ibv_get_device_name(ibv_device* device) {
+SOFTVERBS_DEFAULT_1_1(ibv_get_device_name);
+const char* softverbs_ibv_get_device_name_1_1(ibv_device* device) {
   if (device != softverbs::TheDevice()) {
     errno = EINVAL;
     return nullptr;
@@ -150,7 +153,8 @@ const char* ibv_get_device_name(ibv_device* device) {
   return device->name;
 }
 
-__be64 ibv_get_device_guid(ibv_device* device) {
+SOFTVERBS_DEFAULT_1_1(ibv_get_device_guid);
+__be64 softverbs_ibv_get_device_guid_1_1(ibv_device* device) {
   if (device != softverbs::TheDevice()) {
     errno = EINVAL;
     return 0;
@@ -162,7 +166,8 @@ int ibv_get_device_index(ibv_device* device) {
   return device == softverbs::TheDevice() ? 0 : -1;
 }
 
-ibv_context* ibv_open_device(ibv_device* device) {
+SOFTVERBS_DEFAULT_1_1(ibv_open_device);
+ibv_context* softverbs_ibv_open_device_1_1(ibv_device* device) {
   if (device != softverbs::TheDevice()) {
     errno = EINVAL;
     return nullptr;
@@ -186,6 +191,7 @@ ibv_context* ibv_open_device(ibv_device* device) {
     return nullptr;
   }
   ctx->odp = softverbs::OdpLevelFromEnvironment();
+  ctx->slots = slots;
   verbs_context& v = ctx->vctx;
   v.sz = sizeof(verbs_context);
   v.query_device_ex = softverbs::QueryDeviceEx;
@@ -204,7 +210,8 @@ ibv_context* ibv_open_device(ibv_device* device) {
 }
 
 // Like closing the uverbs file: whatever the context still owns is released.
-int ibv_close_device(ibv_context* context) {
+SOFTVERBS_DEFAULT_1_1(ibv_close_device);
+int softverbs_ibv_close_device_1_1(ibv_context* context) {
   Registry& r = registry();
   Context* ctx = nullptr;
   {
@@ -239,20 +246,24 @@ int ibv_close_device(ibv_context* context) {
   return 0;
 }
 
-int ibv_query_device(ibv_context* context, ibv_device_attr* attr) {
-  if (FindContext(context) == nullptr || attr == nullptr) return EINVAL;
-  softverbs::FillDeviceAttr(attr);
+SOFTVERBS_DEFAULT_1_1(ibv_query_device);
+int softverbs_ibv_query_device_1_1(ibv_context* context, ibv_device_attr* attr) {
+  const Context* ctx = FindContext(context);
+  if (ctx == nullptr || attr == nullptr) return EINVAL;
+  softverbs::FillDeviceAttr(ctx, attr);
   return 0;
 }
 
 // The exported symbol takes the pre-port_cap_flags2 layout; rdma-core's
 // inline ibv_query_port only calls it when verbs_context.query_port is unset.
-int ibv_query_port(ibv_context* context, uint8_t port_num, _compat_ibv_port_attr* attr) {
+SOFTVERBS_DEFAULT_1_1(ibv_query_port);
+int softverbs_ibv_query_port_1_1(ibv_context* context, uint8_t port_num, _compat_ibv_port_attr* attr) {
   return softverbs::QueryPortEx(context, port_num, reinterpret_cast<ibv_port_attr*>(attr),
                                 offsetof(ibv_port_attr, port_cap_flags2));
 }
 
-int ibv_query_gid(ibv_context* context, uint8_t port_num, int index, ibv_gid* gid) {
+SOFTVERBS_DEFAULT_1_1(ibv_query_gid);
+int softverbs_ibv_query_gid_1_1(ibv_context* context, uint8_t port_num, int index, ibv_gid* gid) {
   if (FindContext(context) == nullptr || gid == nullptr || port_num != 1 || index != 0) {
     errno = EINVAL;
     return -1;
@@ -273,7 +284,8 @@ int ibv_query_gid_type(ibv_context* context, uint8_t port_num, unsigned int inde
   return 0;
 }
 
-int ibv_query_pkey(ibv_context* context, uint8_t port_num, int index, __be16* pkey) {
+SOFTVERBS_DEFAULT_1_1(ibv_query_pkey);
+int softverbs_ibv_query_pkey_1_1(ibv_context* context, uint8_t port_num, int index, __be16* pkey) {
   if (FindContext(context) == nullptr || pkey == nullptr || port_num != 1 || index != 0) {
     errno = EINVAL;
     return -1;

@@ -219,7 +219,8 @@ using softverbs::registry;
 
 extern "C" {
 
-ibv_pd* ibv_alloc_pd(ibv_context* context) {
+SOFTVERBS_DEFAULT_1_1(ibv_alloc_pd);
+ibv_pd* softverbs_ibv_alloc_pd_1_1(ibv_context* context) {
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mu);
   auto it = r.contexts.find(context);
@@ -236,7 +237,8 @@ ibv_pd* ibv_alloc_pd(ibv_context* context) {
   return &pd->pd;
 }
 
-int ibv_dealloc_pd(ibv_pd* pd) {
+SOFTVERBS_DEFAULT_1_1(ibv_dealloc_pd);
+int softverbs_ibv_dealloc_pd_1_1(ibv_pd* pd) {
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mu);
   auto it = r.pds.find(pd);
@@ -248,7 +250,8 @@ int ibv_dealloc_pd(ibv_pd* pd) {
   return 0;
 }
 
-ibv_mr* ibv_reg_mr(ibv_pd* pd, void* addr, size_t length, int access) {
+SOFTVERBS_DEFAULT_1_1(ibv_reg_mr);
+ibv_mr* softverbs_ibv_reg_mr_1_1(ibv_pd* pd, void* addr, size_t length, int access) {
   return softverbs::RegisterMr(pd, addr, length, reinterpret_cast<uintptr_t>(addr),
                                static_cast<unsigned>(access));
 }
@@ -268,7 +271,8 @@ ibv_mr* ibv_reg_dmabuf_mr(ibv_pd* pd, uint64_t offset, size_t length, uint64_t i
   return softverbs::Fail(EOPNOTSUPP);
 }
 
-int ibv_dereg_mr(ibv_mr* mr) {
+SOFTVERBS_DEFAULT_1_1(ibv_dereg_mr);
+int softverbs_ibv_dereg_mr_1_1(ibv_mr* mr) {
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mu);
   auto it = r.mrs.find(mr);

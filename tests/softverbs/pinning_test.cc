@@ -133,6 +133,9 @@ TEST(PinningTable, FullPinTableIsEnomem) {
   ibv_context* ctx = ibv_open_device(list[0]);
   unsetenv("SOFTVERBS_SLOTS");
   ASSERT_NE(ctx, nullptr);
+  ibv_device_attr attr;
+  ASSERT_EQ(ibv_query_device(ctx, &attr), 0);
+  EXPECT_EQ(attr.max_mr, 2);
   ibv_pd* pd = ibv_alloc_pd(ctx);
   ASSERT_NE(pd, nullptr);
   static char buf[3][4096];

@@ -33,6 +33,7 @@ enum class OdpLevel { kNone, kExplicit, kImplicit };
 struct Context {
   verbs_context vctx;  // first: verbs_get_ctx() computes its address from &vctx.context
   OdpLevel odp = OdpLevel::kNone;
+  unsigned slots = 0;  // size of the pin table: the device's max_mr
   PinTable pins;
 };
 
@@ -81,5 +82,31 @@ int AdviseMr(ibv_pd* pd, ibv_advise_mr_advice advice, uint32_t flags, ibv_sge* s
              uint32_t num_sge);
 
 }  // namespace softverbs
+
+// rdma-core exports these names twice: the IBVERBS_1.1 default and an
+// IBVERBS_1.0 compat variant taking libibverbs 1.0's structs (compat_1_0.cc).
+// The 1.1 definitions are named softverbs_<name>_1_1 and bound to
+// <name>@@IBVERBS_1.1 by SOFTVERBS_DEFAULT_1_1(<name>).
+#define SOFTVERBS_DEFAULT_1_1(name) \
+  __asm__(".symver softverbs_" #name "_1_1, " #name "@@IBVERBS_1.1")
+
+extern "C" {
+ibv_device** softverbs_ibv_get_device_list_1_1(int* num_devices);
+void softverbs_ibv_free_device_list_1_1(ibv_device** list);
+const char* softverbs_ibv_get_device_name_1_1(ibv_device* device);
+__be64 softverbs_ibv_get_device_guid_1_1(ibv_device* device);
+ibv_context* softverbs_ibv_open_device_1_1(ibv_device* device);
+int softverbs_ibv_close_device_1_1(ibv_context* context);
+int softverbs_ibv_query_device_1_1(ibv_context* context, ibv_device_attr* attr);
+int softverbs_ibv_query_port_1_1(ibv_context* context, uint8_t port_num,
+                                 _compat_ibv_port_attr* attr);
+int softverbs_ibv_query_gid_1_1(ibv_context* context, uint8_t port_num, int index, ibv_gid* gid);
+int softverbs_ibv_query_pkey_1_1(ibv_context* context, uint8_t port_num, int index,
+                                 __be16* pkey);
+ibv_pd* softverbs_ibv_alloc_pd_1_1(ibv_context* context);
+int softverbs_ibv_dealloc_pd_1_1(ibv_pd* pd);
+ibv_mr* softverbs_ibv_reg_mr_1_1(ibv_pd* pd, void* addr, size_t length, int access);
+int softverbs_ibv_dereg_mr_1_1(ibv_mr* mr);
+}
 
 #endif  // SOFTVERBS_REGISTRY_H_

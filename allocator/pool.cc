@@ -1,0 +1,475 @@
+#include "allocator/pool.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <string>
+
+#include "absl/base/optimization.h"
+#include "absl/strings/str_cat.h"
+#include "allocator/private_jemalloc.h"
+#include "allocator/thread_tcache.h"
+#include "mrcache/errno_status.h"
+
+namespace mrcache {
+namespace {
+
+constexpr size_t kMinBuffer = 64;  // smallest buffer and its alignment
+constexpr size_t kMaxRequest = size_t{1} << 62;
+
+// Set by the alloc hook when it refuses, read by Alloc in the same thread:
+// jemalloc itself only reports "NULL".
+thread_local int t_hook_errno = 0;
+thread_local char t_hook_message[256];
+// The pool whose arena is being created by this thread: jemalloc's metadata
+// for the arena (its "base") comes through the alloc hook then, and is mapped
+// without registering it.
+thread_local const Pool* t_creating_pool = nullptr;
+
+// The chunk this thread last found, per pool id (ids are never reused, so an
+// entry of a destroyed pool never matches; its chunk is never dereferenced
+// then). Saves the radix walk when a thread allocates from one chunk in a row.
+struct ChunkHint {
+  uint64_t pool_id;
+  uintptr_t start;
+  size_t length;
+  const PoolChunk* chunk;
+};
+thread_local ChunkHint t_chunk_hint;
+
+void SetHookError(int err, const std::string& message) {
+  t_hook_errno = err;
+  std::snprintf(t_hook_message, sizeof t_hook_message, "%s", message.c_str());
+}
+
+size_t PageSize() { return static_cast<size_t>(sysconf(_SC_PAGESIZE)); }
+
+// The kernel's default hugepage size (MAP_HUGETLB without a size flag).
+size_t HugepageSize() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  size_t kib = 0;
+  while (meminfo >> key) {
+    if (key == "Hugepagesize:" && (meminfo >> kib) && kib != 0) return kib << 10;
+  }
+  return size_t{2} << 20;
+}
+
+size_t RoundUp(size_t v, size_t to) { return (v + to - 1) & ~(to - 1); }
+
+int Mallctl(const std::string& name, void* oldp, size_t* oldlen, void* newp, size_t newlen) {
+  return mrcache_je_mallctl(name.c_str(), oldp, oldlen, newp, newlen);
+}
+
+void FillKeys(const PoolChunk& chunk, void* addr, size_t length, RegionInfo* keys) {
+  keys->addr = addr;
+  keys->length = length;
+  keys->lkey = chunk.registration.lkey;
+  keys->rkey = chunk.registration.rkey;
+  keys->access = chunk.registration.access;
+  keys->handle = chunk.registration.handle;
+}
+
+}  // namespace
+
+// Placed first so that the extent_hooks_t* jemalloc passes back leads to it.
+struct Pool::Hooks {
+  extent_hooks_t hooks;
+  Pool* pool;
+};
+
+Pool::Pool(Registrar& registrar, const Config& config, const PoolOptions& options)
+    : registrar_(registrar),
+      chunk_bytes_(config.pool_hugepages ? std::max(config.pool_chunk_bytes, HugepageSize())
+                                         : config.pool_chunk_bytes),
+      max_bytes_(config.pool_max_bytes),
+      options_(options),
+      id_(pool_internal::NewPoolId()),
+      hugepages_(config.pool_hugepages),
+      map_(__builtin_ctzll(chunk_bytes_)) {}
+
+absl::StatusOr<std::unique_ptr<Pool>> Pool::Create(Registrar& registrar, const Config& config) {
+  return Create(registrar, config, PoolOptions());
+}
+
+absl::StatusOr<std::unique_ptr<Pool>> Pool::Create(Registrar& registrar, const Config& config,
+                                                   const PoolOptions& options) {
+  absl::Status access = ValidateAccess(options.access);
+  if (!access.ok()) return access;
+  const size_t chunk = config.pool_chunk_bytes;
+  if (chunk < (size_t{64} << 10) || (chunk & (chunk - 1)) != 0 || chunk > (size_t{1} << 40)) {
+    return ErrnoStatus(EINVAL, absl::StrCat("pool_chunk_bytes ", chunk,
+                                            " is not a power of two from 64K to 1T"));
+  }
+  if (config.pool_max_bytes < chunk) {
+    return ErrnoStatus(EINVAL, absl::StrCat("pool_max_bytes ", config.pool_max_bytes,
+                                            " is smaller than pool_chunk_bytes ", chunk));
+  }
+  std::unique_ptr<Pool> pool(new Pool(registrar, config, options));
+  absl::Status s = pool->Init();
+  if (!s.ok()) return s;
+  return pool;
+}
+
+absl::Status Pool::Init() {
+  pool_internal::RegisterPool(id_);
+  hooks_.reset(new Hooks);
+  hooks_->pool = this;
+  extent_hooks_t& h = hooks_->hooks;
+  h.alloc = [](extent_hooks_t* hooks, void* new_addr, size_t size, size_t alignment, bool* zero,
+               bool* commit, unsigned) -> void* {
+    // Growing in place at new_addr is declined; jemalloc moves the data then.
+    if (new_addr != nullptr) return nullptr;
+    void* p = reinterpret_cast<Hooks*>(hooks)->pool->AllocChunk(size, alignment);
+    if (p != nullptr) *zero = *commit = true;  // fresh anonymous pages, always committed
+    return p;
+  };
+  // Memory goes back to the system only when the pool is destroyed: refuse.
+  h.dalloc = [](extent_hooks_t*, void*, size_t, bool, unsigned) { return true; };
+  // Called by arena.destroy for extents it retained; ReleaseAll unmaps chunks.
+  h.destroy = [](extent_hooks_t*, void*, size_t, bool, unsigned) {};
+  h.commit = [](extent_hooks_t*, void*, size_t, size_t, size_t, unsigned) { return false; };
+  // Pinned pages must never be decommitted or purged (MADV_DONTNEED would
+  // swap fresh pages in under the registration): refuse.
+  h.decommit = [](extent_hooks_t*, void*, size_t, size_t, size_t, unsigned) { return true; };
+  h.purge_lazy = [](extent_hooks_t*, void*, size_t, size_t, size_t, unsigned) { return true; };
+  h.purge_forced = [](extent_hooks_t*, void*, size_t, size_t, size_t, unsigned) { return true; };
+  h.split = [](extent_hooks_t*, void*, size_t, size_t, size_t, bool, unsigned) { return false; };
+  h.merge = [](extent_hooks_t* hooks, void* a, size_t, void* b, size_t, bool, unsigned) {
+    return !reinterpret_cast<Hooks*>(hooks)->pool->SameChunk(a, b);
+  };
+
+  extent_hooks_t* hooks_ptr = &h;
+  size_t len = sizeof arena_;
+  t_hook_errno = 0;
+  t_creating_pool = this;
+  int err = mrcache_je_mallctl("arenas.create", &arena_, &len, &hooks_ptr, sizeof hooks_ptr);
+  t_creating_pool = nullptr;
+  if (err != 0) {
+    return ErrnoStatus(err, absl::StrCat("jemalloc arenas.create failed: ", std::strerror(err),
+                                         t_hook_errno ? std::string(" (") + t_hook_message + ")" : ""));
+  }
+  arena_created_ = true;
+  arena_flags_ = MALLOCX_ARENA(arena_);
+  BuildSizeClasses();
+  const std::string arena = absl::StrCat("arena.", arena_, ".");
+  ssize_t never = -1;
+  for (const char* key : {"dirty_decay_ms", "muzzy_decay_ms"}) {
+    err = Mallctl(arena + key, nullptr, nullptr, &never, sizeof never);
+    if (err != 0) {
+      return ErrnoStatus(err, absl::StrCat("jemalloc ", arena, key, " = -1 failed: ", std::strerror(err)));
+    }
+  }
+  bool retain = false;
+  len = sizeof retain;
+  if (mrcache_je_mallctl("opt.retain", &retain, &len, nullptr, 0) == 0 && retain) {
+    // jemalloc grows its retained address space by one chunk at a time.
+    size_t limit = chunk_bytes_;
+    err = Mallctl(arena + "retain_grow_limit", nullptr, nullptr, &limit, sizeof limit);
+    if (err != 0) {
+      return ErrnoStatus(err, absl::StrCat("jemalloc ", arena, "retain_grow_limit failed: ",
+                                           std::strerror(err)));
+    }
+  } else {
+    std::fprintf(stderr,
+                 "mrcache pool: jemalloc opt.retain is off (MALLOC_CONF?): every extent jemalloc "
+                 "asks for becomes its own registration\n");
+  }
+  return absl::OkStatus();
+}
+
+void* Pool::MapAligned(size_t length, size_t alignment, bool hugepages, size_t* map_length) {
+  const size_t page = hugepages ? HugepageSize() : PageSize();
+  const size_t len = RoundUp(length, page);
+  alignment = std::max(alignment, page);
+  const int flags = MAP_PRIVATE | MAP_ANONYMOUS | (hugepages ? MAP_HUGETLB : 0);
+  // Often the kernel's choice is aligned already; else map more and trim.
+  void* p = mmap(nullptr, len, PROT_READ | PROT_WRITE, flags, -1, 0);
+  if (p == MAP_FAILED) return nullptr;
+  if ((reinterpret_cast<uintptr_t>(p) & (alignment - 1)) != 0) {
+    munmap(p, len);
+    const size_t over = len + alignment;
+    p = mmap(nullptr, over, PROT_READ | PROT_WRITE, flags, -1, 0);
+    if (p == MAP_FAILED) return nullptr;
+    const uintptr_t raw = reinterpret_cast<uintptr_t>(p);
+    const uintptr_t aligned = RoundUp(raw, alignment);
+    if (aligned > raw) munmap(p, aligned - raw);
+    const size_t tail = over - (aligned - raw) - len;
+    if (tail != 0) munmap(reinterpret_cast<void*>(aligned + len), tail);
+    p = reinterpret_cast<void*>(aligned);
+  }
+  *map_length = len;
+  return p;
+}
+
+void* Pool::AllocChunk(size_t size, size_t alignment) {
+  std::lock_guard<std::mutex> lock(mu_);
+  size_t map_length = 0;
+  if (t_creating_pool == this) {
+    void* p = MapAligned(size, alignment, false, &map_length);
+    if (p == nullptr) {
+      SetHookError(errno, absl::StrCat("mmap of ", size, " bytes for jemalloc metadata: ",
+                                       std::strerror(errno)));
+      return nullptr;
+    }
+    metadata_maps_.emplace_back(p, map_length);
+    return p;
+  }
+  if (stats_.registered_bytes + size > max_bytes_ || size > max_bytes_) {
+    SetHookError(ENOMEM, absl::StrCat("pool_max_bytes ", max_bytes_, " reached (",
+                                      stats_.registered_bytes, " bytes registered, a chunk of ",
+                                      size, " more needed)"));
+    return nullptr;
+  }
+  const size_t align = std::max(alignment, chunk_bytes_);
+  bool huge = hugepages_;
+  void* p = MapAligned(size, align, huge, &map_length);
+  if (p == nullptr && huge) {
+    std::fprintf(stderr,
+                 "mrcache pool: pool_hugepages=1 but a MAP_HUGETLB mapping of %zu bytes failed "
+                 "(%s; see /proc/sys/vm/nr_hugepages): falling back to normal pages\n",
+                 size, std::strerror(errno));
+    hugepages_ = huge = false;
+    p = MapAligned(size, align, false, &map_length);
+  }
+  if (p == nullptr) {
+    SetHookError(ENOMEM, absl::StrCat("mmap of ", size, " bytes: ", std::strerror(errno)));
+    return nullptr;
+  }
+  absl::StatusOr<Registration> reg = registrar_.Register(p, size, options_.access);
+  if (!reg.ok()) {
+    munmap(p, map_length);
+    SetHookError(StatusToErrno(reg.status()),
+                 absl::StrCat(registrar_.name(), " registrar refused a pool chunk of ", size,
+                              " bytes: ", reg.status().message()));
+    return nullptr;
+  }
+  auto chunk = std::make_unique<PoolChunk>();
+  chunk->start = reinterpret_cast<uintptr_t>(p);
+  chunk->length = size;
+  chunk->map_length = map_length;
+  chunk->hugepages = huge;
+  chunk->registration = *reg;
+  ++stats_.registrations;
+  absl::Status inserted = map_.Insert(chunk.get());
+  if (!inserted.ok()) {
+    absl::Status dereg = registrar_.Deregister(*reg);
+    ++stats_.deregistrations;
+    if (!dereg.ok()) {
+      std::fprintf(stderr, "mrcache pool: deregistering a chunk failed: %s\n",
+                   std::string(dereg.message()).c_str());
+    }
+    munmap(p, map_length);
+    SetHookError(StatusToErrno(inserted), std::string(inserted.message()));
+    return nullptr;
+  }
+  ++stats_.chunks;
+  stats_.registered_bytes += size;
+  stats_.hugepage_chunks += huge ? 1 : 0;
+  chunks_.push_back(std::move(chunk));
+  return p;
+}
+
+bool Pool::SameChunk(const void* a, const void* b) const {
+  const PoolChunk* chunk = map_.Find(a);
+  return chunk != nullptr && chunk == map_.Find(b);
+}
+
+const PoolChunk* Pool::FindChunk(const void* ptr) const {
+  ChunkHint& hint = t_chunk_hint;
+  const uintptr_t addr = reinterpret_cast<uintptr_t>(ptr);
+  if (hint.pool_id == id_ && addr - hint.start < hint.length) return hint.chunk;
+  const PoolChunk* chunk = map_.Find(ptr);
+  if (chunk != nullptr) hint = ChunkHint{id_, chunk->start, chunk->length, chunk};
+  return chunk;
+}
+
+int Pool::CallFlags() const {
+  return arena_flags_ |
+         (options_.thread_caches ? pool_internal::ThreadSlot(id_).flags : MALLOCX_TCACHE_NONE);
+}
+
+void Pool::BuildSizeClasses() {
+  constexpr size_t kBinBytes = size_t{128} << 10;
+  std::memset(bin_of_, kNoBin, sizeof bin_of_);
+  int bins = 0;
+  size_t last = 0;
+  for (size_t size = 64; size <= kMagazineMaxBytes; size += 64) {
+    const size_t usize = mrcache_je_nallocx(size, arena_flags_);
+    if (usize == 0 || usize % 64 != 0 || usize > kMagazineMaxBytes) continue;
+    if (usize != last) {
+      if (bins == pool_internal::Magazine::kMaxBins) break;
+      bin_depth_[bins] = static_cast<uint8_t>(
+          std::min<size_t>(pool_internal::Magazine::kMaxDepth, std::max<size_t>(1, kBinBytes / usize)));
+      last = usize;
+      ++bins;
+    }
+    bin_of_[size >> 6] = static_cast<uint8_t>(bins - 1);
+  }
+}
+
+absl::StatusOr<void*> Pool::Alloc(size_t size, RegionInfo* keys) {
+  if (ABSL_PREDICT_FALSE(size - 1 >= kMaxRequest - 1)) {
+    if (size == 0) return ErrnoStatus(EINVAL, "pool buffers cannot be empty (size 0)");
+    return ErrnoStatus(ENOMEM, absl::StrCat("pool buffer of ", size, " bytes is too large"));
+  }
+  const size_t rounded = RoundUp(size, kMinBuffer);
+  void* p;
+  if (options_.thread_caches) {
+    pool_internal::TcacheSlot& slot = pool_internal::ThreadSlot(id_);
+    pool_internal::Magazine* magazine = slot.magazine;
+    const uint8_t bin = rounded <= kMagazineMaxBytes ? bin_of_[rounded >> 6] : kNoBin;
+    if (bin != kNoBin && magazine != nullptr && magazine->count[bin] != 0) {
+      p = magazine->slots[bin][--magazine->count[bin]];
+    } else {
+      p = mrcache_je_mallocx(rounded, arena_flags_ | slot.flags);
+    }
+  } else {
+    p = mrcache_je_mallocx(rounded, arena_flags_ | MALLOCX_TCACHE_NONE);
+  }
+  if (ABSL_PREDICT_FALSE(p == nullptr)) return AllocRetry(size, keys);
+  if (keys != nullptr) FillKeys(*FindChunk(p), p, size, keys);
+  return p;
+}
+
+absl::StatusOr<void*> Pool::AllocRetry(size_t size, RegionInfo* keys) {
+  // The calling thread's cached buffers may keep whole slabs busy: give them
+  // back and try once more before failing.
+  t_hook_errno = 0;
+  if (options_.thread_caches) pool_internal::FlushCallingThread(id_);
+  void* p = mrcache_je_mallocx(RoundUp(size, kMinBuffer), CallFlags());
+  if (p == nullptr) {
+    if (t_hook_errno != 0) {
+      return ErrnoStatus(t_hook_errno,
+                         absl::StrCat("pool: no buffer of ", size, " bytes: ", t_hook_message));
+    }
+    return ErrnoStatus(ENOMEM, absl::StrCat("pool: no buffer of ", size, " bytes"));
+  }
+  if (keys != nullptr) FillKeys(*FindChunk(p), p, size, keys);
+  return p;
+}
+
+absl::Status Pool::Keys(const void* ptr, RegionInfo* keys) const {
+  const PoolChunk* chunk = FindChunk(ptr);
+  if (chunk == nullptr) {
+    return ErrnoStatus(EINVAL, absl::StrCat("address ", absl::Hex(reinterpret_cast<uintptr_t>(ptr)),
+                                            " is not inside this pool"));
+  }
+  const uintptr_t addr = reinterpret_cast<uintptr_t>(ptr);
+  FillKeys(*chunk, const_cast<void*>(ptr), chunk->start + chunk->length - addr, keys);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Registration> Pool::ChunkRegistration(const void* ptr) const {
+  const PoolChunk* chunk = FindChunk(ptr);
+  if (chunk == nullptr) {
+    return ErrnoStatus(EINVAL, absl::StrCat("address ", absl::Hex(reinterpret_cast<uintptr_t>(ptr)),
+                                            " is not inside this pool"));
+  }
+  return chunk->registration;
+}
+
+absl::Status Pool::Free(void* ptr) {
+  if (ptr == nullptr) return absl::OkStatus();
+  if (ABSL_PREDICT_FALSE((reinterpret_cast<uintptr_t>(ptr) & (kMinBuffer - 1)) != 0 ||
+                         FindChunk(ptr) == nullptr)) {
+    return ForeignFree(ptr);
+  }
+  if (!options_.thread_caches) {
+    mrcache_je_dallocx(ptr, MALLOCX_TCACHE_NONE);
+    return absl::OkStatus();
+  }
+  pool_internal::TcacheSlot& slot = pool_internal::ThreadSlot(id_);
+  pool_internal::Magazine* magazine = slot.magazine;
+  if (magazine != nullptr) {
+    const size_t usize = mrcache_je_sallocx(ptr, 0);
+    const uint8_t bin = usize <= kMagazineMaxBytes ? bin_of_[usize >> 6] : kNoBin;
+    if (bin != kNoBin && magazine->count[bin] < bin_depth_[bin]) {
+      magazine->slots[bin][magazine->count[bin]++] = ptr;
+      return absl::OkStatus();
+    }
+  }
+  mrcache_je_dallocx(ptr, slot.flags);
+  return absl::OkStatus();
+}
+
+absl::Status Pool::ForeignFree(const void* ptr) const {
+  return ErrnoStatus(EINVAL, absl::StrCat("free of ", absl::Hex(reinterpret_cast<uintptr_t>(ptr)),
+                                          ", which is not a buffer of this pool; ignored"));
+}
+
+PoolStats Pool::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+uint64_t Pool::allocated_buffers() const {
+  if (!arena_created_) return 0;
+  if (options_.thread_caches) pool_internal::FlushCallingThread(id_);
+  uint64_t epoch = 1;
+  size_t len = sizeof epoch;
+  mrcache_je_mallctl("epoch", &epoch, &len, &epoch, len);
+  const std::string prefix = absl::StrCat("stats.arenas.", arena_, ".");
+  uint64_t total = 0;
+  for (const char* kind : {"small", "large"}) {
+    uint64_t nmalloc = 0, ndalloc = 0;
+    len = sizeof nmalloc;
+    Mallctl(absl::StrCat(prefix, kind, ".nmalloc"), &nmalloc, &len, nullptr, 0);
+    len = sizeof ndalloc;
+    Mallctl(absl::StrCat(prefix, kind, ".ndalloc"), &ndalloc, &len, nullptr, 0);
+    total += nmalloc - ndalloc;
+  }
+  return total;
+}
+
+Pool::~Pool() { ReleaseAll(); }
+
+void Pool::ReleaseAll() {
+  // Flush every thread's cache of this pool first: jemalloc requires it before
+  // arena.destroy, and it makes the buffer count exact.
+  pool_internal::UnregisterPool(id_);
+  bool unmap = true;
+  if (arena_created_) {
+    const uint64_t live = allocated_buffers();
+    if (live != 0) {
+      std::fprintf(stderr,
+                   "mrcache pool: destroyed with %" PRIu64
+                   " buffer(s) still allocated; their chunks are deregistered and unmapped\n",
+                   live);
+    }
+    int err = Mallctl(absl::StrCat("arena.", arena_, ".destroy"), nullptr, nullptr, nullptr, 0);
+    if (err != 0) {
+      // jemalloc still owns the memory: deregister (no registration may
+      // outlive the pool) but leave it mapped rather than pull it away.
+      std::fprintf(stderr, "mrcache pool: jemalloc arena.%u.destroy failed (%s); its chunks stay mapped\n",
+                   arena_, std::strerror(err));
+      unmap = false;
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const std::unique_ptr<PoolChunk>& chunk : chunks_) {
+    map_.Erase(chunk.get());
+    absl::Status s = registrar_.Deregister(chunk->registration);
+    ++stats_.deregistrations;
+    if (!s.ok()) {
+      std::fprintf(stderr, "mrcache pool: deregistering chunk %p failed: %s\n",
+                   reinterpret_cast<void*>(chunk->start), std::string(s.message()).c_str());
+    }
+    if (unmap) munmap(reinterpret_cast<void*>(chunk->start), chunk->map_length);
+  }
+  stats_.chunks = 0;
+  stats_.registered_bytes = 0;
+  stats_.hugepage_chunks = 0;
+  chunks_.clear();
+  if (unmap) {
+    for (const auto& m : metadata_maps_) munmap(m.first, m.second);
+  }
+  metadata_maps_.clear();
+}
+
+}  // namespace mrcache

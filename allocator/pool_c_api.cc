@@ -1,0 +1,98 @@
+// pool_c_api.cc: mrc_pool_* of mrcache.h over mrcache::Pool.
+//
+// A pool takes its registrar from the cache it is created on (Cache::registrar())
+// and must be destroyed before that cache. Errors: functions that return int
+// return the errno; mrc_pool_alloc sets errno; mrc_pool_free, which returns
+// nothing, prints the reason on stderr (a foreign pointer is never freed).
+#include <cerrno>
+#include <cstdio>
+#include <memory>
+#include <new>
+#include <string>
+
+#include "allocator/pool.h"
+#include "mrcache/c_api_handles.h"
+#include "mrcache/cache.h"
+#include "mrcache/config.h"
+#include "mrcache/errno_status.h"
+#include "mrcache/mrcache.h"
+
+// mrc_config_t and mrc_cache_t come from mrcache/c_api_handles.h.
+struct mrc_pool {
+  std::unique_ptr<mrcache::Pool> pool;
+};
+
+namespace {
+
+void ToC(const mrcache::RegionInfo& info, mrc_region_info_t* keys) {
+  keys->addr = info.addr;
+  keys->length = info.length;
+  keys->lkey = info.lkey;
+  keys->rkey = info.rkey;
+  keys->access = info.access;
+}
+
+}  // namespace
+
+extern "C" {
+
+int mrc_pool_create(mrc_cache_t* cache, const mrc_config_t* cfg, mrc_pool_t** pool) {
+  if (cache == nullptr || cache->cache == nullptr || pool == nullptr) return EINVAL;
+  mrcache::Config config;
+  if (cfg != nullptr) {
+    config = cfg->config;
+  } else {
+    absl::StatusOr<mrcache::Config> env = mrcache::Config::FromEnvironment();
+    if (!env.ok()) {
+      std::fprintf(stderr, "mrc_pool_create: %s\n", std::string(env.status().message()).c_str());
+      return mrcache::StatusToErrno(env.status());
+    }
+    config = *env;
+  }
+  absl::StatusOr<std::unique_ptr<mrcache::Pool>> p =
+      mrcache::Pool::Create(cache->cache->registrar(), config);
+  if (!p.ok()) {
+    std::fprintf(stderr, "mrc_pool_create: %s\n", std::string(p.status().message()).c_str());
+    return mrcache::StatusToErrno(p.status());
+  }
+  *pool = new (std::nothrow) mrc_pool{std::move(*p)};
+  return *pool == nullptr ? ENOMEM : 0;
+}
+
+void* mrc_pool_alloc(mrc_pool_t* pool, size_t size, mrc_region_info_t* keys) {
+  if (pool == nullptr) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  mrcache::RegionInfo info;
+  absl::StatusOr<void*> p = pool->pool->Alloc(size, keys != nullptr ? &info : nullptr);
+  if (!p.ok()) {
+    errno = mrcache::StatusToErrno(p.status());
+    return nullptr;
+  }
+  if (keys != nullptr) ToC(info, keys);
+  return *p;
+}
+
+int mrc_pool_keys(mrc_pool_t* pool, const void* ptr, mrc_region_info_t* keys) {
+  if (pool == nullptr || keys == nullptr) return EINVAL;
+  mrcache::RegionInfo info;
+  absl::Status s = pool->pool->Keys(ptr, &info);
+  if (!s.ok()) return mrcache::StatusToErrno(s);
+  ToC(info, keys);
+  return 0;
+}
+
+void mrc_pool_free(mrc_pool_t* pool, void* ptr) {
+  if (ptr == nullptr) return;
+  if (pool == nullptr) {
+    std::fprintf(stderr, "mrc_pool_free: pool is NULL; %p not freed\n", ptr);
+    return;
+  }
+  absl::Status s = pool->pool->Free(ptr);
+  if (!s.ok()) std::fprintf(stderr, "mrc_pool_free: %s\n", std::string(s.message()).c_str());
+}
+
+void mrc_pool_destroy(mrc_pool_t* pool) { delete pool; }
+
+}  // extern "C"
