@@ -803,7 +803,16 @@ void CacheImpl::UnindexLocked(Region* r, Region** candidates) {
 
 void CacheImpl::BumpGenerationAndFence() {
   gen_.fetch_add(1, std::memory_order_acq_rel);
-  ReclaimerFence();
+  // Lock-free hits run only on threads with a live ThreadCache; a thread
+  // attaches under mu_ (held here). If the only one is ours, no hit can race
+  // with this reclaimer and the asymmetric fence is not needed.
+  const ThreadCache* mine = FindThreadCache(uid_);
+  for (const ThreadCache* tc = threads_; tc != nullptr; tc = tc->next) {
+    if (tc != mine && !tc->orphaned.load(std::memory_order_acquire)) {
+      ReclaimerFence();
+      return;
+    }
+  }
 }
 
 void CacheImpl::SettleLocked(Region* candidates, DeadList* dead) {

@@ -158,7 +158,7 @@ std::vector<Row> BadInputCatalogue::Catalogue() {
       {"mrc_config_set max_bytes \"99999999999999999999\" (overflow)", EINVAL,
        [] { return SetKey("max_bytes", "99999999999999999999"); }},
       {"mrc_config_set alignment \"3000\" (not a power of two)", EINVAL, [] { return SetKey("alignment", "3000"); }},
-      {"mrc_config_set alignment \"1024\" (below the page size)", EINVAL, [] { return SetKey("alignment", "1024"); }},
+      {"mrc_config_set alignment \"4\" (below the minimum of 8)", EINVAL, [] { return SetKey("alignment", "4"); }},
       {"mrc_config_set registrar \"nic\"", EINVAL, [] { return SetKey("registrar", "nic"); }},
       {"mrc_config_set monitor \"bogus\"", EINVAL, [] { return SetKey("monitor", "bogus"); }},
       {"mrc_config_set odp \"sometimes\"", EINVAL, [] { return SetKey("odp", "sometimes"); }},
