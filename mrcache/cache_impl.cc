@@ -554,6 +554,29 @@ absl::StatusOr<Region*> CacheImpl::AcquireImplicitOdp(uintptr_t start, uintptr_t
 absl::Status CacheImpl::Put(Region* r) {
   if (r == nullptr) return ErrnoStatus(EINVAL, "mrc_put: null region");
   if (r->cache != this) return ErrnoStatus(EINVAL, "mrc_put: region belongs to another cache");
+  // Fast path first: a reference counted in this thread's own slot. Implicit
+  // and bypass regions have id 0, which no claimed slot holds.
+  if (ThreadCache* tc = FindThreadCache(uid_)) {
+    ThreadCache::RefSlot& slot = tc->RefFor(r->id);
+    int64_t count = slot.count.load(std::memory_order_relaxed);
+    if (__builtin_expect(slot.region_id.load(std::memory_order_relaxed) == r->id && count > 0 &&
+                             !slot.dead.load(std::memory_order_relaxed),
+                         1)) {
+      // Read `retired` before dropping our reference: afterwards the region
+      // may be freed by a reclaimer.
+      bool retired = r->retired.load(std::memory_order_acquire);
+      slot.count.store(count - 1, std::memory_order_release);
+      if (__builtin_expect(retired, 0)) {
+        DeadList dead;
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          RecheckRetiredLocked(&dead);
+        }
+        Release(&dead);
+      }
+      return absl::OkStatus();
+    }
+  }
   if (IsImplicit(r)) {
     auto& refs = implicit_refs_[(r->reg.access & kAccessRemoteBits) >> 1];
     if (refs.fetch_sub(1, std::memory_order_relaxed) <= 0) {
@@ -568,28 +591,6 @@ absl::Status CacheImpl::Put(Region* r) {
     TimedDeregister(r->reg);
     delete r;
     return absl::OkStatus();
-  }
-  if (ThreadCache* tc = FindThreadCache(uid_)) {
-    ThreadCache::RefSlot& slot = tc->RefFor(r->id);
-    if (slot.region_id.load(std::memory_order_relaxed) == r->id &&
-        !slot.dead.load(std::memory_order_relaxed)) {
-      int64_t count = slot.count.load(std::memory_order_relaxed);
-      if (count > 0) {
-        // Read `retired` before dropping our reference: afterwards the region
-        // may be freed by a reclaimer.
-        bool retired = r->retired.load(std::memory_order_acquire);
-        slot.count.store(count - 1, std::memory_order_release);
-        if (retired) {
-          DeadList dead;
-          {
-            std::lock_guard<std::mutex> lock(mu_);
-            RecheckRetiredLocked(&dead);
-          }
-          Release(&dead);
-        }
-        return absl::OkStatus();
-      }
-    }
   }
   DeadList dead;
   {
