@@ -43,6 +43,16 @@ int Report(const absl::Status& s) {
   return mrcache::StatusToErrno(s);
 }
 
+// Hands a created cache to the C caller, or reports why creation failed.
+int Adopt(absl::StatusOr<std::unique_ptr<mrcache::Cache>> c, mrc_cache_t** cache) {
+  if (!c.ok()) {
+    std::fprintf(stderr, "mrcache: %s\n", std::string(c.status().message()).c_str());
+    return Report(c.status());
+  }
+  *cache = new mrc_cache{std::move(*c)};
+  return 0;
+}
+
 }  // namespace
 
 extern "C" {
@@ -81,13 +91,7 @@ int mrc_cache_create(const mrc_config_t* cfg, struct ibv_pd* pd, mrc_cache_t** c
   if (cache == nullptr) return EINVAL;
   mrcache::Config config;
   if (int err = ConfigFor(cfg, &config)) return err;
-  auto c = mrcache::Cache::Create(config, pd);
-  if (!c.ok()) {
-    std::fprintf(stderr, "mrcache: %s\n", std::string(c.status().message()).c_str());
-    return Report(c.status());
-  }
-  *cache = new mrc_cache{std::move(*c)};
-  return 0;
+  return Adopt(mrcache::Cache::Create(config, pd), cache);
 }
 
 int mrc_cache_create_custom(const mrc_config_t* cfg, const mrc_registrar_ops_t* ops, void* ctx,
@@ -97,13 +101,7 @@ int mrc_cache_create_custom(const mrc_config_t* cfg, const mrc_registrar_ops_t* 
   if (int err = ConfigFor(cfg, &config)) return err;
   auto reg = mrcache::MakeCustomRegistrar(ops, ctx);
   if (!reg.ok()) return Report(reg.status());
-  auto c = mrcache::Cache::Create(config, std::move(*reg));
-  if (!c.ok()) {
-    std::fprintf(stderr, "mrcache: %s\n", std::string(c.status().message()).c_str());
-    return Report(c.status());
-  }
-  *cache = new mrc_cache{std::move(*c)};
-  return 0;
+  return Adopt(mrcache::Cache::Create(config, std::move(*reg)), cache);
 }
 
 void mrc_cache_destroy(mrc_cache_t* cache) { delete cache; }

@@ -376,7 +376,7 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
       if ((err == ENOMEM || err == EAGAIN) && !evicted_for_memory) {
         // Out of resources: give back every unused registration, retry once.
         evicted_for_memory = true;
-        EvictAllUnused();
+        (void)Flush();  // deregisters every unused region
         continue;
       }
       bool widened = pending.start != page_start || pending.end != page_end ||
@@ -636,18 +636,6 @@ absl::Status CacheImpl::Flush() {
   return absl::OkStatus();
 }
 
-bool CacheImpl::EvictAllUnused() {
-  DeadList dead;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    MaintainLocked(&dead);
-    EvictLocked([this] { return lru_head_ != nullptr; }, &dead);
-  }
-  bool any = dead.head != nullptr;
-  Release(&dead);
-  return any;
-}
-
 absl::Status CacheImpl::DeviceWrite(Region* r, size_t offset, const void* src, size_t length) {
   if (r == nullptr || src == nullptr) return ErrnoStatus(EINVAL, "device write: null region or source");
   if (IsImplicit(r)) {
@@ -705,7 +693,7 @@ void CacheImpl::MaintainLocked(DeadList* dead) {
     drain.self->SpoilPendingLocked(s, e);
   });
   if (lost) {
-    InvalidateAllLocked(&candidates);
+    InvalidateRangeLocked(0, UINTPTR_MAX, &candidates);
     SpoilPendingLocked(0, UINTPTR_MAX);
   }
   FoldOrphansLocked();
@@ -892,10 +880,6 @@ void CacheImpl::InvalidateRangeLocked(uintptr_t start, uintptr_t end, Region** c
     invalidations_.fetch_add(1, std::memory_order_relaxed);
     UnindexLocked(r, candidates);
   }
-}
-
-void CacheImpl::InvalidateAllLocked(Region** candidates) {
-  InvalidateRangeLocked(0, UINTPTR_MAX, candidates);
 }
 
 void CacheImpl::SpoilPendingLocked(uintptr_t start, uintptr_t end) {

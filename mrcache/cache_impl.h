@@ -110,7 +110,6 @@ class CacheImpl : public MemoryEventListener {
   void SettleLocked(Region* candidates, DeadList* dead);
   void KillLocked(Region* r, DeadList* dead);
   void InvalidateRangeLocked(uintptr_t start, uintptr_t end, Region** candidates);
-  void InvalidateAllLocked(Region** candidates);
   void SpoilPendingLocked(uintptr_t start, uintptr_t end);
   // Evicts unused regions, least recently used first, while `over()` holds.
   template <typename Pred>
@@ -126,7 +125,6 @@ class CacheImpl : public MemoryEventListener {
   absl::StatusOr<Registration> TimedRegister(uintptr_t start, uintptr_t end, int access);
   void TimedDeregister(const Registration& reg);
   void CountRegistration(size_t pinned_bytes);
-  bool EvictAllUnused();
 
   const Config config_;
   std::unique_ptr<Registrar> registrar_;
