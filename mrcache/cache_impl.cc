@@ -68,6 +68,19 @@ void AtomicMax(std::atomic<uint64_t>& a, uint64_t v) {
 
 constexpr int kMaxMissAttempts = 16;
 
+// The calling thread's slot for r (its owner), or nullptr: the slot of the
+// thread's last hit if that was r, else the one at r's line. Either way a
+// non-dead slot naming r (thread_cache.h).
+inline ThreadCache::Line* OwnSlot(ThreadCache* tc, const Region* r) {
+  auto names_r = [r](const ThreadCache::Line* slot) {
+    return slot->ref_region == r &&
+           slot->ref_state.load(std::memory_order_relaxed) != ThreadCache::kDead;
+  };
+  if (tc->last_region == r && names_r(tc->last_slot)) return tc->last_slot;
+  ThreadCache::Line* slot = &tc->SlotFor(r->start);
+  return names_r(slot) ? slot : nullptr;
+}
+
 }  // namespace
 
 CacheImpl::CacheImpl(const Config& config, std::unique_ptr<Registrar> registrar)
@@ -195,27 +208,30 @@ absl::StatusOr<Region*> CacheImpl::Acquire(void* addr, size_t length, int access
   uintptr_t start = reinterpret_cast<uintptr_t>(addr);
   uintptr_t end = start + length;
   // Fast path: a valid entry of this thread's lookup table, and a reference
-  // counted in this thread's own slot. No shared cache line is written.
+  // counted in this thread's own slot (the same cache line when `addr` is in
+  // the region's first page). No shared cache line is written, and the Region
+  // is not read. `start < end` rejects length 0 and overflow.
   if (ThreadCache* tc = FindThreadCache(uid_)) {
     uint64_t gen = gen_.load(std::memory_order_acquire);
-    const ThreadCache::LookupEntry& e = tc->LookupFor(start);
-    if (e.gen == gen && e.start <= start && end <= e.end && e.access == access && length != 0 &&
-        end > start) {
-      ThreadCache::RefSlot& slot = tc->RefFor(e.region_id);
-      if (slot.region_id.load(std::memory_order_relaxed) == e.region_id) {
-        int64_t count = slot.count.load(std::memory_order_relaxed);
-        slot.count.store(count + 1, std::memory_order_relaxed);
+    const ThreadCache::Line& e = tc->LookupFor(start);
+    if (e.gen == gen && e.access == access && e.start <= start && end <= e.end && start < end) {
+      Region* r = e.region;
+      ThreadCache::Line& slot = tc->lines[e.slot];
+      // A slot naming r is r's (see thread_cache.h). It cannot be kDead while
+      // the entry is valid: r was killed only after leaving the index, and
+      // that bumped the generation.
+      if (slot.ref_region == r) {
+        int64_t count = slot.ref_count.load(std::memory_order_relaxed);
+        slot.ref_count.store(count + 1, std::memory_order_relaxed);
         ReaderFence();
         if (gen_.load(std::memory_order_acquire) == gen) {
+          slot.ref_last_use.store(tick_.load(std::memory_order_relaxed), std::memory_order_relaxed);
           ThreadCache::OwnerAdd(tc->hits, 1);
-          Region* r = e.region;
-          uint64_t tick = tick_.load(std::memory_order_relaxed);
-          if (r->last_use.load(std::memory_order_relaxed) != tick) {
-            r->last_use.store(tick, std::memory_order_relaxed);
-          }
+          tc->last_region = r;
+          tc->last_slot = &slot;
           return r;
         }
-        slot.count.store(count, std::memory_order_release);  // back off
+        slot.ref_count.store(count, std::memory_order_release);  // back off
       }
     }
   }
@@ -243,26 +259,33 @@ void CacheImpl::GrowThreadCache(ThreadCache* tc) {
   ThreadCache fresh(want);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    // Lookup entries simply start empty. Reference counts move to the new
-    // slots; one that collides there goes to its region's shared count.
+    // Lookup entries simply start empty. Live slots move to their region's
+    // line in the new table, state and all; one that collides there goes to
+    // its region's shared count and stamp. (A slot that is not kDead names a
+    // live region, so reading it is safe.)
     for (size_t i = 0; i <= tc->mask; ++i) {
-      ThreadCache::RefSlot& old = tc->refs[i];
-      int64_t count = old.count.load(std::memory_order_relaxed);
-      uint64_t id = old.region_id.load(std::memory_order_relaxed);
-      if (count == 0 || id == 0 || old.dead.load(std::memory_order_relaxed)) continue;
-      ThreadCache::RefSlot& slot = fresh.RefFor(id);
-      if (slot.region_id.load(std::memory_order_relaxed) == 0) {
-        slot.region_id.store(id, std::memory_order_relaxed);
-        slot.region = old.region;
-        slot.count.store(count, std::memory_order_relaxed);
+      ThreadCache::Line& old = tc->lines[i];
+      Region* r = old.ref_region;
+      uint8_t state = old.ref_state.load(std::memory_order_relaxed);
+      if (r == nullptr || state == ThreadCache::kDead) continue;
+      int64_t count = old.ref_count.load(std::memory_order_relaxed);
+      uint64_t used = old.ref_last_use.load(std::memory_order_relaxed);
+      ThreadCache::Line& slot = fresh.SlotFor(r->start);
+      if (count != 0 && slot.ref_region == nullptr) {
+        slot.ref_region = r;
+        slot.ref_state.store(state, std::memory_order_relaxed);
+        slot.ref_count.store(count, std::memory_order_relaxed);
+        slot.ref_last_use.store(used, std::memory_order_relaxed);
       } else {
-        old.region->shared_refs += count;
+        r->shared_refs += count;
+        FoldLastUseLocked(r, used);
       }
     }
     std::swap(tc->mask, fresh.mask);
-    std::swap(tc->lookup, fresh.lookup);
-    std::swap(tc->refs, fresh.refs);
-  }  // `fresh` now owns the old tables and frees them here, unlocked.
+    std::swap(tc->lines, fresh.lines);
+    tc->last_region = nullptr;  // last_slot pointed into the old table
+    tc->last_slot = nullptr;
+  }  // `fresh` now owns the old table and frees it here, unlocked.
 }
 
 ThreadCache* CacheImpl::AttachThread() {
@@ -553,20 +576,22 @@ absl::StatusOr<Region*> CacheImpl::AcquireImplicitOdp(uintptr_t start, uintptr_t
 
 absl::Status CacheImpl::Put(Region* r) {
   if (r == nullptr) return ErrnoStatus(EINVAL, "mrc_put: null region");
-  if (r->cache != this) return ErrnoStatus(EINVAL, "mrc_put: region belongs to another cache");
-  // Fast path first: a reference counted in this thread's own slot. Implicit
-  // and bypass regions have id 0, which no claimed slot holds.
-  if (ThreadCache* tc = FindThreadCache(uid_)) {
-    ThreadCache::RefSlot& slot = tc->RefFor(r->id);
-    int64_t count = slot.count.load(std::memory_order_relaxed);
-    if (__builtin_expect(slot.region_id.load(std::memory_order_relaxed) == r->id && count > 0 &&
-                             !slot.dead.load(std::memory_order_relaxed),
-                         1)) {
-      // Read `retired` before dropping our reference: afterwards the region
-      // may be freed by a reclaimer.
-      bool retired = r->retired.load(std::memory_order_acquire);
-      slot.count.store(count - 1, std::memory_order_release);
-      if (__builtin_expect(retired, 0)) {
+  // Fast path first: a reference counted in this thread's own slot. A
+  // non-dead slot of this cache naming r proves r is ours and alive (see
+  // thread_cache.h); implicit and bypass regions never have one. The slot of
+  // the thread's last hit is known without reading r.
+  ThreadCache* tc = FindThreadCache(uid_);
+  if (ThreadCache::Line* slot = tc != nullptr ? OwnSlot(tc, r) : nullptr) {
+    int64_t count = slot->ref_count.load(std::memory_order_relaxed);
+    if (__builtin_expect(count > 0, 1)) {
+      slot->ref_count.store(count - 1, std::memory_order_release);
+      // Pairs with the reclaimer's [mark kRetired; fence; sum]: either it
+      // counts our decrement, or we see the mark and settle the region
+      // ourselves. The slot is thread-local memory: reading it after the
+      // decrement is safe even if r has been freed meanwhile.
+      ReaderFence();
+      if (__builtin_expect(
+              slot->ref_state.load(std::memory_order_acquire) != ThreadCache::kLive, 0)) {
         DeadList dead;
         {
           std::lock_guard<std::mutex> lock(mu_);
@@ -577,6 +602,7 @@ absl::Status CacheImpl::Put(Region* r) {
       return absl::OkStatus();
     }
   }
+  if (r->cache != this) return ErrnoStatus(EINVAL, "mrc_put: region belongs to another cache");
   if (IsImplicit(r)) {
     auto& refs = implicit_refs_[(r->reg.access & kAccessRemoteBits) >> 1];
     if (refs.fetch_sub(1, std::memory_order_relaxed) <= 0) {
@@ -718,32 +744,45 @@ Region* CacheImpl::FindCoveringLocked(uintptr_t start, uintptr_t end, int access
 }
 
 void CacheImpl::TakeRefLocked(ThreadCache* tc, Region* r) {
-  ThreadCache::RefSlot& slot = tc->RefFor(r->id);
-  if (slot.region_id.load(std::memory_order_relaxed) == r->id &&
-      !slot.dead.load(std::memory_order_relaxed)) {
-    ThreadCache::OwnerAdd(slot.count, 1);
+  // r is in the index, so a non-dead slot naming it is live (not retired).
+  ThreadCache::Line& slot = tc->SlotFor(r->start);
+  const bool dead = slot.ref_state.load(std::memory_order_relaxed) == ThreadCache::kDead;
+  if (slot.ref_region == r && !dead) {
+    ThreadCache::OwnerAdd(slot.ref_count, 1);
     return;
   }
-  if (slot.count.load(std::memory_order_relaxed) == 0 || slot.dead.load(std::memory_order_relaxed)) {
-    // Claim the slot: its previous region holds no reference from us.
-    slot.region_id.store(r->id, std::memory_order_relaxed);
-    slot.region = r;
-    slot.dead.store(false, std::memory_order_relaxed);
-    slot.count.store(1, std::memory_order_release);
+  if (dead || slot.ref_count.load(std::memory_order_relaxed) == 0) {
+    // Claim the slot: its previous region holds no reference from us, and
+    // keeps the recency the slot recorded for it (it is alive unless dead).
+    if (!dead && slot.ref_region != nullptr) {
+      FoldLastUseLocked(slot.ref_region, slot.ref_last_use.load(std::memory_order_relaxed));
+    }
+    slot.ref_region = r;
+    slot.ref_last_use.store(0, std::memory_order_relaxed);
+    slot.ref_state.store(ThreadCache::kLive, std::memory_order_relaxed);
+    slot.ref_count.store(1, std::memory_order_release);
     return;
   }
   ++r->shared_refs;  // slot taken by another live region of ours
 }
 
-void CacheImpl::FillLookupLocked(ThreadCache* tc, uintptr_t start, uintptr_t end, int access,
+void CacheImpl::FillLookupLocked(ThreadCache* tc, uintptr_t start, uintptr_t /*end*/, int access,
                                  Region* r) {
-  ThreadCache::LookupEntry& e = tc->LookupFor(start);
+  // The entry holds the region's range (so a later get of any part of it
+  // hits) and sits at the line of the requested start.
+  ThreadCache::Line& e = tc->LookupFor(start);
   e.gen = gen_.load(std::memory_order_acquire);
   e.start = r->start;
   e.end = r->end;
   e.access = access;
   e.region = r;
-  e.region_id = r->id;
+  e.slot = static_cast<uint16_t>(tc->SlotIndex(r->start));
+}
+
+void CacheImpl::FoldLastUseLocked(Region* r, uint64_t used) {
+  if (used > r->last_use.load(std::memory_order_relaxed)) {
+    r->last_use.store(used, std::memory_order_relaxed);
+  }
 }
 
 void CacheImpl::TouchLocked(Region* r) {
@@ -764,15 +803,19 @@ void CacheImpl::TouchLocked(Region* r) {
   if (lru_tail_ == nullptr) lru_tail_ = r;
 }
 
-int64_t CacheImpl::TotalRefsLocked(const Region* r) const {
+int64_t CacheImpl::TotalRefsLocked(const Region* r, uint64_t* last_use) const {
   int64_t total = r->shared_refs;
+  uint64_t used = r->last_use.load(std::memory_order_relaxed);
   for (const ThreadCache* tc = threads_; tc != nullptr; tc = tc->next) {
-    const ThreadCache::RefSlot& slot = tc->RefFor(r->id);
-    if (slot.region_id.load(std::memory_order_acquire) == r->id &&
-        !slot.dead.load(std::memory_order_relaxed)) {
-      total += slot.count.load(std::memory_order_acquire);
+    const ThreadCache::Line& slot = tc->SlotFor(r->start);
+    if (slot.ref_region == r &&
+        slot.ref_state.load(std::memory_order_relaxed) != ThreadCache::kDead) {
+      total += slot.ref_count.load(std::memory_order_acquire);
+      uint64_t hit = slot.ref_last_use.load(std::memory_order_relaxed);
+      if (hit > used) used = hit;
     }
   }
+  if (last_use != nullptr) *last_use = used;
   return total;
 }
 
@@ -785,7 +828,9 @@ void CacheImpl::UnindexLocked(Region* r, Region** candidates) {
   if (lru_tail_ == r) lru_tail_ = r->lru_prev;
   r->lru_prev = r->lru_next = nullptr;
   r->state = RegionState::kInvalid;
-  r->retired.store(true, std::memory_order_release);
+  // Lock-free puts learn it from their slots (before the generation bump
+  // that SettleLocked does, see Put).
+  MarkSlotsLocked(r, ThreadCache::kRetired);
   r->next_dead = *candidates;
   *candidates = r;
 }
@@ -820,14 +865,21 @@ void CacheImpl::SettleLocked(Region* candidates, DeadList* dead) {
 
 void CacheImpl::KillLocked(Region* r, DeadList* dead) {
   r->state = RegionState::kDead;
-  // Slots naming r now hold meaningless counts: let their owners reclaim them.
+  // Slots naming r now hold meaningless counts: let their owners reclaim
+  // them. This happens before r is freed, so no non-dead slot ever names a
+  // freed region (or a later one allocated at the same address).
+  MarkSlotsLocked(r, ThreadCache::kDead);
+  dead->Push(r);
+}
+
+void CacheImpl::MarkSlotsLocked(const Region* r, uint8_t state) {
   for (ThreadCache* tc = threads_; tc != nullptr; tc = tc->next) {
-    ThreadCache::RefSlot& slot = tc->RefFor(r->id);
-    if (slot.region_id.load(std::memory_order_relaxed) == r->id) {
-      slot.dead.store(true, std::memory_order_relaxed);
+    ThreadCache::Line& slot = tc->SlotFor(r->start);
+    if (slot.ref_region == r &&
+        slot.ref_state.load(std::memory_order_relaxed) != ThreadCache::kDead) {
+      slot.ref_state.store(state, std::memory_order_release);
     }
   }
-  dead->Push(r);
 }
 
 void CacheImpl::LinkRetiredLocked(Region* r) {
@@ -891,17 +943,19 @@ void CacheImpl::SpoilPendingLocked(uintptr_t start, uintptr_t end) {
 template <typename Pred>
 void CacheImpl::EvictLocked(Pred over, DeadList* dead) {
   // CLOCK-style LRU: a region hit on the fast path since it was last placed
-  // (last_use > lru_stamp) gets a second chance at the head. Regions that
-  // hold references are skipped (moved to the head). The reference counts
-  // are re-checked after the fence in SettleLocked; a region that turned out
-  // to be in use stays retired until its last put (never deregistered early).
+  // (the max of its own stamp and its threads' slot stamps > lru_stamp) gets
+  // a second chance at the head. Regions that hold references are skipped
+  // (moved to the head). The reference counts are re-checked after the fence
+  // in SettleLocked; a region that turned out to be in use stays retired
+  // until its last put (never deregistered early).
   Region* candidates = nullptr;
   size_t budget = index_.size() * 2 + 1;
   size_t victims = 0;
   while (over() && lru_tail_ != nullptr && budget-- > 0) {
     Region* r = lru_tail_;
-    uint64_t used = r->last_use.load(std::memory_order_relaxed);
-    if (used > r->lru_stamp || TotalRefsLocked(r) != 0) {
+    uint64_t used = 0;
+    int64_t refs = TotalRefsLocked(r, &used);
+    if (used > r->lru_stamp || refs != 0) {
       TouchLocked(r);
       continue;
     }
@@ -921,11 +975,13 @@ void CacheImpl::FoldOrphansLocked() {
       continue;
     }
     for (size_t i = 0; i <= tc->mask; ++i) {
-      ThreadCache::RefSlot& slot = tc->refs[i];
-      int64_t count = slot.count.load(std::memory_order_relaxed);
-      if (count != 0 && !slot.dead.load(std::memory_order_relaxed) && slot.region != nullptr) {
-        slot.region->shared_refs += count;
+      const ThreadCache::Line& slot = tc->lines[i];
+      Region* r = slot.ref_region;
+      if (r == nullptr || slot.ref_state.load(std::memory_order_relaxed) == ThreadCache::kDead) {
+        continue;
       }
+      r->shared_refs += slot.ref_count.load(std::memory_order_relaxed);
+      FoldLastUseLocked(r, slot.ref_last_use.load(std::memory_order_relaxed));
     }
     folded_hits_ += tc->hits.load(std::memory_order_relaxed);
     *p = tc->next;

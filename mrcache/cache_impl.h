@@ -12,12 +12,35 @@
 // Reclamation protocol (why a lock-free hit never sees a freed region):
 //   hit (owner thread T):  load gen g; entry.gen == g; slot.count += 1;
 //                          [fence]; reload gen == g ? use region : undo.
-//   reclaimer (under mu_): remove region from the index; gen += 1;
+//   reclaimer (under mu_): remove region from the index, mark the slots
+//                          naming it kRetired; gen += 1;
 //                          [asymmetric fence: membarrier]; sum the counts.
 // Either T sees the new generation and backs off without touching the region,
 // or the reclaimer sees T's increment and keeps the region (it becomes
 // kInvalid and is deregistered after its last put). Lookup entries are only
-// filled under mu_, so none can name a region that left the index.
+// filled under mu_, for regions in the index, so none can name a region that
+// left it at a generation still current. The hit reads no Region field.
+//
+// Put (owner thread T, lock-free when T's slot holds a reference):
+//   slot.count -= 1; [fence]; slot.state != kLive ? recheck under mu_.
+// Paired with the reclaimer's [mark kRetired; fence; sum]: either the sum
+// sees the decrement, or T sees the mark and rechecks the retired list, so a
+// retired region is deregistered at its last put, never later and never
+// before. A put never loses a count: the slot is T's own, counts move between
+// slots and shared_refs only under mu_ (table growth, orphan folding), and a
+// put that finds no live slot of T naming the region takes the locked path.
+//
+// Slot identity: a region is killed (KillLocked) only under mu_, after it
+// left the index and its count reached zero, and every slot naming it is
+// marked kDead before the Region is freed. So a non-dead slot names a live
+// region, and a pointer compare identifies it even when a new Region reuses
+// a freed one's address.
+//
+// Recency (CLOCK): a fast-path hit stamps its slot with the current tick; a
+// slow-path touch stamps the Region. EvictLocked gives a second chance to a
+// region whose latest stamp (its own or any live slot's) is newer than the
+// tick at which it was last placed at the LRU head. Stamps of slots that are
+// reclaimed, migrated or orphaned are folded into the Region first.
 #ifndef MRCACHE_CACHE_IMPL_H_
 #define MRCACHE_CACHE_IMPL_H_
 
@@ -102,7 +125,13 @@ class CacheImpl : public MemoryEventListener {
   void TakeRefLocked(ThreadCache* tc, Region* r);
   void FillLookupLocked(ThreadCache* tc, uintptr_t start, uintptr_t end, int access, Region* r);
   void TouchLocked(Region* r);
-  int64_t TotalRefsLocked(const Region* r) const;
+  // Raises r->last_use to `used` (a slot's stamp that is about to go away).
+  void FoldLastUseLocked(Region* r, uint64_t used);
+  // The sum of r's shared and per-thread counts; with last_use, also the max
+  // of r's own stamp and its live slots' stamps.
+  int64_t TotalRefsLocked(const Region* r, uint64_t* last_use = nullptr) const;
+  // Sets the state of every thread's non-dead slot naming r.
+  void MarkSlotsLocked(const Region* r, uint8_t state);
   // Removes r from the index and LRU and queues it on `candidates` (via
   // next_dead); SettleLocked then bumps the generation, fences, and sends each
   // candidate to `dead` (no references) or to the retired list.

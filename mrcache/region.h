@@ -2,15 +2,19 @@
 //
 // A Region covers the aligned range [start, end) with one registration. Its
 // reference count is distributed: `shared_refs` (changed under the cache lock)
-// plus one counter per thread (ThreadCache::RefSlot, changed lock-free by its
-// owner thread). The true count is their sum; it is only ever computed under
-// the cache lock, after the generation bump + asymmetric fence protocol
-// described in cache.h. shared_refs alone may be negative (a region got on one
-// thread and put on another).
+// plus one counter per thread (ThreadCache::Line::ref_count, changed lock-free
+// by its owner thread). The true count is their sum; it is only ever computed
+// under the cache lock, after the generation bump + asymmetric fence protocol
+// described in cache_impl.h. shared_refs alone may be negative (a region got
+// on one thread and put on another).
 //
 // Fields marked [immutable] never change after the region is published; a
 // holder of a reference may read them without the lock. Everything else is
-// guarded by the cache lock, except `retired` (atomic, read by lock-free puts).
+// guarded by the cache lock. The lock-free hit path never reads a Region: what
+// it needs (the range, the recency stamp) lives in the thread's lookup entries
+// and reference slots. The lock-free put reads only [immutable] `start` (to
+// find its slot), and nothing when it puts the thread's last hit; it learns
+// that the region left the index from its slot's state (ThreadCache::kRetired).
 #ifndef MRCACHE_REGION_H_
 #define MRCACHE_REGION_H_
 
@@ -40,9 +44,10 @@ class Region {
   CacheImpl* cache = nullptr;
   bool bypass = false;      // registered directly for one get; deregistered on put
 
-  // Lock-free readers: set (release) when the region leaves the index.
-  std::atomic<bool> retired{false};
-  // Recency hint written on hits only when it changes (see CacheImpl::tick_).
+  // Recency, guarded by the cache lock (atomic only for relaxed access): the
+  // tick of the last slow-path touch, or of fast-path hits folded in from a
+  // reference slot that was reclaimed, migrated or orphaned. The region's
+  // last use is the max of this and its live slots' ref_last_use.
   std::atomic<uint64_t> last_use{0};
 
   // Guarded by the cache lock.

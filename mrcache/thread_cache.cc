@@ -5,16 +5,14 @@
 namespace mrcache {
 namespace {
 
-// A thread's directory of ThreadCaches, most recently used first. Plain
-// data in initial-exec TLS, so the hit path reaches it without a call (even
-// from libmrcache.so); a pthread key's destructor orphans the entries at
-// thread exit.
-constexpr int kEntries = 8;
-__thread ThreadCache* tl_entries[kEntries] __attribute__((tls_model("initial-exec"), visibility("hidden")));
+using thread_cache_internal::kDirectoryEntries;
+using thread_cache_internal::tl_directory;
+
+// A pthread key's destructor orphans the directory's entries at thread exit.
 __thread bool tl_exit_hook_armed __attribute__((tls_model("initial-exec"), visibility("hidden")));
 
 void OrphanAll(void*) {
-  for (ThreadCache*& tc : tl_entries) {
+  for (ThreadCache*& tc : tl_directory) {
     if (tc == nullptr) continue;
     tc->orphaned.store(true, std::memory_order_release);
     ThreadCache::Unref(tc);
@@ -33,19 +31,26 @@ pthread_key_t ExitKey() {
 
 }  // namespace
 
-ThreadCache* FindThreadCache(uint64_t cache_uid) {
-  ThreadCache* first = tl_entries[0];
-  if (first != nullptr && first->cache_uid == cache_uid) return first;
-  for (int i = 1; i < kEntries; ++i) {
-    ThreadCache* tc = tl_entries[i];
+namespace thread_cache_internal {
+
+// Plain data in initial-exec TLS, so the hit path reaches it without a call
+// (even from libmrcache.so).
+__thread ThreadCache* tl_directory[kDirectoryEntries]
+    __attribute__((tls_model("initial-exec"), visibility("hidden")));
+
+ThreadCache* FindThreadCacheAfterFirst(uint64_t cache_uid) {
+  for (int i = 1; i < kDirectoryEntries; ++i) {
+    ThreadCache* tc = tl_directory[i];
     if (tc != nullptr && tc->cache_uid == cache_uid) {
-      for (int j = i; j > 0; --j) tl_entries[j] = tl_entries[j - 1];
-      tl_entries[0] = tc;
+      for (int j = i; j > 0; --j) tl_directory[j] = tl_directory[j - 1];
+      tl_directory[0] = tc;
       return tc;
     }
   }
   return nullptr;
 }
+
+}  // namespace thread_cache_internal
 
 void InstallThreadCache(ThreadCache* tc) {
   if (!tl_exit_hook_armed) {
@@ -53,9 +58,9 @@ void InstallThreadCache(ThreadCache* tc) {
     pthread_setspecific(ExitKey(), reinterpret_cast<void*>(1));
     tl_exit_hook_armed = true;
   }
-  ThreadCache* evicted = tl_entries[kEntries - 1];
-  for (int j = kEntries - 1; j > 0; --j) tl_entries[j] = tl_entries[j - 1];
-  tl_entries[0] = tc;
+  ThreadCache* evicted = tl_directory[kDirectoryEntries - 1];
+  for (int j = kDirectoryEntries - 1; j > 0; --j) tl_directory[j] = tl_directory[j - 1];
+  tl_directory[0] = tc;
   if (evicted != nullptr) {
     evicted->orphaned.store(true, std::memory_order_release);
     ThreadCache::Unref(evicted);

@@ -1,22 +1,47 @@
 // thread_cache.h: per-thread state that makes a cache hit touch no shared
-// cache line.
+// cache line, and usually one line of the thread's own memory.
 //
 // For each (thread, cache) pair there is one ThreadCache, owned jointly by the
 // thread (through a thread_local directory) and by the cache (its list of
 // thread caches); whichever lets go last frees it (`owners`).
 //
-// A ThreadCache holds:
-//  - `lookup`: a direct-mapped table of recent get() answers, read and written
-//    only by the owner thread. An entry is valid only while its `gen` equals
-//    the cache's generation; every event that could make an answer wrong
-//    (invalidation, eviction, merge, flush) bumps the generation first.
-//  - `refs`: per-region reference counters, indexed by a hash of the region
-//    id. Written by the owner thread only (relaxed loads and stores: no atomic
-//    read-modify-write on the hit path); read by reclaimers under the cache
-//    lock. A slot whose `dead` flag is set belongs to a region that is gone:
-//    its count is meaningless and the owner reclaims the slot on its next slow
-//    path. `region` is written only by the owner under the cache lock.
-//  - per-thread hit counters, summed by stats().
+// A ThreadCache holds one table of 64-byte `Line`s (mask + 1 of them, 64-byte
+// aligned). Each line carries two unrelated halves, both indexed by the same
+// page hash (SlotIndex), so that a get of a region's first page finds its
+// lookup entry and its reference slot on one cache line:
+//  - the lookup entry of line LookupIndex(addr): a recent get() answer, read
+//    and written only by the owner thread. It is valid only while its `gen`
+//    equals the cache's generation (every event that could make an answer
+//    wrong -- invalidation, eviction, merge, flush -- bumps the generation
+//    first) and it is used only for the same `access`. It stores the region's
+//    own range and the index of the region's slot, SlotIndex(region start),
+//    which stays right as long as the table does (a new table starts empty).
+//  - the reference slot of line SlotIndex(region start): this thread's share
+//    of one region's reference count, plus its recency stamp.
+//      `ref_region`  the region the slot counts for; written only by the
+//                    owner under the cache lock (read lock-free by the owner
+//                    alone, and by reclaimers under the lock).
+//      `ref_count`   written only by the owner (relaxed loads and stores: no
+//                    atomic read-modify-write on the hit path); read by
+//                    reclaimers under the lock. Never negative.
+//      `ref_last_use` the cache tick of the owner's last fast-path hit on
+//                    ref_region (the CLOCK hint; slow-path touches stamp the
+//                    Region itself). Owner writes, reclaimers read.
+//      `ref_state`   kLive; kRetired once ref_region left the index (set by
+//                    the reclaimer under the lock, before it bumps the
+//                    generation); kDead once ref_region was killed (set under
+//                    the lock before the Region is freed), after which the
+//                    slot's fields are meaningless and the owner may reclaim
+//                    it on its next slow path.
+//    Invariant: a slot whose state is not kDead names a live Region, and
+//    every slot naming a Region sits at SlotIndex(region start) of its
+//    thread's current table. So a pointer compare (ref_region == r) on a
+//    non-dead slot identifies r exactly, even if r's address once belonged
+//    to a freed region: every slot naming that one was marked kDead first.
+//  - per-thread hit counter, summed by stats(), and `last_region`/`last_slot`:
+//    the region of the owner's last fast-path hit and its slot, so that a put
+//    right after a get finds the slot without reading the Region. Owner only;
+//    reset whenever the table is replaced.
 //
 // Once `orphaned` is set (the thread exited, or dropped the entry from its
 // directory) the owner never touches the ThreadCache again; the cache folds
@@ -33,46 +58,44 @@ namespace mrcache {
 class Region;
 class CacheImpl;
 
-struct ThreadCache {
-  // Both tables start small and grow (owner thread, see CacheImpl) to about
-  // four slots per cached region, up to kMaxSlots.
+struct alignas(64) ThreadCache {
+  // The table starts small and grows (owner thread, see CacheImpl) to about
+  // four lines per cached region, up to kMaxSlots.
   static constexpr size_t kMinSlots = 256;   // power of two
   static constexpr size_t kMaxSlots = 8192;  // power of two
 
-  struct LookupEntry {
+  enum RefState : uint8_t { kLive = 0, kRetired = 1, kDead = 2 };
+
+  struct alignas(64) Line {
+    // Lookup entry (owner thread only).
     uint64_t gen = 0;  // 0: empty (the cache generation starts at 1)
-    uintptr_t start = 0;
+    uintptr_t start = 0;  // the region's range, not the request's
     uintptr_t end = 0;
-    int access = 0;
     Region* region = nullptr;
-    uint64_t region_id = 0;
+    int access = 0;         // what the get asked for
+    uint16_t slot = 0;      // SlotIndex(start) when filled (saves rehashing)
+    // Reference slot (see the header comment).
+    std::atomic<uint8_t> ref_state{kLive};
+    Region* ref_region = nullptr;
+    std::atomic<int64_t> ref_count{0};
+    std::atomic<uint64_t> ref_last_use{0};
   };
+  static_assert(sizeof(Line) == 64, "a lookup entry and a reference slot share one cache line");
+  static_assert(kMaxSlots - 1 <= UINT16_MAX, "Line::slot holds a line index");
 
-  struct RefSlot {
-    std::atomic<uint64_t> region_id{0};
-    std::atomic<int64_t> count{0};
-    std::atomic<bool> dead{false};
-    Region* region = nullptr;  // owner writes under the cache lock
-  };
-
-  // Hashes independent of the table size; callers mask with `mask`.
-  static size_t LookupHash(uintptr_t addr) {
+  // Page hash, independent of the table size; callers mask with `mask`.
+  static size_t PageHash(uintptr_t addr) {
     uintptr_t page = addr >> 12;
     return page ^ (page >> 13) ^ (page >> 26);
   }
-  static size_t RefHash(uint64_t region_id) {
-    return static_cast<size_t>(region_id * 0x9E3779B97F4A7C15ull >> 32);
-  }
-  LookupEntry& LookupFor(uintptr_t addr) { return lookup[LookupHash(addr) & mask]; }
-  RefSlot& RefFor(uint64_t region_id) { return refs[RefHash(region_id) & mask]; }
-  const RefSlot& RefFor(uint64_t region_id) const { return refs[RefHash(region_id) & mask]; }
+  Line& LookupFor(uintptr_t addr) { return lines[PageHash(addr) & mask]; }
+  // The slot of the region that starts at region_start.
+  size_t SlotIndex(uintptr_t region_start) const { return PageHash(region_start) & mask; }
+  Line& SlotFor(uintptr_t region_start) { return lines[SlotIndex(region_start)]; }
+  const Line& SlotFor(uintptr_t region_start) const { return lines[SlotIndex(region_start)]; }
 
-  explicit ThreadCache(size_t slots = kMinSlots)
-      : mask(slots - 1), lookup(new LookupEntry[slots]), refs(new RefSlot[slots]) {}
-  ~ThreadCache() {
-    delete[] lookup;
-    delete[] refs;
-  }
+  explicit ThreadCache(size_t slots = kMinSlots) : mask(slots - 1), lines(new Line[slots]) {}
+  ~ThreadCache() { delete[] lines; }
   ThreadCache(const ThreadCache&) = delete;
   ThreadCache& operator=(const ThreadCache&) = delete;
 
@@ -84,18 +107,20 @@ struct ThreadCache {
     c.store(c.load(std::memory_order_relaxed) + d, std::memory_order_relaxed);
   }
 
+  // Owner thread's hot fields (the hit path reads the first three).
   uint64_t cache_uid = 0;
+  // The table has mask + 1 lines. `lines` and `mask` change only by the
+  // owner thread under the cache lock (CacheImpl::GrowThreadCache).
+  size_t mask;
+  Line* lines;
+  std::atomic<uint64_t> hits{0};
+  Region* last_region = nullptr;  // owner only: last fast-path hit ...
+  Line* last_slot = nullptr;      // ... and its slot in `lines`
+
   CacheImpl* cache = nullptr;
   std::atomic<int> owners{2};          // the thread's directory + the cache's list
   std::atomic<bool> orphaned{false};   // the owner thread let go
   ThreadCache* next = nullptr;         // cache's list, under the cache lock
-
-  std::atomic<uint64_t> hits{0};
-  // Both tables have mask + 1 slots. The pointers and mask change only by the
-  // owner thread under the cache lock (CacheImpl::GrowThreadCache).
-  size_t mask;
-  LookupEntry* lookup;
-  RefSlot* refs;
 
   // Drops one owner; frees the ThreadCache on the last.
   static void Unref(ThreadCache* tc) {
@@ -103,9 +128,21 @@ struct ThreadCache {
   }
 };
 
+namespace thread_cache_internal {
+// The calling thread's directory, most recently used first (thread_cache.cc).
+constexpr int kDirectoryEntries = 8;
+extern __thread ThreadCache* tl_directory[kDirectoryEntries]
+    __attribute__((tls_model("initial-exec"), visibility("hidden")));
+ThreadCache* FindThreadCacheAfterFirst(uint64_t cache_uid);
+}  // namespace thread_cache_internal
+
 // The calling thread's ThreadCache for the cache with this uid, or nullptr.
-// Hit path: one compare in the common case.
-ThreadCache* FindThreadCache(uint64_t cache_uid);
+// Hit path: one compare, inline, in the common case.
+inline ThreadCache* FindThreadCache(uint64_t cache_uid) {
+  ThreadCache* first = thread_cache_internal::tl_directory[0];
+  if (__builtin_expect(first != nullptr && first->cache_uid == cache_uid, 1)) return first;
+  return thread_cache_internal::FindThreadCacheAfterFirst(cache_uid);
+}
 // Installs tc in the calling thread's directory (evicting, and orphaning, the
 // least recently used entry if the directory is full). At thread exit every
 // entry is orphaned (a pthread key destructor).

@@ -7,8 +7,11 @@
 
 #include <atomic>
 #include <cerrno>
+#include <condition_variable>
 #include <cstring>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <random>
 #include <thread>
 #include <vector>
@@ -535,6 +538,190 @@ TEST_P(CacheCoreTest, TwoThreadStressOfGetPutInvalidate) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Registrars, CacheCoreTest, ::testing::ValuesIn(testing::SuiteRegistrars()),
+                         testing::RegistrarParamName);
+
+// ---- the lock-free hit and put paths (thread_cache.h) -------------------------
+// CLOCK recency recorded in per-thread slots, retirement seen by a put through
+// its own slot, slots that survive a table growth or a reused Region address.
+
+// A thread that stays alive between the steps it is given (so its per-thread
+// cache does too), running each step to completion before Run returns.
+class Worker {
+ public:
+  Worker() : thread_([this] { Loop(); }) {}
+  ~Worker() {
+    Run(nullptr);
+    thread_.join();
+  }
+  void Run(std::function<void()> step) {
+    std::unique_lock<std::mutex> lock(mu_);
+    step_ = std::move(step);
+    pending_ = true;
+    cv_.notify_all();
+    cv_.wait(lock, [this] { return !pending_; });
+  }
+
+ private:
+  void Loop() {
+    for (;;) {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [this] { return pending_; });
+      std::function<void()> step = std::move(step_);
+      if (step) step();
+      pending_ = false;
+      cv_.notify_all();
+      if (!step) return;
+    }
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::function<void()> step_;
+  bool pending_ = false;
+  std::thread thread_;  // last: started after the fields it uses
+};
+
+class HitPathTest : public CacheCoreTest {
+ protected:
+  void SetUp() override {
+    CacheCoreTest::SetUp();
+    config_.max_merge_bytes = 0;
+  }
+  // Gets one page of buf_ (a miss the first time, a hit after); Use puts it too.
+  Region* Get(size_t page) { return CacheCoreTest::Get(page * kPage, kPage); }
+  void Use(size_t page) { Put(Get(page)); }
+  // Whether a registration of that page is live (without touching the cache).
+  bool Registered(size_t page) {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    for (const auto& [handle, reg] : state_->live) {
+      if (reg.addr == buf_ + page * kPage) return true;
+    }
+    return false;
+  }
+};
+
+TEST_P(HitPathTest, FastPathHitOnAnotherThreadGivesTheRegionASecondChance) {
+  config_.max_regions = 2;
+  cache();
+  Worker worker;
+  worker.Run([&] { Use(0); });  // page 0: registered by the worker
+  Use(2);                        // page 2: now the most recently placed
+  worker.Run([&] { Use(0); });  // a fast-path hit, recorded in the worker's slot only
+  Use(4);                        // over the limit: page 0 gets a second chance
+  EXPECT_EQ(cache().stats().evictions, 1u);
+  EXPECT_TRUE(Registered(0)) << "the region hit on the fast path survived";
+  EXPECT_FALSE(Registered(2)) << "the least recently used region was evicted";
+}
+
+TEST_P(HitPathTest, FastPathHitOnAThreadThatExitedStillCountsAsAUse) {
+  config_.max_regions = 2;
+  cache();
+  {
+    Worker worker;
+    worker.Run([&] { Use(0); });
+    Use(2);
+    worker.Run([&] { Use(0); });  // fast-path hit; then the worker exits
+  }
+  Use(4);
+  EXPECT_TRUE(Registered(0)) << "the exited thread's hit was folded into the region";
+  EXPECT_FALSE(Registered(2));
+}
+
+TEST_P(HitPathTest, FastPathHitOnThisThreadGivesTheRegionOneSecondChance) {
+  config_.max_regions = 2;
+  Use(0);
+  Use(2);
+  Use(0);  // fast-path hit after page 2 was placed
+  Use(4);  // page 0 gets its second chance; page 2 is evicted
+  EXPECT_TRUE(Registered(0));
+  EXPECT_FALSE(Registered(2));
+  Use(6);  // evicts page 4 (page 0 was placed at the head after 4)
+  EXPECT_FALSE(Registered(4));
+  Use(8);  // page 0 is the tail again, with no hit since: evicted
+  EXPECT_FALSE(Registered(0)) << "the second chance is spent until the next hit";
+  EXPECT_EQ(cache().stats().evictions, 3u);
+}
+
+TEST_P(HitPathTest, InvalidatedRegionGotOnTheFastPathIsDeregisteredAtItsLastPut) {
+  Use(0);
+  Region* r = Get(0);  // fast path
+  Region* again = Get(0);  // fast path, second reference
+  ASSERT_EQ(r, again);
+  ASSERT_TRUE(cache().Invalidate(buf_, kPage).ok());
+  Put(r);
+  EXPECT_EQ(state_->deregistrations.load(), 0) << "one reference is still held";
+  Put(again);
+  EXPECT_EQ(state_->deregistrations.load(), 1) << "deregistered at its last put, no later";
+}
+
+TEST_P(HitPathTest, InvalidatedRegionHeldOnTwoThreadsIsDeregisteredAtTheLastPut) {
+  Use(0);
+  Region* mine = Get(0);
+  Worker worker;
+  Region* theirs = nullptr;
+  worker.Run([&] {
+    Use(0);  // the worker's first get takes the slow path; this makes the next one fast
+    theirs = Get(0);
+  });
+  ASSERT_EQ(mine, theirs);
+  ASSERT_TRUE(cache().Invalidate(buf_, kPage).ok());
+  Put(mine);
+  EXPECT_EQ(state_->deregistrations.load(), 0) << "the worker still holds it";
+  worker.Run([&] { Put(theirs); });
+  EXPECT_EQ(state_->deregistrations.load(), 1);
+}
+
+TEST_P(HitPathTest, PutOfTheLastHitAfterTheThreadTableGrew) {
+  Use(0);
+  Region* r = Get(0);  // fast path: the thread remembers r's slot
+  char* area = static_cast<char*>(
+      mmap(nullptr, 2 * 600 * kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  ASSERT_NE(area, MAP_FAILED);
+  for (size_t i = 0; i < 600; ++i) {  // enough regions to replace the thread's table
+    auto other = cache().Acquire(area + 2 * i * kPage, kPage, kRW);
+    ASSERT_TRUE(other.ok()) << other.status();
+    Put(*other);
+  }
+  Put(r);
+  EXPECT_EQ(StatusToErrno(cache().Put(r)), EINVAL) << "the reference was counted exactly once";
+  ASSERT_TRUE(cache().Invalidate(area, 2 * 600 * kPage).ok());
+  ASSERT_TRUE(cache().Invalidate(buf_, kPage).ok());
+  EXPECT_EQ(state_->deregistrations.load(), state_->registrations.load()) << "nothing held";
+  munmap(area, 2 * 600 * kPage);
+}
+
+TEST_P(HitPathTest, PutIsCountedWhenANewRegionReusesAFreedRegionsAddress) {
+  Use(0);
+  Region* old = Get(0);  // fast path: the thread remembers old's slot
+  Put(old);
+  ASSERT_TRUE(cache().Invalidate(buf_, kPage).ok());  // old is deregistered and freed
+  ASSERT_EQ(state_->deregistrations.load(), 1);
+  // The allocator usually hands the freed Region's memory to the next one.
+  Region* fresh = Get(8);
+  Put(fresh);
+  EXPECT_EQ(StatusToErrno(cache().Put(fresh)), EINVAL) << "one get, one put";
+  ASSERT_TRUE(cache().Invalidate(buf_ + 8 * kPage, kPage).ok());
+  EXPECT_EQ(state_->deregistrations.load(), 2) << "the new region was unused, so it went at once";
+}
+
+TEST_P(HitPathTest, PutToAnotherCacheIsEinvalEvenAfterAHit) {
+  Use(0);
+  Region* r = Get(0);  // fast path in this cache
+  auto inner = GetParam().make(config_);
+  ASSERT_TRUE(inner.ok()) << inner.status();
+  auto other = Cache::Create(config_, std::move(*inner));
+  ASSERT_TRUE(other.ok());
+  // The other cache holds the same page in its own region, hit on the fast path.
+  for (int i = 0; i < 2; ++i) {
+    auto mine = (*other)->Acquire(buf_, kPage, kRW);
+    ASSERT_TRUE(mine.ok());
+    ASSERT_NE(*mine, r);
+    ASSERT_TRUE((*other)->Put(*mine).ok());
+  }
+  EXPECT_EQ(StatusToErrno((*other)->Put(r)), EINVAL);
+  Put(r);
+}
+
+INSTANTIATE_TEST_SUITE_P(Registrars, HitPathTest, ::testing::ValuesIn(testing::SuiteRegistrars()),
                          testing::RegistrarParamName);
 
 }  // namespace
