@@ -235,7 +235,14 @@ absl::StatusOr<Region*> CacheImpl::Acquire(void* addr, size_t length, int access
       }
     }
   }
+  return AcquireUncached(start, end, length, access);
+}
 
+// Out of line, so that the hit path above needs no stack frame of its own.
+__attribute__((noinline)) absl::StatusOr<Region*> CacheImpl::AcquireUncached(uintptr_t start,
+                                                                            uintptr_t end,
+                                                                            size_t length,
+                                                                            int access) {
   if (length == 0) return ErrnoStatus(EINVAL, "mrc_get: length is 0");
   if (end < start) return ErrnoStatus(EINVAL, "mrc_get: addr + length overflows");
   absl::Status access_ok = ValidateAccess(access);
@@ -575,13 +582,12 @@ absl::StatusOr<Region*> CacheImpl::AcquireImplicitOdp(uintptr_t start, uintptr_t
 // ---- put ----------------------------------------------------------------
 
 absl::Status CacheImpl::Put(Region* r) {
-  if (r == nullptr) return ErrnoStatus(EINVAL, "mrc_put: null region");
   // Fast path first: a reference counted in this thread's own slot. A
   // non-dead slot of this cache naming r proves r is ours and alive (see
   // thread_cache.h); implicit and bypass regions never have one. The slot of
   // the thread's last hit is known without reading r.
   ThreadCache* tc = FindThreadCache(uid_);
-  if (ThreadCache::Line* slot = tc != nullptr ? OwnSlot(tc, r) : nullptr) {
+  if (ThreadCache::Line* slot = tc != nullptr && r != nullptr ? OwnSlot(tc, r) : nullptr) {
     int64_t count = slot->ref_count.load(std::memory_order_relaxed);
     if (__builtin_expect(count > 0, 1)) {
       slot->ref_count.store(count - 1, std::memory_order_release);
@@ -592,16 +598,26 @@ absl::Status CacheImpl::Put(Region* r) {
       ReaderFence();
       if (__builtin_expect(
               slot->ref_state.load(std::memory_order_acquire) != ThreadCache::kLive, 0)) {
-        DeadList dead;
-        {
-          std::lock_guard<std::mutex> lock(mu_);
-          RecheckRetiredLocked(&dead);
-        }
-        Release(&dead);
+        SettleRetired();
       }
       return absl::OkStatus();
     }
   }
+  return PutShared(r);
+}
+
+__attribute__((noinline)) void CacheImpl::SettleRetired() {
+  DeadList dead;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    RecheckRetiredLocked(&dead);
+  }
+  Release(&dead);
+}
+
+// A put that no slot of the calling thread counts: checked, under the lock.
+__attribute__((noinline)) absl::Status CacheImpl::PutShared(Region* r) {
+  if (r == nullptr) return ErrnoStatus(EINVAL, "mrc_put: null region");
   if (r->cache != this) return ErrnoStatus(EINVAL, "mrc_put: region belongs to another cache");
   if (IsImplicit(r)) {
     auto& refs = implicit_refs_[(r->reg.access & kAccessRemoteBits) >> 1];

@@ -109,6 +109,11 @@ class CacheImpl : public MemoryEventListener {
 
   CacheImpl(const Config& config, std::unique_ptr<Registrar> registrar);
 
+  // Acquire and Put after their lock-free paths found nothing.
+  absl::StatusOr<Region*> AcquireUncached(uintptr_t start, uintptr_t end, size_t length, int access);
+  absl::Status PutShared(Region* r);
+  // Deregisters the retired regions whose last reference is gone.
+  void SettleRetired();
   absl::StatusOr<Region*> AcquireSlow(ThreadCache* tc, uintptr_t start, uintptr_t end, int access);
   absl::StatusOr<Region*> AcquireBypass(uintptr_t start, uintptr_t end, int access);
   absl::StatusOr<Region*> AcquireImplicitOdp(uintptr_t start, uintptr_t end, int access);

@@ -7,9 +7,9 @@
 //
 // A ThreadCache holds one table of 64-byte `Line`s (mask + 1 of them, 64-byte
 // aligned). Each line carries two unrelated halves, both indexed by the same
-// page hash (SlotIndex), so that a get of a region's first page finds its
-// lookup entry and its reference slot on one cache line:
-//  - the lookup entry of line LookupIndex(addr): a recent get() answer, read
+// page hash (PageHash & mask), so that a get of a region's first page finds
+// its lookup entry and its reference slot on one cache line:
+//  - the lookup entry of line LookupFor(addr): a recent get() answer, read
 //    and written only by the owner thread. It is valid only while its `gen`
 //    equals the cache's generation (every event that could make an answer
 //    wrong -- invalidation, eviction, merge, flush -- bumps the generation
@@ -34,8 +34,7 @@
 //                    slot's fields are meaningless and the owner may reclaim
 //                    it on its next slow path.
 //    Invariant: a slot whose state is not kDead names a live Region, and
-//    every slot naming a Region sits at SlotIndex(region start) of its
-//    thread's current table. So a pointer compare (ref_region == r) on a
+//    sits at SlotIndex(that region's start) of its thread's current table. So a pointer compare (ref_region == r) on a
 //    non-dead slot identifies r exactly, even if r's address once belonged
 //    to a freed region: every slot naming that one was marked kDead first.
 //  - per-thread hit counter, summed by stats(), and `last_region`/`last_slot`:
