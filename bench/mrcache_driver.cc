@@ -4,7 +4,6 @@ namespace mrbench {
 
 absl::StatusOr<std::unique_ptr<MrcacheDriver>> MrcacheDriver::Create(mrcache::Config config,
                                                                      std::unique_ptr<mrcache::Registrar> registrar) {
-  config.monitor = "none";
   absl::StatusOr<std::unique_ptr<mrcache::Cache>> cache = mrcache::Cache::Create(config, std::move(registrar));
   if (!cache.ok()) return cache.status();
   return std::unique_ptr<MrcacheDriver>(new MrcacheDriver(std::move(*cache)));

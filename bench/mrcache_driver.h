@@ -1,12 +1,14 @@
 // mrcache_driver.h: the `mrcache` and `mrcache-nomerge` configurations.
 //
 // A mrcache::Cache over the benchmark's registrar, with the benchmark's
-// limits. The monitor is `none` and Release calls Cache::Invalidate (the C
-// API's mrc_invalidate): both caches under comparison (mrcache and ucx)
-// then see exactly the same invalidations, at the same points of the trace,
-// whatever the allocator does internally. (With monitor=auto mrcache would
-// also catch the allocator's own unmaps, but it would see a different event
-// stream from UCX's, whose hooks are off in the peer.)
+// limits and otherwise its defaults, including the memory monitor (`auto`,
+// or MRCACHE_MONITOR). Release calls Cache::Invalidate (the C API's
+// mrc_invalidate) before every free, at the same points of the trace where
+// the UCX peer gets its explicit invalidation, so mrcache sees every event
+// UCX sees; its monitor adds the allocator's own unmaps and trims, which can
+// only drop more regions. The monitor is what makes bridging safe (a bridged
+// region covers memory no request named; see cache_impl.cc), so a run with
+// MRCACHE_MONITOR=none measures mrcache without bridging.
 #ifndef BENCH_MRCACHE_DRIVER_H_
 #define BENCH_MRCACHE_DRIVER_H_
 
@@ -19,7 +21,7 @@ namespace mrbench {
 
 class MrcacheDriver : public Driver {
  public:
-  // `config` already carries the limits; its monitor is overridden to none.
+  // `config` already carries the limits.
   static absl::StatusOr<std::unique_ptr<MrcacheDriver>> Create(mrcache::Config config,
                                                                std::unique_ptr<mrcache::Registrar> registrar);
   absl::StatusOr<Lease> Get(void* addr, size_t length, int access) override;

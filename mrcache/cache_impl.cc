@@ -14,6 +14,8 @@
 #include "mrcache/errno_status.h"
 #include "mrcache/monitor_sync.h"
 #include "mrcache/odp.h"
+#include "mrcache/mapping_bounds.h"
+#include "mrcache/residency.h"
 
 namespace mrcache {
 namespace {
@@ -68,6 +70,10 @@ void AtomicMax(std::atomic<uint64_t>& a, uint64_t v) {
 
 constexpr int kMaxMissAttempts = 16;
 
+// A miss widens beyond its own pages (merging) only where no region died by
+// invalidation within this many misses (see address_heat.h).
+constexpr uint64_t kMergeCooldownMisses = 4096;
+
 // The calling thread's slot for r (its owner), or nullptr: the slot of the
 // thread's last hit if that was r, else the one at r's line. Either way a
 // non-dead slot naming r (thread_cache.h).
@@ -121,6 +127,7 @@ absl::StatusOr<std::unique_ptr<CacheImpl>> CacheImpl::Create(const Config& confi
   }
   if (!lease.ok()) return lease.status();
   cache->monitor_ = std::move(*lease);
+  cache->bridging_safe_ = cache->odp_ == OdpMode::kExplicit || cache->monitor_->complete();
 
   absl::Status listen = AddMemoryEventListener(cache.get());
   if (!listen.ok()) return listen;
@@ -332,7 +339,7 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
   for (int attempt = 0;; ++attempt) {
     DeadList dead;
     PendingMiss pending;
-    int reg_access = request_access;
+    MissPlan plan;
     // Preallocate outside the lock whatever a miss may need under it.
     auto* fresh = new Region;
     auto* node = IntervalTree<Region*>::AllocateNode();
@@ -352,44 +359,34 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
         return hit;
       }
       if (attempt == 0) misses_.fetch_add(1, std::memory_order_relaxed);
-      pending.start = aligned_start;
-      pending.end = aligned_end;
-      // Merge plan: the union with every compatible region that overlaps the
-      // requested range (one pass, not transitively: chaining neighbours
-      // that merely share a page would build regions that any free kills),
-      // as long as it stays within max_merge_bytes.
-      if (allow_merge) {
-        struct Plan {
-          uintptr_t s, e;
-          int remote, odp, local;
-        } plan{aligned_start, aligned_end, request_access & kAccessRemoteBits,
-               request_access & kAccessOnDemand, 0};
-        index_.ForEachOverlap(aligned_start, aligned_end, [&plan](uintptr_t s, uintptr_t e, Region* r) {
-          if (r->remote_access() != plan.remote || (r->reg.access & kAccessOnDemand) != plan.odp) {
-            return;
-          }
-          plan.local |= r->reg.access & kAccessLocalWrite;
-          if (s < plan.s) plan.s = s;
-          if (e > plan.e) plan.e = e;
-        });
-        if (plan.e - plan.s <= config_.max_merge_bytes) {
-          pending.start = plan.s;
-          pending.end = plan.e;
-          reg_access |= plan.local;
-        }
-      }
+      plan = allow_merge ? PlanMissLocked(aligned_start, aligned_end, request_access)
+                         : MissPlan{aligned_start, aligned_end, 0};
+      // A pending miss is spoiled by any change to what it may register.
+      pending.start = plan.block_end > plan.block_start && plan.block_start < plan.start
+                          ? plan.block_start : plan.start;
+      pending.end = plan.block_end > plan.end ? plan.block_end : plan.end;
       pending.next = pending_;
       pending_ = &pending;
     }
     Release(&dead);
 
+    uintptr_t reg_start = plan.start, reg_end = plan.end;
+    int reg_access = request_access | plan.local;
+    const bool bridged =
+        plan.block_end > plan.block_start && BridgeOutsideLock(plan, &reg_start, &reg_end);
+    if (bridged) reg_access |= plan.bridge_local;
+
     // Register outside the lock. Monitors that watch ranges learn of it
     // first, so an unmap during the registration is reported.
-    if (monitor_) monitor_->Watch(reinterpret_cast<void*>(pending.start), pending.end - pending.start);
-    absl::StatusOr<Registration> reg = TimedRegister(pending.start, pending.end, reg_access);
+    if (monitor_) monitor_->Watch(reinterpret_cast<void*>(reg_start), reg_end - reg_start);
+    absl::StatusOr<Registration> reg = TimedRegister(reg_start, reg_end, reg_access);
 
     std::unique_lock<std::mutex> lock(mu_);
     MaintainLocked(&dead);  // drains invalidations that arrived meanwhile
+    if (plan.block_end > plan.block_start && !bridged) {
+      // Nothing resident to bridge here: do not look again on every miss.
+      widen_failed_.Mark(plan.block_start, plan.block_end, misses_.load(std::memory_order_relaxed));
+    }
     for (PendingMiss** p = &pending_; *p != nullptr; p = &(*p)->next) {
       if (*p == &pending) {
         *p = pending.next;
@@ -397,19 +394,23 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
       }
     }
     if (!reg.ok()) {
+      const int err = StatusToErrno(reg.status());
+      // Memory that cannot be registered: do not widen into it again soon.
+      if (err == EFAULT || err == EINVAL) {
+        widen_failed_.Mark(reg_start, reg_end, misses_.load(std::memory_order_relaxed));
+      }
       lock.unlock();
       Release(&dead);
-      if (monitor_) monitor_->Unwatch(reinterpret_cast<void*>(pending.start), pending.end - pending.start);
+      if (monitor_) monitor_->Unwatch(reinterpret_cast<void*>(reg_start), reg_end - reg_start);
       delete fresh;
       IntervalTree<Region*>::FreeNode(node);
-      int err = StatusToErrno(reg.status());
       if ((err == ENOMEM || err == EAGAIN) && !evicted_for_memory) {
         // Out of resources: give back every unused registration, retry once.
         evicted_for_memory = true;
         (void)Flush();  // deregisters every unused region
         continue;
       }
-      bool widened = pending.start != page_start || pending.end != page_end ||
+      bool widened = reg_start != page_start || reg_end != page_end ||
                      reg_access != request_access;
       if ((err == EFAULT || err == EINVAL) && widened) {
         // Alignment or a merge reached memory that cannot be registered, or a
@@ -434,7 +435,7 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
       lock.unlock();
       CountRegistration(reg->length);
       TimedDeregister(*reg);
-      if (monitor_) monitor_->Unwatch(reinterpret_cast<void*>(pending.start), pending.end - pending.start);
+      if (monitor_) monitor_->Unwatch(reinterpret_cast<void*>(reg_start), reg_end - reg_start);
       delete fresh;
       IntervalTree<Region*>::FreeNode(node);
       Release(&dead);
@@ -446,11 +447,16 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
     }
 
     Region* r = fresh;
-    r->start = pending.start;
-    r->end = pending.end;
+    r->start = reg_start;
+    r->end = reg_end;
     r->id = next_region_id_++;
     r->reg = *reg;
     r->cache = this;
+    // Alignment coarser than a page, or bridging, adds whole pages that no
+    // request touched; then the region counts as used everywhere.
+    const bool whole = align_ > page_ || bridged;
+    r->used_start = whole ? r->start : start;
+    r->used_end = whole ? r->end : end;
     r->lru_stamp = tick_.load(std::memory_order_relaxed);
     r->last_use.store(r->lru_stamp, std::memory_order_relaxed);
     index_.InsertNode(node, r->start, r->end, r);
@@ -484,6 +490,8 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
     if (merge.victims != nullptr) merges_.fetch_add(1, std::memory_order_relaxed);
     for (Region* o = merge.victims; o != nullptr;) {
       Region* next = o->next_dead;
+      if (o->used_start < r->used_start) r->used_start = o->used_start;
+      if (o->used_end > r->used_end) r->used_end = o->used_end;
       UnindexLocked(o, &candidates);
       o = next;
     }
@@ -743,6 +751,97 @@ void CacheImpl::MaintainLocked(DeadList* dead) {
   RecheckRetiredLocked(dead);
 }
 
+CacheImpl::MissPlan CacheImpl::PlanMissLocked(uintptr_t start, uintptr_t end, int access) {
+  const int remote = access & kAccessRemoteBits;
+  const int odp = access & kAccessOnDemand;
+  auto compatible = [remote, odp](const Region* r) {
+    return r->remote_access() == remote && (r->reg.access & kAccessOnDemand) == odp;
+  };
+  const uint64_t now = misses_.load(std::memory_order_relaxed);
+  MissPlan plan{start, end, 0};
+
+  // Merge: the union with every compatible region that overlaps the request
+  // (one pass, not transitively), within max_merge_bytes, unless regions died
+  // by invalidation around here lately (address_heat.h).
+  struct Union {
+    uintptr_t s, e;
+    int local;
+  } u{start, end, 0};
+  index_.ForEachOverlap(start, end, [&u, &compatible](uintptr_t s, uintptr_t e, Region* r) {
+    if (!compatible(r)) return;
+    u.local |= r->reg.access & kAccessLocalWrite;
+    if (s < u.s) u.s = s;
+    if (e > u.e) u.e = e;
+  });
+  const bool widens = u.s < start || u.e > end;
+  if (u.e - u.s > config_.max_merge_bytes ||
+      (widens && WideningCooledLocked(u.s, u.e, now))) {
+    return plan;
+  }
+  plan = MissPlan{u.s, u.e, u.local};
+
+  // Bridge candidate: the bridge_bytes-aligned block(s) holding the union, if
+  // they hold another compatible region and no region died there lately.
+  // BridgeOutsideLock then decides how far the registration really widens.
+  // Bridging registers memory no request named, so some release of it must
+  // be reported however it happens: only with a complete monitor, or with
+  // on-demand paging (whose regions cannot go stale).
+  if (!bridging_safe_) return plan;
+  size_t block = config_.bridge_bytes < config_.max_merge_bytes ? config_.bridge_bytes
+                                                                : config_.max_merge_bytes;
+  if (config_.max_bytes != 0 && block > config_.max_bytes / 4) block = config_.max_bytes / 4;
+  if (block < 2 * page_ || (block & (block - 1)) != 0) return plan;
+  const uintptr_t bs = AlignDown(u.s, block);
+  const uintptr_t be = AlignUp(u.e, block);
+  if (be == 0 || be - bs > config_.max_merge_bytes) return plan;
+  struct Neighbours {
+    uintptr_t below_end, above_start;
+    int local;
+  } n{0, UINTPTR_MAX, 0};
+  index_.ForEachOverlap(bs, be, [&n, &u, &compatible](uintptr_t s, uintptr_t e, Region* r) {
+    if (!compatible(r)) return;
+    if (e <= u.s && e > n.below_end) {
+      n.below_end = e;
+      n.local |= r->reg.access & kAccessLocalWrite;
+    } else if (s >= u.e && s < n.above_start) {
+      n.above_start = s;
+      n.local |= r->reg.access & kAccessLocalWrite;
+    }
+  });
+  if (n.below_end == 0 && n.above_start == UINTPTR_MAX) return plan;
+  if (WideningCooledLocked(bs, be, now)) return plan;
+  plan.block_start = bs;
+  plan.block_end = be;
+  plan.below_end = n.below_end;
+  plan.above_start = n.above_start;
+  plan.bridge_local = n.local;
+  return plan;
+}
+
+bool CacheImpl::WideningCooledLocked(uintptr_t start, uintptr_t end, uint64_t now) const {
+  return invalidated_.Recent(start, end, now, kMergeCooldownMisses) ||
+         widen_failed_.Recent(start, end, now, kMergeCooldownMisses);
+}
+
+bool CacheImpl::BridgeOutsideLock(const MissPlan& plan, uintptr_t* start, uintptr_t* end) const {
+  // Widen over the resident memory of the union's own mapping(s), within the
+  // block; worth it only if that reaches a neighbouring region.
+  const uintptr_t ps = AlignDown(plan.start, page_);
+  const uintptr_t pe = AlignUp(plan.end, page_);
+  if (pe == 0) return false;
+  MappingExtent mapping;
+  if (!FindMappingExtent(ps, pe - 1, &mapping)) return false;
+  const uintptr_t lo = mapping.start > plan.block_start ? mapping.start : plan.block_start;
+  const uintptr_t hi = mapping.end < plan.block_end ? mapping.end : plan.block_end;
+  if (lo > ps || hi < pe) return false;
+  const uintptr_t rs = ResidentStart(ps, lo, page_);
+  const uintptr_t re = ResidentEnd(pe, hi, page_);
+  if (!(rs < plan.below_end || re > plan.above_start)) return false;
+  *start = rs < plan.start ? rs : plan.start;
+  *end = re > plan.end ? re : plan.end;
+  return true;
+}
+
 Region* CacheImpl::FindCoveringLocked(uintptr_t start, uintptr_t end, int access) {
   struct Find {
     uintptr_t start, end;
@@ -930,23 +1029,39 @@ void CacheImpl::RecheckRetiredLocked(DeadList* dead) {
 void CacheImpl::InvalidateRangeLocked(uintptr_t start, uintptr_t end, Region** candidates) {
   // Regions start and end on multiples of align_ (or of the page size, when
   // registering fell back to exact pages), so rounding the range to the finer
-  // of the two finds exactly the regions that overlap it.
+  // of the two finds every region that overlaps it. Of those, a region is
+  // dropped if the range overlaps its used bytes or spans a whole page of it
+  // (see Region::used_start): a mapping changes a whole page at a time.
   const size_t fine = align_ < page_ ? align_ : page_;
   uintptr_t s = AlignDown(start, fine);
   uintptr_t e = AlignUp(end, fine);
   if (e == 0) e = UINTPTR_MAX;
+  uintptr_t whole_start = AlignUp(start, page_);
+  if (whole_start == 0) whole_start = UINTPTR_MAX;  // no whole page above start
+  const uintptr_t whole_end = end == UINTPTR_MAX ? UINTPTR_MAX : AlignDown(end, page_);
   struct Collect {
     Region* list;
-  } c{nullptr};
-  index_.ForEachOverlap(s, e, [&c](uintptr_t, uintptr_t, Region* r) {
+    uintptr_t start, end, whole_start, whole_end;
+  } c{nullptr, start, end, whole_start, whole_end};
+  index_.ForEachOverlap(s, e, [&c](uintptr_t rs, uintptr_t re, Region* r) {
+    bool touches_used = r->used_start < c.end && c.start < r->used_end;
+    bool spans_a_page = c.whole_start < c.whole_end && rs < c.whole_end && c.whole_start < re;
+    if (!touches_used && !spans_a_page) return;
     r->next_dead = c.list;
     c.list = r;
   });
+  uintptr_t dropped_start = UINTPTR_MAX, dropped_end = 0;
   while (c.list != nullptr) {
     Region* r = c.list;
     c.list = r->next_dead;
     invalidations_.fetch_add(1, std::memory_order_relaxed);
+    if (r->start < dropped_start) dropped_start = r->start;
+    if (r->end > dropped_end) dropped_end = r->end;
     UnindexLocked(r, candidates);
+  }
+  if (dropped_start < dropped_end) {
+    invalidated_.Mark(start > dropped_start ? start : dropped_start, end < dropped_end ? end : dropped_end,
+               misses_.load(std::memory_order_relaxed));
   }
 }
 

@@ -59,6 +59,7 @@
 #include "mrcache/cache.h"
 #include "mrcache/config.h"
 #include "mrcache/interval_tree.h"
+#include "mrcache/address_heat.h"
 #include "mrcache/invalidation_ring.h"
 #include "mrcache/memory_events.h"
 #include "mrcache/monitor.h"
@@ -107,6 +108,20 @@ class CacheImpl : public MemoryEventListener {
     PendingMiss* next = nullptr;
   };
 
+  // What a miss registers: [start, end) (the request merged with the regions
+  // it overlaps), with the local rights of those regions added to the
+  // request's. If block_end > block_start, bridging may widen it, within
+  // [block_start, block_end), over resident memory of the same mapping, when
+  // that reaches the nearest compatible region below (ending at below_end)
+  // or above (starting at above_start), adding bridge_local.
+  struct MissPlan {
+    uintptr_t start = 0, end = 0;
+    int local = 0;
+    uintptr_t block_start = 0, block_end = 0;
+    uintptr_t below_end = 0, above_start = UINTPTR_MAX;
+    int bridge_local = 0;
+  };
+
   CacheImpl(const Config& config, std::unique_ptr<Registrar> registrar);
 
   // Acquire and Put after their lock-free paths found nothing.
@@ -126,6 +141,12 @@ class CacheImpl : public MemoryEventListener {
 
   // All *Locked functions require mu_.
   void MaintainLocked(DeadList* dead);
+  // Plans a miss of the aligned range [start, end): merging, then bridging.
+  MissPlan PlanMissLocked(uintptr_t start, uintptr_t end, int access);
+  // True if widening [start, end) beyond the request is unlikely to pay off.
+  bool WideningCooledLocked(uintptr_t start, uintptr_t end, uint64_t now) const;
+  // Without the lock: the bridged range for a plan with a block, or false.
+  bool BridgeOutsideLock(const MissPlan& plan, uintptr_t* start, uintptr_t* end) const;
   Region* FindCoveringLocked(uintptr_t start, uintptr_t end, int access);
   void TakeRefLocked(ThreadCache* tc, Region* r);
   void FillLookupLocked(ThreadCache* tc, uintptr_t start, uintptr_t end, int access, Region* r);
@@ -169,6 +190,7 @@ class CacheImpl : public MemoryEventListener {
   const pid_t pid_;
   bool listening_ = false;
   OdpMode odp_ = OdpMode::kOff;
+  bool bridging_safe_ = false;  // see PlanMissLocked
   // odp=implicit: whole-address-space MRs, one per set of remote rights
   // (index: remote access bits >> 1), registered on first use.
   std::atomic<Region*> implicit_odp_[8] = {};
@@ -190,6 +212,8 @@ class CacheImpl : public MemoryEventListener {
   Region* retired_ = nullptr;               // guarded; kInvalid regions still referenced
   ThreadCache* threads_ = nullptr;          // guarded
   PendingMiss* pending_ = nullptr;          // guarded
+  AddressHeat invalidated_;                 // guarded; where regions died by invalidation
+  AddressHeat widen_failed_;                // guarded; where widening a miss failed
   size_t cached_bytes_ = 0;                 // guarded; bytes of regions in the index
   uint64_t next_region_id_ = 1;             // guarded
   uint64_t folded_hits_ = 0;                // guarded; hits of orphaned threads

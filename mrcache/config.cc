@@ -61,7 +61,7 @@ absl::StatusOr<uint64_t> ParseSize(absl::string_view text) {
 
 const std::vector<std::string>& Config::Keys() {
   static const auto* keys = new std::vector<std::string>{
-      "registrar",   "max_regions",    "max_bytes",      "max_merge_bytes",  "alignment",
+      "registrar",   "max_regions",    "max_bytes",      "max_merge_bytes",  "bridge_bytes", "alignment",
       "monitor",     "odp",            "odp_prefetch_bytes", "sim_base_ns", "sim_page_ns",
       "sim_mlock",   "sim_odp_page_ns", "pool_max_bytes", "pool_chunk_bytes", "pool_hugepages",
       "uring_slots"};
@@ -97,6 +97,7 @@ absl::Status Config::Set(absl::string_view key, absl::string_view value) {
   if (key == "max_regions") return size_key(&max_regions, "a count, 0 = unlimited");
   if (key == "max_bytes") return size_key(&max_bytes, "a size such as 512M, 0 = unlimited");
   if (key == "max_merge_bytes") return size_key(&max_merge_bytes, "a size, 0 = no merging");
+  if (key == "bridge_bytes") return size_key(&bridge_bytes, "a size, 0 = no bridging");
   if (key == "alignment") {
     size_t old = alignment;
     absl::Status s = size_key(&alignment, "a power of two >= 8, 0 = the page size");
@@ -166,6 +167,7 @@ absl::StatusOr<std::string> Config::Get(absl::string_view key) const {
   if (key == "max_regions") return std::to_string(max_regions);
   if (key == "max_bytes") return std::to_string(max_bytes);
   if (key == "max_merge_bytes") return std::to_string(max_merge_bytes);
+  if (key == "bridge_bytes") return std::to_string(bridge_bytes);
   if (key == "alignment") return std::to_string(alignment);
   if (key == "monitor") return monitor;
   if (key == "odp") return std::string(OdpName(odp));

@@ -25,6 +25,12 @@ struct Config {
   size_t max_regions = 16384;     // 0 = unlimited
   size_t max_bytes = 0;           // pinned bytes; 0 = unlimited
   size_t max_merge_bytes = size_t{1} << 30;  // 0 = merging off
+  // Bridging: a miss in memory where no region died by invalidation lately,
+  // whose bridge_bytes-aligned block holds another compatible region, widens
+  // to the resident memory of its own mapping within that block (absorbing
+  // the regions there). Needs a complete monitor (patch or uffd) or explicit
+  // ODP. 0 = off: only overlapping regions merge.
+  size_t bridge_bytes = size_t{128} << 20;
   // Region granularity: 0 = the page size; else a power of two >= 8. Below
   // the page size (e.g. 64, UCX's InfiniBand default) neighbouring buffers
   // that share a page get separate regions (the registrar still pins whole

@@ -91,6 +91,13 @@ class Lease : public MonitorLease {
     }
   }
   bool blind() const override { return components_.empty(); }
+  bool complete() const override {
+    for (int i : components_) {
+      absl::string_view n = g_components[i].name;
+      if (n == "patch" || n == "uffd") return true;
+    }
+    return false;
+  }
 
  private:
   const std::vector<int> components_;

@@ -32,6 +32,11 @@ class MonitorLease {
   virtual void Unwatch(void* addr, size_t length) {}
   // True if memory can disappear without this monitor seeing it (e.g. "none").
   virtual bool blind() const { return false; }
+  // True if every release of registered memory is reported, including the
+  // ones libc makes internally (heap trims): `patch` (every libc system call)
+  // or `uffd` (every watched range). Registering memory nobody asked for
+  // (bridging, cache_impl.cc) is safe only then.
+  virtual bool complete() const { return false; }
 };
 
 // EINVAL for an unknown name; ENOTSUP (with the reason) when the monitor

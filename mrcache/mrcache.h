@@ -35,6 +35,9 @@ struct ibv_pd;
  *   max_regions      unused+used regions kept (default 16384; 0 = unlimited)
  *   max_bytes        pinned bytes kept (default 0 = unlimited; suffixes K M G accepted)
  *   max_merge_bytes  largest region a merge may create (default 1G; 0 = merging off)
+ *   bridge_bytes     block within which a miss in stable memory registers the resident rest
+ *                    of its mapping once another region is there (default 128M; 0 = off;
+ *                    needs monitor patch or uffd, or odp explicit)
  *   alignment        region granularity, a power of two >= 8 (default 0 = the page size)
  *   monitor          none|symbols|patch|uffd|jemalloc|auto (default auto)
  *   odp              off|explicit|implicit|auto (default off)

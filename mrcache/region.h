@@ -59,6 +59,16 @@ class Region {
   Region* next_dead = nullptr;     // deregistration batch, or the retired list
   Region* prev_retired = nullptr;
   bool on_retired_list = false;
+  // The bytes requested through this region when it was registered, widened
+  // to cover the requested bytes of the regions it merged (set before it is
+  // published); all of [start, end) if alignment is coarser than a page or
+  // the region was bridged.
+  // Invariant: every page of [start, end) overlaps them. An invalidation drops
+  // the region only if it overlaps these bytes: memory changes mapping a whole
+  // page at a time, and a page stays mapped while any of its bytes is in use,
+  // so a neighbour's bytes freed on a shared page leave the region valid.
+  uintptr_t used_start = 0;
+  uintptr_t used_end = 0;
 
   size_t length() const { return end - start; }
   int remote_access() const { return reg.access & kAccessRemoteBits; }

@@ -537,6 +537,67 @@ TEST_P(CacheCoreTest, TwoThreadStressOfGetPutInvalidate) {
   EXPECT_EQ(s.hits + s.misses, 40000u);
 }
 
+// ---- invalidation granularity ------------------------------------------------
+
+TEST_P(CacheCoreTest, InvalidatingANeighboursBytesOnASharedPageKeepsTheRegion) {
+  Put(Get(0, 1000));
+  ASSERT_TRUE(cache().Invalidate(buf_ + 2048, 100).ok());
+  EXPECT_EQ(state_->deregistrations.load(), 0) << "the page stays mapped while [0, 1000) is in use";
+  Put(Get(0, 1000));
+  EXPECT_EQ(state_->registrations.load(), 1) << "and the region still serves it";
+}
+
+TEST_P(CacheCoreTest, InvalidatingOneRequestedByteDropsTheRegion) {
+  Put(Get(100, 1000));
+  ASSERT_TRUE(cache().Invalidate(buf_ + 1099, 1).ok());
+  EXPECT_EQ(state_->deregistrations.load(), 1);
+}
+
+TEST_P(CacheCoreTest, InvalidatingAWholePageOfARegionDropsIt) {
+  config_.max_merge_bytes = 0;
+  Put(Get(100, 3 * kPage));  // pages 0-3
+  ASSERT_TRUE(cache().Invalidate(buf_ + 3 * kPage, kPage).ok());
+  EXPECT_EQ(state_->deregistrations.load(), 1);
+}
+
+TEST_P(CacheCoreTest, MergedRegionIsDroppedByTheBytesOfEitherPart) {
+  Put(Get(0, kPage + 100));           // pages 0-1
+  Put(Get(kPage + 200, kPage));       // pages 1-2: merges into pages 0-2
+  ASSERT_EQ(cache().stats().merges, 1u);
+  ASSERT_TRUE(cache().Invalidate(buf_ + 50, 10).ok());  // bytes of the first part
+  EXPECT_EQ(state_->live.size(), 0u);
+}
+
+TEST_P(CacheCoreTest, AlignmentWidenedRegionIsDroppedByAnyOfItsBytes) {
+  const size_t align = 16 * kPage;
+  config_.alignment = align;
+  char* block = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(buf_) + align - 1) & ~(align - 1));
+  Put(Get(block - buf_ + kPage + 3, 10));
+  // Pages no request touched, added by alignment: any invalidation there counts.
+  ASSERT_TRUE(cache().Invalidate(block + 9 * kPage + 7, 1).ok());
+  EXPECT_EQ(state_->deregistrations.load(), 1);
+}
+
+TEST_P(CacheCoreTest, NoMergeWhereRegionsRecentlyDiedByInvalidation) {
+  Put(Get(2 * kPage + 500, 100));                       // page 2
+  ASSERT_TRUE(cache().Invalidate(buf_ + 2 * kPage + 500, 10).ok());  // dies there
+  Put(Get(0, kPage + 1));                               // pages 0-1
+  Region* r = Get(kPage + 100, kPage);                  // pages 1-2: would merge into 0-2
+  EXPECT_EQ(cache().stats().merges, 0u) << "memory that churns is not merged";
+  EXPECT_EQ(GetRegionInfo(r).addr, buf_ + kPage);
+  EXPECT_EQ(GetRegionInfo(r).length, 2 * kPage);
+  Put(r);
+}
+
+TEST_P(CacheCoreTest, MergeWhereNothingWasInvalidated) {
+  Put(Get(0, kPage + 1));
+  Region* r = Get(kPage + 100, kPage);
+  EXPECT_EQ(cache().stats().merges, 1u);
+  EXPECT_EQ(GetRegionInfo(r).addr, buf_);
+  EXPECT_EQ(GetRegionInfo(r).length, 3 * kPage);
+  Put(r);
+}
+
 INSTANTIATE_TEST_SUITE_P(Registrars, CacheCoreTest, ::testing::ValuesIn(testing::SuiteRegistrars()),
                          testing::RegistrarParamName);
 

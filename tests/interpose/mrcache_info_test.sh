@@ -8,7 +8,7 @@ out="${TEST_TMPDIR:-$(mktemp -d)}"
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
 MRCACHE_MAX_BYTES=512M "$info" >"$out/info" 2>&1 || fail "exit $?: $(cat "$out/info")"
-for key in registrar max_regions max_bytes max_merge_bytes alignment monitor odp \
+for key in registrar max_regions max_bytes max_merge_bytes bridge_bytes alignment monitor odp \
     odp_prefetch_bytes sim_base_ns sim_page_ns sim_mlock sim_odp_page_ns pool_max_bytes \
     pool_chunk_bytes pool_hugepages uring_slots MRCACHE_STATS; do
   grep -Eq "^  $key +=" "$out/info" || fail "key $key missing"

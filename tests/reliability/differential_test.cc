@@ -7,21 +7,24 @@
 // different limits, since limits are fixed at creation) is applied to a real
 // cache over the sim registrar (zero cost) wrapped in a CountingRegistrar.
 // The model knows which pages are mapped, when each page was last
-// invalidated, and which regions the test holds. After every operation:
+// invalidated as a whole (only whole pages change mapping), which regions the
+// test holds, and the bytes requested through each registration. After every operation:
 //  - the errno of a get is the model's (EINVAL for bad arguments, EFAULT when
 //    a requested page is unmapped, success otherwise);
 //  - a returned region covers the request, has exactly the requested remote
 //    rights and at least the requested local ones, lies in mapped memory, and
-//    was registered after the last invalidation of every page it covers
-//    (no stale region);
+//    was registered after the last whole-page invalidation of every page it
+//    covers (no stale region);
 //  - a get covered by a held, still-indexed region calls no registrar;
 //  - registrations - deregistrations == live registrations == stats.regions,
 //    and every region the model holds is still registered;
 //  - unused regions respect max_regions / max_bytes (after every miss, and
 //    up to the regions put since);
-//  - after flush the live registrations are exactly the held ones, after an
-//    invalidate no unused region overlaps the range, after a miss no unused
-//    region the new one replaces (merge) is left registered.
+//  - after flush the live registrations are exactly the held ones, after a
+//    miss no unused region the new one replaces (merge) is left registered,
+//    after an invalidate no unused region is left registered whose used bytes
+//    (requested through it, or through the regions it merged) or whole pages
+//    the range overlaps.
 // At each phase end every reference is put and the cache destroyed:
 // registrations == deregistrations.
 //
@@ -123,6 +126,7 @@ class DifferentialTest : public ::testing::Test {
     puts_since_miss_ = 0;
     bytes_put_since_miss_ = 0;
     retired_.clear();
+    used_.clear();
     // Sequence numbers restart with the new registrar.
     invalidated_at_.assign(kArenaPages, 0);
   }
@@ -267,6 +271,27 @@ class DifferentialTest : public ::testing::Test {
       }
     }
     if (missed) {
+      // Its used bytes: the request, widened by those of the regions it
+      // replaces (all of it when alignment adds whole pages).
+      uintptr_t us = start, ue = start + length;
+      if (limits_.alignment > kPage) {
+        us = rs;
+        ue = re;
+      }
+      {
+        std::lock_guard<std::mutex> lock(counters_->mu);
+        for (const auto& [handle, reg] : counters_->live) {
+          uintptr_t s = reinterpret_cast<uintptr_t>(reg.addr);
+          auto it = used_.find(handle);
+          if (handle != info.handle && rs <= s && s + reg.length <= re && it != used_.end() &&
+              (reg.access & kAccessRemoteBits) == (info.access & kAccessRemoteBits) &&
+              (reg.access & ~info.access & kAccessLocalWrite) == 0) {
+            us = std::min(us, it->second.first);
+            ue = std::max(ue, it->second.second);
+          }
+        }
+      }
+      used_[info.handle] = {us, ue};
       // The new region replaces (retires) every compatible region inside it.
       for (Held& h : held_) {
         if (h.handle != info.handle && rs <= h.start && h.end <= re &&
@@ -304,22 +329,35 @@ class DifferentialTest : public ::testing::Test {
     }
   }
 
+  // Whether invalidating [start, end) drops a region registered as
+  // [rs, re): it overlaps the region's used bytes, or a whole page of it.
+  bool Drops(uint64_t handle, uintptr_t rs, uintptr_t re, uintptr_t start, uintptr_t end) const {
+    auto it = used_.find(handle);
+    uintptr_t us = it == used_.end() ? rs : it->second.first;
+    uintptr_t ue = it == used_.end() ? re : it->second.second;
+    uintptr_t ws = (start + kPage - 1) & ~(kPage - 1);
+    uintptr_t we = end & ~(kPage - 1);
+    return (us < end && start < ue) || (ws < we && rs < we && ws < re);
+  }
+
   void Invalidate(uintptr_t start, size_t length) {
     ASSERT_TRUE(cache_->Invalidate(reinterpret_cast<void*>(start), length).ok());
-    uintptr_t ps = start & ~(kPage - 1);
-    uintptr_t pe = (start + length + kPage - 1) & ~(kPage - 1);
-    for (uintptr_t p = ps; p < pe; p += kPage) {
+    const uintptr_t end = start + length;
+    // Only whole pages can change mapping: those are what staleness is about.
+    uintptr_t ws = (start + kPage - 1) & ~(kPage - 1);
+    uintptr_t we = end & ~(kPage - 1);
+    for (uintptr_t p = ws; p < we; p += kPage) {
       if (InArena(p, p + kPage)) invalidated_at_[PageOf(p)] = counters_->registered;
     }
     for (const Held& h : held_) {
-      if (h.start < pe && ps < h.end) retired_.insert(h.handle);
+      if (Drops(h.handle, h.start, h.end, start, end)) retired_.insert(h.handle);
     }
     std::lock_guard<std::mutex> lock(counters_->mu);
     auto held = HeldCounts();
     for (const auto& [handle, reg] : counters_->live) {
       uintptr_t s = reinterpret_cast<uintptr_t>(reg.addr);
-      if (s < pe && ps < s + reg.length && held.count(handle) == 0) {
-        ADD_FAILURE() << "an unused region over an invalidated range is still registered";
+      if (held.count(handle) == 0 && Drops(handle, s, s + reg.length, start, end)) {
+        ADD_FAILURE() << "an unused region whose used bytes were invalidated is still registered";
       }
     }
   }
@@ -404,6 +442,8 @@ class DifferentialTest : public ::testing::Test {
   std::unique_ptr<Cache> cache_;
   std::vector<Held> held_;
   std::set<uint64_t> retired_;  // held regions no longer in the index
+  // Per registration: the bytes requested through it (Region::used_start/end).
+  std::map<uint64_t, std::pair<uintptr_t, uintptr_t>> used_;
   size_t puts_since_miss_ = 0, bytes_put_since_miss_ = 0;
   uint64_t stale_ = 0, leaked_ = 0, total_registrations_ = 0, outside_gets_ = 0, foreign_pages_ = 0;
 };

@@ -1,0 +1,124 @@
+#include "mrcache/mapping_bounds.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+namespace mrcache {
+namespace {
+
+// Parses lowercase hex up to `stop`; advances *p past it.
+bool ParseHex(const char** p, const char* limit, char stop, uintptr_t* out) {
+  uintptr_t v = 0;
+  const char* s = *p;
+  if (s >= limit || *s == stop) return false;
+  for (; s < limit && *s != stop; ++s) {
+    int d;
+    if (*s >= '0' && *s <= '9') {
+      d = *s - '0';
+    } else if (*s >= 'a' && *s <= 'f') {
+      d = *s - 'a' + 10;
+    } else {
+      return false;
+    }
+    v = (v << 4) | static_cast<uintptr_t>(d);
+  }
+  if (s >= limit) return false;
+  *p = s + 1;
+  *out = v;
+  return true;
+}
+
+
+// One line of /proc/self/maps: "start-end perms offset dev inode [name]".
+// `kind` holds everything after the addresses except the offset, so two
+// lines describe the same kind of memory iff their kinds are equal.
+struct MapsLine {
+  uintptr_t start = 0, end = 0;
+  char kind[96] = {};
+};
+
+bool ParseLine(const char* p, const char* eol, MapsLine* line) {
+  if (!ParseHex(&p, eol, '-', &line->start) || !ParseHex(&p, eol, ' ', &line->end)) return false;
+  // perms, then skip the offset, then dev, inode and name.
+  size_t k = 0;
+  while (p < eol && *p != ' ' && k + 1 < sizeof line->kind) line->kind[k++] = *p++;
+  if (p < eol) ++p;
+  while (p < eol && *p != ' ') ++p;  // offset
+  while (p < eol && k + 1 < sizeof line->kind) line->kind[k++] = *p++;
+  line->kind[k] = '\0';
+  return true;
+}
+
+bool SameKind(const MapsLine& a, const MapsLine& b) {
+  for (size_t i = 0; i < sizeof a.kind; ++i) {
+    if (a.kind[i] != b.kind[i]) return false;
+    if (a.kind[i] == '\0') return true;
+  }
+  return true;
+}
+
+}  // namespace
+
+bool FindMappingExtent(uintptr_t low, uintptr_t high, MappingExtent* out) {
+  int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  char buf[4096];
+  size_t have = 0;
+  bool found_low = false, found_high = false, at_line_start = true;
+  // The run of contiguous lines of the same kind being read: the kernel keeps
+  // one mapping in several lines when flags differ in parts of it (a
+  // userfaultfd-registered range, an mlocked one).
+  MapsLine run, line;
+  bool in_run = false, done = false;
+  for (;;) {
+    ssize_t n = read(fd, buf + have, sizeof buf - have);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    have += static_cast<size_t>(n);
+    // Parse every complete line in buf[0, have).
+    size_t consumed = 0;
+    for (size_t i = 0; i < have; ++i) {
+      if (buf[i] != '\n') continue;
+      const char* p = buf + consumed;
+      const char* eol = buf + i;
+      if (at_line_start && ParseLine(p, eol, &line)) {
+        if (in_run && run.end == line.start && SameKind(run, line)) {
+          run.end = line.end;
+        } else {
+          if (found_low) {
+            done = true;  // the run holding `low` ended
+            break;
+          }
+          run = line;
+          in_run = true;
+        }
+        if (!found_low && run.start <= low && low < run.end) {
+          out->start = run.start;
+          found_low = true;
+        }
+        if (found_low && run.start <= high && high < run.end) {
+          out->start = run.start;  // low and high in one run
+          out->end = run.end;
+          found_high = true;
+        }
+      }
+      at_line_start = true;
+      consumed = i + 1;
+    }
+    if (done) break;
+    if (consumed == 0 && have == sizeof buf) {
+      // A line longer than the buffer (a long path): skip the rest of it.
+      at_line_start = false;
+      have = 0;
+      continue;
+    }
+    for (size_t i = consumed; i < have; ++i) buf[i - consumed] = buf[i];
+    have -= consumed;
+  }
+  close(fd);
+  return found_low && found_high;
+}
+
+}  // namespace mrcache

@@ -1,0 +1,31 @@
+// mapping_bounds.h: the extent of the mapping (VMA) that holds an address.
+//
+// Bridging (cache_impl.cc) widens a registration over resident memory around
+// a request, but never past the mapping that holds it: a neighbouring mapping
+// may be read-only (registering it for write fails), or be unmapped on its own
+// schedule (and take the bridged region with it).
+//
+// Reads /proc/self/maps with open/read into a fixed stack buffer: no heap
+// allocation, no lock, no memory-event side effects; one pass per call. The
+// answer can be out of date as soon as it returns: it only steers a heuristic,
+// registration itself decides what is valid.
+#ifndef MRCACHE_MAPPING_BOUNDS_H_
+#define MRCACHE_MAPPING_BOUNDS_H_
+
+#include <cstdint>
+
+namespace mrcache {
+
+struct MappingExtent {
+  uintptr_t start = 0;  // of the mapping holding `low`
+  uintptr_t end = 0;    // of the mapping holding `high`
+};
+
+// Looks up the mappings holding the addresses `low` and `high` (low <= high;
+// they may be the same mapping). False if either is unmapped or
+// /proc/self/maps cannot be read.
+bool FindMappingExtent(uintptr_t low, uintptr_t high, MappingExtent* out);
+
+}  // namespace mrcache
+
+#endif  // MRCACHE_MAPPING_BOUNDS_H_
