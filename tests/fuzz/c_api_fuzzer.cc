@@ -15,7 +15,10 @@
 //    mapped, the armed errno when a failure was armed, success otherwise;
 //  - a returned region covers the request, has the requested remote rights
 //    (never more) and at least the local ones, and is newer than the last
-//    invalidation of every page it covers (no stale region);
+//    whole-page invalidation of every page it covers (no stale region);
+//  - after an invalidate, no unused region is registered whose used bytes
+//    (requested through it or the regions it merged) or whole pages the
+//    range overlaps;
 //  - stats.regions == live registrations in the ledger; every held region is
 //    live; unused regions respect the limits (up to the puts since the last
 //    miss); after flush only held regions stay registered;
@@ -33,6 +36,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <set>
 #include <vector>
 
 #include "mrcache/mrcache.h"
@@ -67,6 +71,10 @@ struct World {
   uint64_t invalidated_at[kPages];  // seq at the page's last invalidation
   uint64_t seq = 0;                 // registrations so far
   std::map<uint64_t, Live> live;    // by handle
+  // By handle: the bytes requested through a registration (and through the
+  // registrations it replaced), as Region::used_start/used_end.
+  std::map<uint64_t, std::pair<uintptr_t, uintptr_t>> used;
+  std::set<uint64_t> retired;  // out of the cache's index (still registered while held)
   int fault_errno = 0, fault_count = 0;
   int deregistered_twice = 0;
 };
@@ -166,13 +174,20 @@ void RunOne(const uint8_t* data, size_t size) {
   };
   auto invalidate = [&](uintptr_t s, size_t len) {
     CHECK(mrc_invalidate(cache, reinterpret_cast<void*>(s), len) == 0, "invalidate");
-    uintptr_t ps = s & ~(kPage - 1), pe = (s + len + kPage - 1) & ~(kPage - 1);
-    for (uintptr_t p = ps; p < pe; p += kPage) {
+    // Only whole pages change mapping; a region is dropped if the range
+    // overlaps its used bytes or a whole page of it.
+    uintptr_t ws = (s + kPage - 1) & ~(kPage - 1), we = (s + len) & ~(kPage - 1);
+    for (uintptr_t p = ws; p < we; p += kPage) {
       if (p >= arena && p < arena + kPages * kPage) w.invalidated_at[(p - arena) / kPage] = w.seq;
     }
     for (const auto& [handle, l] : w.live) {
-      CHECK(!(l.start < pe && ps < l.start + l.length) || held_count(handle) > 0,
-            "an unused region over an invalidated range is still registered");
+      auto u = w.used.find(handle);
+      uintptr_t us = u == w.used.end() ? l.start : u->second.first;
+      uintptr_t ue = u == w.used.end() ? l.start + l.length : u->second.second;
+      bool drops = (us < s + len && s < ue) || (ws < we && l.start < we && ws < l.start + l.length);
+      CHECK(!drops || held_count(handle) > 0,
+            "an unused region whose used bytes were invalidated is still registered");
+      if (drops) w.retired.insert(handle);
     }
   };
 
@@ -191,6 +206,7 @@ void RunOne(const uint8_t* data, size_t size) {
         const bool armed = w.fault_count > 0;
         const int armed_errno = w.fault_errno;
         const uint64_t seq_before = w.seq;
+        const std::map<uint64_t, Live> live_before = w.live;  // a miss may replace some
         mrc_region_t* r = nullptr;
         int err = mrc_get(cache, reinterpret_cast<void*>(start), length, access, &r);
         if (w.seq != seq_before) puts_since_miss = bytes_put_since_miss = 0;
@@ -212,6 +228,21 @@ void RunOne(const uint8_t* data, size_t size) {
         CHECK((info.access & access & kLW) == (access & kLW), "local rights are a superset");
         auto it = w.live.find(mrc_region_handle(r));
         CHECK(it != w.live.end(), "returned region is registered");
+        if (w.seq != seq_before) {  // a miss: the model learns the new region's used bytes
+          uintptr_t us = alignment > kPage ? rs : start;
+          uintptr_t ue = alignment > kPage ? re : start + length;
+          for (const auto& [handle, l] : live_before) {
+            auto u = w.used.find(handle);
+            if (u != w.used.end() && w.retired.count(handle) == 0 && rs <= l.start &&
+                l.start + l.length <= re && (l.access & kRemote) == (info.access & kRemote) &&
+                (l.access & ~info.access) == 0) {
+              us = std::min(us, u->second.first);
+              ue = std::max(ue, u->second.second);
+              w.retired.insert(handle);  // merged away
+            }
+          }
+          w.used[it->first] = {us, ue};
+        }
         CHECK(RangeMapped(w, rs, info.length), "region lies in mapped memory");
         for (uintptr_t p = rs; p < re; p += kPage) {
           CHECK(w.invalidated_at[(p - arena) / kPage] < it->second.seq, "stale region returned");

@@ -216,6 +216,11 @@ class DifferentialTest : public ::testing::Test {
       }
     }
     const uint64_t registered_before = counters_->registered;
+    std::map<uint64_t, Registration> live_before;  // a miss may replace some of these
+    {
+      std::lock_guard<std::mutex> lock(counters_->mu);
+      live_before = counters_->live;
+    }
 
     auto got = cache_->Acquire(reinterpret_cast<void*>(start), length, access);
     const int err = got.ok() ? 0 : StatusToErrno(got.status());
@@ -278,17 +283,14 @@ class DifferentialTest : public ::testing::Test {
         us = rs;
         ue = re;
       }
-      {
-        std::lock_guard<std::mutex> lock(counters_->mu);
-        for (const auto& [handle, reg] : counters_->live) {
-          uintptr_t s = reinterpret_cast<uintptr_t>(reg.addr);
-          auto it = used_.find(handle);
-          if (handle != info.handle && rs <= s && s + reg.length <= re && it != used_.end() &&
-              (reg.access & kAccessRemoteBits) == (info.access & kAccessRemoteBits) &&
-              (reg.access & ~info.access & kAccessLocalWrite) == 0) {
-            us = std::min(us, it->second.first);
-            ue = std::max(ue, it->second.second);
-          }
+      for (const auto& [handle, reg] : live_before) {
+        uintptr_t s = reinterpret_cast<uintptr_t>(reg.addr);
+        auto it = used_.find(handle);
+        if (rs <= s && s + reg.length <= re && it != used_.end() && retired_.count(handle) == 0 &&
+            (reg.access & kAccessRemoteBits) == (info.access & kAccessRemoteBits) &&
+            (reg.access & ~info.access & kAccessLocalWrite) == 0) {
+          us = std::min(us, it->second.first);
+          ue = std::max(ue, it->second.second);
         }
       }
       used_[info.handle] = {us, ue};
