@@ -362,9 +362,8 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
       plan = allow_merge ? PlanMissLocked(aligned_start, aligned_end, request_access)
                          : MissPlan{aligned_start, aligned_end, 0};
       // A pending miss is spoiled by any change to what it may register.
-      pending.start = plan.block_end > plan.block_start && plan.block_start < plan.start
-                          ? plan.block_start : plan.start;
-      pending.end = plan.block_end > plan.end ? plan.block_end : plan.end;
+      pending.start = plan.has_block() && plan.block_start < plan.start ? plan.block_start : plan.start;
+      pending.end = plan.has_block() && plan.block_end > plan.end ? plan.block_end : plan.end;
       pending.next = pending_;
       pending_ = &pending;
     }
@@ -372,8 +371,7 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
 
     uintptr_t reg_start = plan.start, reg_end = plan.end;
     int reg_access = request_access | plan.local;
-    const bool bridged =
-        plan.block_end > plan.block_start && BridgeOutsideLock(plan, &reg_start, &reg_end);
+    const bool bridged = plan.has_block() && BridgeOutsideLock(plan, &reg_start, &reg_end);
     if (bridged) reg_access |= plan.bridge_local;
 
     // Register outside the lock. Monitors that watch ranges learn of it
@@ -383,7 +381,7 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
 
     std::unique_lock<std::mutex> lock(mu_);
     MaintainLocked(&dead);  // drains invalidations that arrived meanwhile
-    if (plan.block_end > plan.block_start && !bridged) {
+    if (plan.has_block() && !bridged) {
       // Nothing resident to bridge here: do not look again on every miss.
       widen_failed_.Mark(plan.block_start, plan.block_end, misses_.load(std::memory_order_relaxed));
     }
@@ -449,7 +447,6 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
     Region* r = fresh;
     r->start = reg_start;
     r->end = reg_end;
-    r->id = next_region_id_++;
     r->reg = *reg;
     r->cache = this;
     // Alignment coarser than a page, or bridging, adds whole pages that no

@@ -120,6 +120,7 @@ class CacheImpl : public MemoryEventListener {
     uintptr_t block_start = 0, block_end = 0;
     uintptr_t below_end = 0, above_start = UINTPTR_MAX;
     int bridge_local = 0;
+    bool has_block() const { return block_end > block_start; }
   };
 
   CacheImpl(const Config& config, std::unique_ptr<Registrar> registrar);
@@ -215,7 +216,6 @@ class CacheImpl : public MemoryEventListener {
   AddressHeat invalidated_;                 // guarded; where regions died by invalidation
   AddressHeat widen_failed_;                // guarded; where widening a miss failed
   size_t cached_bytes_ = 0;                 // guarded; bytes of regions in the index
-  uint64_t next_region_id_ = 1;             // guarded
   uint64_t folded_hits_ = 0;                // guarded; hits of orphaned threads
   Cache::RetireCallback retire_cb_;         // guarded (copied out before calling)
 

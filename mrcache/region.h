@@ -39,7 +39,6 @@ class Region {
   // [immutable] once published.
   uintptr_t start = 0;
   uintptr_t end = 0;
-  uint64_t id = 0;          // unique per cache, never reused
   Registration reg;         // what the registrar returned
   CacheImpl* cache = nullptr;
   bool bypass = false;      // registered directly for one get; deregistered on put
