@@ -62,10 +62,13 @@ class Region {
   // to cover the requested bytes of the regions it merged (set before it is
   // published); all of [start, end) if alignment is coarser than a page or
   // the region was bridged.
-  // Invariant: every page of [start, end) overlaps them. An invalidation drops
-  // the region only if it overlaps these bytes: memory changes mapping a whole
-  // page at a time, and a page stays mapped while any of its bytes is in use,
-  // so a neighbour's bytes freed on a shared page leave the region valid.
+  // An invalidation drops the region if it overlaps these bytes or spans a
+  // whole page of [start, end): memory changes mapping a whole page at a
+  // time, and a page stays mapped while any of its bytes is in use, so a
+  // neighbour's bytes freed on a shared page leave the region valid. (Most
+  // pages overlap these bytes; a page of a merge union may not, when a region
+  // it overlapped was not absorbed, e.g. one with an access bit the union
+  // lacks: the whole-page rule covers those.)
   uintptr_t used_start = 0;
   uintptr_t used_end = 0;
 

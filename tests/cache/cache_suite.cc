@@ -560,6 +560,18 @@ TEST_P(CacheCoreTest, InvalidatingAWholePageOfARegionDropsIt) {
   EXPECT_EQ(state_->deregistrations.load(), 1);
 }
 
+TEST_P(CacheCoreTest, WholePageInvalidationDropsAMergedRegionWhereItHoldsNoRequestedByte) {
+  // A region with an access bit the union lacks is overlapped but not
+  // absorbed, so page 0 of the union holds none of its requested bytes.
+  Put(Get(0, 2 * kPage, kRW | kAccessRelaxedOrdering));  // pages 0-1
+  Region* r = Get(kPage + 100, kPage);                    // pages 1-2: union 0-2
+  ASSERT_EQ(GetRegionInfo(r).addr, buf_);
+  ASSERT_EQ(GetRegionInfo(r).length, 3 * kPage);
+  Put(r);
+  ASSERT_TRUE(cache().Invalidate(buf_, kPage).ok());  // page 0 changes mapping
+  EXPECT_EQ(state_->live.size(), 0u) << "both regions cover page 0";
+}
+
 TEST_P(CacheCoreTest, MergedRegionIsDroppedByTheBytesOfEitherPart) {
   Put(Get(0, kPage + 100));           // pages 0-1
   Put(Get(kPage + 200, kPage));       // pages 1-2: merges into pages 0-2
