@@ -231,8 +231,12 @@ void RunOne(const uint8_t* data, size_t size) {
         if (w.seq != seq_before) {  // a miss: the model learns the new region's used bytes
           uintptr_t us = alignment > kPage ? rs : start;
           uintptr_t ue = alignment > kPage ? re : start + length;
+          // An armed ENOMEM/EAGAIN made the cache flush every unused region
+          // before it retried: those were not merged.
+          const bool flushed = armed && (armed_errno == ENOMEM || armed_errno == EAGAIN);
           for (const auto& [handle, l] : live_before) {
             auto u = w.used.find(handle);
+            if (flushed && held_count(handle) == 0) continue;
             if (u != w.used.end() && w.retired.count(handle) == 0 && rs <= l.start &&
                 l.start + l.length <= re && (l.access & kRemote) == (info.access & kRemote) &&
                 (l.access & ~info.access) == 0) {
