@@ -13,7 +13,10 @@
 // head from t to t + 1) only while slot t is free, so every claimed ticket is
 // written a few instructions later; the consumer waits for it (yielding), and
 // frees the slot for the next round by storing t + kCapacity. A producer that
-// finds the slot at head still occupied sets the overflow flag instead.
+// finds the slot at head still occupied from the previous lap (seq < ticket)
+// sets the overflow flag instead; one that finds it claimed in this lap
+// (seq > ticket: another producer won the ticket) reloads head and retries,
+// so concurrent producers never report overflow while the ring has room.
 #ifndef MRCACHE_INVALIDATION_RING_H_
 #define MRCACHE_INVALIDATION_RING_H_
 
@@ -38,7 +41,15 @@ class InvalidationRing {
     uint64_t ticket = head_.load(std::memory_order_acquire);
     for (;;) {
       Slot& s = slots_[ticket % kCapacity];
-      if (s.seq.load(std::memory_order_acquire) != ticket) {
+      const uint64_t seq = s.seq.load(std::memory_order_acquire);
+      if (seq != ticket) {
+        if (seq > ticket) {
+          // Another producer claimed this ticket (and maybe wrote it) since
+          // we read head: our ticket is stale, not the ring full.
+          ticket = head_.load(std::memory_order_acquire);
+          continue;
+        }
+        // seq < ticket: the slot still holds the previous lap's range.
         overflow_.store(true, std::memory_order_release);
         return;
       }
