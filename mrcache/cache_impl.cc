@@ -267,8 +267,15 @@ __attribute__((noinline)) absl::StatusOr<Region*> CacheImpl::AcquireUncached(uin
 }
 
 void CacheImpl::GrowThreadCache(ThreadCache* tc) {
-  size_t want = wanted_thread_slots_.load(std::memory_order_relaxed);
-  if (want <= tc->mask + 1) return;
+  // Four lines per region this thread has used (few collisions in a
+  // direct-mapped table), capped by the cache-wide aim.
+  const size_t lines = tc->mask + 1;
+  if (tc->claims * 4 <= lines) return;
+  size_t want = lines;
+  while (want < tc->claims * 4) want *= 2;
+  const size_t cap = wanted_thread_slots_.load(std::memory_order_relaxed);
+  if (want > cap) want = cap;
+  if (want <= lines) return;
   // Allocate outside the lock; migrate under it; free outside it.
   ThreadCache fresh(want);
   {
@@ -303,7 +310,7 @@ void CacheImpl::GrowThreadCache(ThreadCache* tc) {
 }
 
 ThreadCache* CacheImpl::AttachThread() {
-  auto* tc = new ThreadCache(wanted_thread_slots_.load(std::memory_order_relaxed));  // outside mu_
+  auto* tc = new ThreadCache(ThreadCache::kMinSlots);  // outside mu_; grows with use
   tc->cache_uid = uid_;
   tc->cache = this;
   {
@@ -334,6 +341,7 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
   }
   bool allow_merge = config_.max_merge_bytes > 0;
   bool evicted_for_memory = false;
+  int widened_spoils = 0;  // attempts whose widened registration was spoiled
   GrowThreadCache(tc);
 
   for (int attempt = 0;; ++attempt) {
@@ -361,7 +369,8 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
       if (attempt == 0) misses_.fetch_add(1, std::memory_order_relaxed);
       plan = allow_merge ? PlanMissLocked(aligned_start, aligned_end, request_access)
                          : MissPlan{aligned_start, aligned_end, 0};
-      // A pending miss is spoiled by any change to what it may register.
+      // A pending miss records every change to what it may register; once
+      // the registered range is known, only changes that overlap it spoil it.
       pending.start = plan.has_block() && plan.block_start < plan.start ? plan.block_start : plan.start;
       pending.end = plan.has_block() && plan.block_end > plan.end ? plan.block_end : plan.end;
       pending.next = pending_;
@@ -383,7 +392,8 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
     MaintainLocked(&dead);  // drains invalidations that arrived meanwhile
     if (plan.has_block() && !bridged) {
       // Nothing resident to bridge here: do not look again on every miss.
-      widen_failed_.Mark(plan.block_start, plan.block_end, misses_.load(std::memory_order_relaxed));
+      // (Merging does not consult this: only invalidations cool it.)
+      bridge_failed_.Mark(plan.block_start, plan.block_end, misses_.load(std::memory_order_relaxed));
     }
     for (PendingMiss** p = &pending_; *p != nullptr; p = &(*p)->next) {
       if (*p == &pending) {
@@ -394,8 +404,8 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
     if (!reg.ok()) {
       const int err = StatusToErrno(reg.status());
       // Memory that cannot be registered: do not widen into it again soon.
-      if (err == EFAULT || err == EINVAL) {
-        widen_failed_.Mark(reg_start, reg_end, misses_.load(std::memory_order_relaxed));
+      if (bridged && (err == EFAULT || err == EINVAL)) {
+        bridge_failed_.Mark(reg_start, reg_end, misses_.load(std::memory_order_relaxed));
       }
       lock.unlock();
       Release(&dead);
@@ -421,8 +431,14 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
       registrar_failures_.fetch_add(1, std::memory_order_relaxed);
       return reg.status();
     }
-    Region* raced = pending.spoiled ? nullptr : FindCoveringLocked(start, end, request_access);
-    if (pending.spoiled || raced != nullptr) {
+    // Spoiled: an invalidation overlapped what we registered while we did,
+    // or a fenced release of it is still under way (memory_events.h: its
+    // report after the call has not been made yet, so nothing could void a
+    // registration of pages that are about to change).
+    const bool spoiled =
+        pending.Spoils(reg_start, reg_end) || ReleaseInFlight(reg_start, reg_end);
+    Region* raced = spoiled ? nullptr : FindCoveringLocked(start, end, request_access);
+    if (spoiled || raced != nullptr) {
       // The memory changed while we registered (discard and retry), or
       // another thread registered a covering region (use it).
       if (raced != nullptr) {
@@ -438,9 +454,22 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
       IntervalTree<Region*>::FreeNode(node);
       Release(&dead);
       if (raced != nullptr) return raced;
-      if (attempt + 1 >= kMaxMissAttempts) {
-        return ErrnoStatus(EAGAIN, "mrc_get: the memory kept changing while it was registered");
+      const bool widened = reg_start != page_start || reg_end != page_end;
+      if (widened && ++widened_spoils >= 2) {
+        // Releases keep landing in what widening added: register exactly
+        // the requested pages, which only a release of the caller's own
+        // memory can spoil.
+        allow_merge = false;
+        aligned_start = page_start;
+        aligned_end = page_end;
       }
+      if (attempt + 1 >= kMaxMissAttempts) {
+        return ErrnoStatus(EAGAIN, "mrc_get: the requested memory kept being released while it "
+                                   "was registered");
+      }
+      // A release under way ends within its system call: wait for it rather
+      // than register the same pages again.
+      (void)WaitForReleasesInFlight(reg_start, reg_end, 1000);
       continue;
     }
 
@@ -730,6 +759,9 @@ void CacheImpl::SetRetireCallback(Cache::RetireCallback callback) {
 
 void CacheImpl::MaintainLocked(DeadList* dead) {
   tick_.store(tick_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  // Before draining: a report whose bump this load misses is pushed after it,
+  // and voids every lookup entry filled with this generation.
+  drained_gen_ = gen_.load(std::memory_order_acquire);
   Region* candidates = nullptr;
   struct Drain {
     CacheImpl* self;
@@ -772,7 +804,7 @@ CacheImpl::MissPlan CacheImpl::PlanMissLocked(uintptr_t start, uintptr_t end, in
   });
   const bool widens = u.s < start || u.e > end;
   if (u.e - u.s > config_.max_merge_bytes ||
-      (widens && WideningCooledLocked(u.s, u.e, now))) {
+      (widens && InvalidatedLatelyLocked(u.s, u.e, now))) {
     return plan;
   }
   plan = MissPlan{u.s, u.e, u.local};
@@ -806,7 +838,10 @@ CacheImpl::MissPlan CacheImpl::PlanMissLocked(uintptr_t start, uintptr_t end, in
     }
   });
   if (n.below_end == 0 && n.above_start == UINTPTR_MAX) return plan;
-  if (WideningCooledLocked(bs, be, now)) return plan;
+  if (InvalidatedLatelyLocked(bs, be, now) ||
+      bridge_failed_.Recent(bs, be, now, kMergeCooldownMisses)) {
+    return plan;
+  }
   plan.block_start = bs;
   plan.block_end = be;
   plan.below_end = n.below_end;
@@ -815,9 +850,8 @@ CacheImpl::MissPlan CacheImpl::PlanMissLocked(uintptr_t start, uintptr_t end, in
   return plan;
 }
 
-bool CacheImpl::WideningCooledLocked(uintptr_t start, uintptr_t end, uint64_t now) const {
-  return invalidated_.Recent(start, end, now, kMergeCooldownMisses) ||
-         widen_failed_.Recent(start, end, now, kMergeCooldownMisses);
+bool CacheImpl::InvalidatedLatelyLocked(uintptr_t start, uintptr_t end, uint64_t now) const {
+  return invalidated_.Recent(start, end, now, kMergeCooldownMisses);
 }
 
 bool CacheImpl::BridgeOutsideLock(const MissPlan& plan, uintptr_t* start, uintptr_t* end) const {
@@ -826,6 +860,25 @@ bool CacheImpl::BridgeOutsideLock(const MissPlan& plan, uintptr_t* start, uintpt
   const uintptr_t ps = AlignDown(plan.start, page_);
   const uintptr_t pe = AlignUp(plan.end, page_);
   if (pe == 0) return false;
+  // First the cheap test (mincore over the gaps): unless resident memory
+  // reaches a neighbour, bridging cannot pay, and /proc/self/maps (tens of
+  // microseconds in a large process) is not read.
+  bool reaches = false;
+  if (plan.below_end > ps) {
+    reaches = true;  // the neighbour shares the union's first page
+  } else if (plan.below_end != 0) {
+    uintptr_t limit = AlignDown(plan.below_end - 1, page_);
+    if (limit < plan.block_start) limit = plan.block_start;
+    reaches = ResidentStart(ps, limit, page_) < plan.below_end;
+  }
+  if (!reaches && plan.above_start < pe) {
+    reaches = true;  // shares the union's last page
+  } else if (!reaches && plan.above_start != UINTPTR_MAX) {
+    uintptr_t limit = AlignUp(plan.above_start + 1, page_);
+    if (limit == 0 || limit > plan.block_end) limit = plan.block_end;
+    reaches = ResidentEnd(pe, limit, page_) > plan.above_start;
+  }
+  if (!reaches) return false;
   MappingExtent mapping;
   if (!FindMappingExtent(ps, pe - 1, &mapping)) return false;
   const uintptr_t lo = mapping.start > plan.block_start ? mapping.start : plan.block_start;
@@ -863,6 +916,7 @@ void CacheImpl::TakeRefLocked(ThreadCache* tc, Region* r) {
     ThreadCache::OwnerAdd(slot.ref_count, 1);
     return;
   }
+  ++tc->claims;
   if (dead || slot.ref_count.load(std::memory_order_relaxed) == 0) {
     // Claim the slot: its previous region holds no reference from us, and
     // keeps the recency the slot recorded for it (it is alive unless dead).
@@ -883,7 +937,7 @@ void CacheImpl::FillLookupLocked(ThreadCache* tc, uintptr_t start, uintptr_t /*e
   // The entry holds the region's range (so a later get of any part of it
   // hits) and sits at the line of the requested start.
   ThreadCache::Line& e = tc->LookupFor(start);
-  e.gen = gen_.load(std::memory_order_acquire);
+  e.gen = drained_gen_;
   e.start = r->start;
   e.end = r->end;
   e.access = access;
@@ -948,7 +1002,10 @@ void CacheImpl::UnindexLocked(Region* r, Region** candidates) {
 }
 
 void CacheImpl::BumpGenerationAndFence() {
-  gen_.fetch_add(1, std::memory_order_acq_rel);
+  // Our own bump voids no report: keep drained_gen_ current unless a report
+  // bumped the generation since the drain.
+  const uint64_t before = gen_.fetch_add(1, std::memory_order_acq_rel);
+  if (before == drained_gen_) drained_gen_ = before + 1;
   // Lock-free hits run only on threads with a live ThreadCache; a thread
   // attaches under mu_ (held here). If the only one is ours, no hit can race
   // with this reclaimer and the asymmetric fence is not needed.
@@ -1064,7 +1121,10 @@ void CacheImpl::InvalidateRangeLocked(uintptr_t start, uintptr_t end, Region** c
 
 void CacheImpl::SpoilPendingLocked(uintptr_t start, uintptr_t end) {
   for (PendingMiss* p = pending_; p != nullptr; p = p->next) {
-    if (p->start < end && start < p->end) p->spoiled = true;
+    if (p->start < end && start < p->end) {
+      if (start < p->spoiled_start) p->spoiled_start = start;
+      if (end > p->spoiled_end) p->spoiled_end = end;
+    }
   }
 }
 

@@ -102,10 +102,14 @@ class CacheImpl : public MemoryEventListener {
   };
   // A miss registering outside the lock; an invalidation that touches
   // [start, end) meanwhile spoils it (linked in pending_ under mu_).
+  // [spoiled_start, spoiled_end) is the hull of the invalidations that
+  // overlapped [start, end) meanwhile: the registration is spoiled if it
+  // overlaps the hull.
   struct PendingMiss {
     uintptr_t start = 0, end = 0;
-    bool spoiled = false;
+    uintptr_t spoiled_start = UINTPTR_MAX, spoiled_end = 0;
     PendingMiss* next = nullptr;
+    bool Spoils(uintptr_t s, uintptr_t e) const { return spoiled_start < e && s < spoiled_end; }
   };
 
   // What a miss registers: [start, end) (the request merged with the regions
@@ -144,8 +148,9 @@ class CacheImpl : public MemoryEventListener {
   void MaintainLocked(DeadList* dead);
   // Plans a miss of the aligned range [start, end): merging, then bridging.
   MissPlan PlanMissLocked(uintptr_t start, uintptr_t end, int access);
-  // True if widening [start, end) beyond the request is unlikely to pay off.
-  bool WideningCooledLocked(uintptr_t start, uintptr_t end, uint64_t now) const;
+  // True if regions died by invalidation in [start, end) lately: widening a
+  // miss over it (merging, bridging) is unlikely to pay off.
+  bool InvalidatedLatelyLocked(uintptr_t start, uintptr_t end, uint64_t now) const;
   // Without the lock: the bridged range for a plan with a block, or false.
   bool BridgeOutsideLock(const MissPlan& plan, uintptr_t* start, uintptr_t* end) const;
   Region* FindCoveringLocked(uintptr_t start, uintptr_t end, int access);
@@ -214,7 +219,12 @@ class CacheImpl : public MemoryEventListener {
   ThreadCache* threads_ = nullptr;          // guarded
   PendingMiss* pending_ = nullptr;          // guarded
   AddressHeat invalidated_;                 // guarded; where regions died by invalidation
-  AddressHeat widen_failed_;                // guarded; where widening a miss failed
+  AddressHeat bridge_failed_;               // guarded; where bridging found nothing or failed
+  // The generation read before the last drain of ring_ (MaintainLocked),
+  // raised by this cache's own bumps that no report raced with. A lookup
+  // entry is filled with it, never with a later generation: a release pushed
+  // after the drain then voids the entry.
+  uint64_t drained_gen_ = 0;                // guarded
   size_t cached_bytes_ = 0;                 // guarded; bytes of regions in the index
   uint64_t folded_hits_ = 0;                // guarded; hits of orphaned threads
   Cache::RetireCallback retire_cb_;         // guarded (copied out before calling)

@@ -67,12 +67,14 @@ void* WrapAlloc(extent_hooks_t* h, void* new_addr, size_t size, size_t alignment
 }
 
 bool WrapDalloc(extent_hooks_t* h, void* addr, size_t size, bool committed, unsigned arena) {
+  ReleaseFence fence;  // held across the original hook (memory_events.h)
   Report(addr, size);
   extent_hooks_t* o = Of(h)->original;
   return o->dalloc(o, addr, size, committed, arena);
 }
 
 void WrapDestroy(extent_hooks_t* h, void* addr, size_t size, bool committed, unsigned arena) {
+  ReleaseFence fence;  // held across the original hook (memory_events.h)
   Report(addr, size);
   extent_hooks_t* o = Of(h)->original;
   o->destroy(o, addr, size, committed, arena);
@@ -86,6 +88,7 @@ bool WrapCommit(extent_hooks_t* h, void* addr, size_t size, size_t offset, size_
 
 bool WrapDecommit(extent_hooks_t* h, void* addr, size_t size, size_t offset, size_t length,
                   unsigned arena) {
+  ReleaseFence fence;  // held across the original hook (memory_events.h)
   Report(static_cast<char*>(addr) + offset, length);
   extent_hooks_t* o = Of(h)->original;
   return o->decommit(o, addr, size, offset, length, arena);
@@ -93,6 +96,7 @@ bool WrapDecommit(extent_hooks_t* h, void* addr, size_t size, size_t offset, siz
 
 bool WrapPurgeLazy(extent_hooks_t* h, void* addr, size_t size, size_t offset, size_t length,
                    unsigned arena) {
+  ReleaseFence fence;  // held across the original hook (memory_events.h)
   Report(static_cast<char*>(addr) + offset, length);
   extent_hooks_t* o = Of(h)->original;
   return o->purge_lazy(o, addr, size, offset, length, arena);
@@ -100,6 +104,7 @@ bool WrapPurgeLazy(extent_hooks_t* h, void* addr, size_t size, size_t offset, si
 
 bool WrapPurgeForced(extent_hooks_t* h, void* addr, size_t size, size_t offset, size_t length,
                      unsigned arena) {
+  ReleaseFence fence;  // held across the original hook (memory_events.h)
   Report(static_cast<char*>(addr) + offset, length);
   extent_hooks_t* o = Of(h)->original;
   return o->purge_forced(o, addr, size, offset, length, arena);

@@ -1,5 +1,7 @@
 #include "mrcache/memory_events.h"
 
+#include <sched.h>
+
 #include <atomic>
 #include <cerrno>
 #include <mutex>
@@ -64,12 +66,50 @@ void RemoveMemoryEventListener(MemoryEventListener* listener) {
   }
 }
 
-void ReportMemoryRelease(const void* addr, size_t length) noexcept {
-  if (length == 0) return;
+namespace {
+
+// Ranges of fenced releases under way (ReleaseFence). A slot is claimed by a
+// compare-exchange of `busy`, then `start` and `end` are stored (end last);
+// a busy slot whose end is still 0 counts as "overlaps everything". Closing
+// stores end = 0, then frees the slot. g_open counts open fenced ranges,
+// including g_unknown ones that found no free slot, so that the test on the
+// miss path is one load when nothing is under way.
+struct InFlightSlot {
+  std::atomic<bool> busy{false};
+  std::atomic<uintptr_t> start{0};
+  std::atomic<uintptr_t> end{0};
+};
+constexpr int kInFlightSlots = 128;
+InFlightSlot g_in_flight[kInFlightSlots];
+std::atomic<int> g_open{0};
+std::atomic<int> g_unknown{0};
+
+// The innermost open fence of this thread (hooks do not nest in practice; a
+// registrar that unmaps inside a hook would).
+__thread ReleaseFence* tl_fence __attribute__((tls_model("initial-exec")));
+
+int ClaimInFlightSlot(uintptr_t start, uintptr_t end) noexcept {
+  for (int i = 0; i < kInFlightSlots; ++i) {
+    InFlightSlot& slot = g_in_flight[i];
+    bool expected = false;
+    if (slot.busy.load(std::memory_order_relaxed) ||
+        !slot.busy.compare_exchange_strong(expected, true, std::memory_order_seq_cst)) {
+      continue;
+    }
+    slot.start.store(start, std::memory_order_seq_cst);
+    slot.end.store(end, std::memory_order_seq_cst);
+    return i;
+  }
+  return -1;
+}
+
+void FreeInFlightSlot(int i) noexcept {
+  g_in_flight[i].end.store(0, std::memory_order_seq_cst);
+  g_in_flight[i].busy.store(false, std::memory_order_seq_cst);
+}
+
+void Dispatch(uintptr_t start, uintptr_t end) noexcept {
   g_reports.fetch_add(1, std::memory_order_relaxed);
-  uintptr_t start = reinterpret_cast<uintptr_t>(addr);
-  uintptr_t end = start + length;
-  if (end < start) end = UINTPTR_MAX;
   int n = g_high_water.load(std::memory_order_acquire);
   for (int i = 0; i < n; ++i) {
     ListenerSlot& slot = g_slots[i];
@@ -79,6 +119,77 @@ void ReportMemoryRelease(const void* addr, size_t length) noexcept {
     if (l != nullptr) l->OnMemoryRelease(start, end);
     slot.active.fetch_sub(1, std::memory_order_release);
   }
+}
+
+}  // namespace
+
+void ReportMemoryRelease(const void* addr, size_t length) noexcept {
+  if (length == 0) return;
+  uintptr_t start = reinterpret_cast<uintptr_t>(addr);
+  uintptr_t end = start + length;
+  if (end < start) end = UINTPTR_MAX;
+  // In flight first, reported second: a miss that the report does not spoil
+  // sees the range in flight.
+  if (ReleaseFence* fence = tl_fence) fence->Add(start, end);
+  Dispatch(start, end);
+}
+
+ReleaseFence::ReleaseFence() noexcept : outer_(tl_fence) { tl_fence = this; }
+
+void ReleaseFence::Add(uintptr_t start, uintptr_t end) noexcept {
+  if (count_ == kMaxFenceRanges) {
+    // Reported now, but not again at close: mark an unknown range in flight
+    // instead, so that no miss keeps a registration until this fence closes.
+    if (overflowed_++ == 0) {
+      g_unknown.fetch_add(1, std::memory_order_seq_cst);
+      g_open.fetch_add(1, std::memory_order_seq_cst);
+    }
+    return;
+  }
+  g_open.fetch_add(1, std::memory_order_seq_cst);
+  int slot = ClaimInFlightSlot(start, end);
+  if (slot < 0) g_unknown.fetch_add(1, std::memory_order_seq_cst);
+  ranges_[count_++] = Range{start, end, slot};
+}
+
+ReleaseFence::~ReleaseFence() {
+  tl_fence = outer_;
+  // After: the call has returned, so anything registered over these ranges
+  // while it ran is voided by this report before the range leaves flight.
+  for (int i = 0; i < count_; ++i) Dispatch(ranges_[i].start, ranges_[i].end);
+  for (int i = 0; i < count_; ++i) {
+    if (ranges_[i].slot >= 0) {
+      FreeInFlightSlot(ranges_[i].slot);
+    } else {
+      g_unknown.fetch_sub(1, std::memory_order_seq_cst);
+    }
+    g_open.fetch_sub(1, std::memory_order_seq_cst);
+  }
+  if (overflowed_ > 0) {
+    g_unknown.fetch_sub(1, std::memory_order_seq_cst);
+    g_open.fetch_sub(1, std::memory_order_seq_cst);
+  }
+}
+
+bool ReleaseInFlight(uintptr_t start, uintptr_t end) noexcept {
+  if (g_open.load(std::memory_order_seq_cst) == 0) return false;
+  if (g_unknown.load(std::memory_order_seq_cst) != 0) return true;
+  for (InFlightSlot& slot : g_in_flight) {
+    if (!slot.busy.load(std::memory_order_seq_cst)) continue;
+    uintptr_t e = slot.end.load(std::memory_order_seq_cst);
+    if (e == 0) return true;  // being claimed: range not known yet
+    uintptr_t s = slot.start.load(std::memory_order_seq_cst);
+    if (s < end && start < e) return true;
+  }
+  return false;
+}
+
+bool WaitForReleasesInFlight(uintptr_t start, uintptr_t end, int max_yields) noexcept {
+  for (int i = 0; ReleaseInFlight(start, end); ++i) {
+    if (i >= max_yields) return false;
+    sched_yield();
+  }
+  return true;
 }
 
 uint64_t MemoryReleaseReportCount() noexcept {

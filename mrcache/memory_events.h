@@ -45,8 +45,58 @@ absl::Status AddMemoryEventListener(MemoryEventListener* listener);
 void RemoveMemoryEventListener(MemoryEventListener* listener);
 
 // Called by monitors. length 0 is ignored; the range is widened to pages by
-// the listeners as they need.
+// the listeners as they need. Inside a ReleaseFence on the calling thread the
+// range is also added to the fence (reported again when the fence closes).
 void ReportMemoryRelease(const void* addr, size_t length) noexcept;
+
+// The release rule: a range is reported released before any thread can obtain
+// those addresses again, and no registration of its old pages is cached while
+// the release is under way. A hook monitor (symbols, patch, jemalloc) opens a
+// ReleaseFence on the stack around the call that releases memory:
+//
+//   ReleaseFence fence;            // opens on this thread
+//   ReportMunmap(addr, len);       // reported now (before), and marked in flight
+//   syscall(SYS_munmap, ...);      // the addresses become free
+//   // ~ReleaseFence: every range is reported again (after), then unmarked.
+//
+// The report before the call voids every region cached over the range before
+// the call can free the addresses. A get that misses while the call is under
+// way may register the old pages; the cache refuses to keep a registration
+// that overlaps a range in flight (ReleaseInFlight) and retries once the
+// fence closes, and the report after the call voids anything registered in
+// between. docs/ARCHITECTURE.md states why this is complete.
+//
+// Hook context: opening, adding and closing never allocate or block. A fence
+// holds at most kMaxFenceRanges ranges; a fence whose range finds no free
+// in-flight slot marks "unknown range in flight", which every overlap test
+// then answers with true until that fence closes.
+class ReleaseFence {
+ public:
+  static constexpr int kMaxFenceRanges = 4;
+  ReleaseFence() noexcept;
+  ~ReleaseFence();
+  ReleaseFence(const ReleaseFence&) = delete;
+  ReleaseFence& operator=(const ReleaseFence&) = delete;
+  // Called by ReportMemoryRelease for the innermost open fence of the thread.
+  void Add(uintptr_t start, uintptr_t end) noexcept;
+
+ private:
+  struct Range {
+    uintptr_t start, end;
+    int slot;  // in-flight slot, or -1 if none was free
+  };
+  Range ranges_[kMaxFenceRanges];
+  int count_ = 0;
+  int overflowed_ = 0;  // ranges beyond kMaxFenceRanges (reported only once)
+  ReleaseFence* outer_;
+};
+
+// True if a fenced release overlapping [start, end) is under way (or one of
+// unknown range is). Not hook context; lock-free; one load when none is.
+bool ReleaseInFlight(uintptr_t start, uintptr_t end) noexcept;
+// Waits (yielding) until no fenced release overlapping [start, end) is under
+// way, for at most `max_yields` yields. Returns false if one still was.
+bool WaitForReleasesInFlight(uintptr_t start, uintptr_t end, int max_yields) noexcept;
 
 // Calls every listener's OnForkChild. Called by the fork guard's
 // pthread_atfork child handler (fork_guard.cc), never by anything else.

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "mrcache/errno_status.h"
+#include "mrcache/memory_events.h"
 #include "mrcache/release_ranges.h"
 
 extern "C" void* __curbrk;
@@ -31,23 +32,30 @@ inline bool Reporting() noexcept { return g_enabled.load(std::memory_order_relax
 
 // ---- handlers: report, then perform the system call as glibc would ----
 
+// Each handler that releases memory holds a ReleaseFence across its system
+// call (memory_events.h): reported before, marked in flight, reported after.
+
 int HandleMunmap(void* addr, size_t length) noexcept {
+  ReleaseFence fence;
   if (Reporting()) ReportMunmap(addr, length);
   return static_cast<int>(syscall(SYS_munmap, addr, length));
 }
 
 int HandleMadvise(void* addr, size_t length, int advice) noexcept {
+  ReleaseFence fence;
   if (Reporting()) ReportMadvise(addr, length, advice);
   return static_cast<int>(syscall(SYS_madvise, addr, length, advice));
 }
 
 int HandleShmdt(const void* addr) noexcept {
+  ReleaseFence fence;
   if (Reporting()) ReportShmdt(addr);
   return static_cast<int>(syscall(SYS_shmdt, addr));
 }
 
 // glibc 2.36 brk: __curbrk = syscall(brk, addr); ENOMEM if it stayed below addr.
 int HandleBrk(void* addr) noexcept {
+  ReleaseFence fence;
   if (Reporting()) ReportBrk(addr);
   void* new_break = reinterpret_cast<void*>(syscall(SYS_brk, addr));
   __curbrk = new_break;
@@ -63,6 +71,7 @@ void* HandleMmap(void* addr, size_t length, int prot, int flags, int fd, off_t o
     errno = EINVAL;
     return MAP_FAILED;
   }
+  ReleaseFence fence;
   if (Reporting()) ReportMmap(addr, length, flags);
   return reinterpret_cast<void*>(syscall(SYS_mmap, addr, length, prot, flags, fd, offset));
 }
@@ -71,6 +80,7 @@ void* HandleMmap(void* addr, size_t length, int prot, int flags, int fd, off_t o
 // MREMAP_FIXED) arrives in r8 either way, so a 5-argument handler receives it.
 void* HandleMremap(void* old_address, size_t old_size, size_t new_size, int flags,
                    void* new_address) noexcept {
+  ReleaseFence fence;
   bool reporting = Reporting();
   if (reporting) ReportMremapBefore(old_address, old_size, new_size, flags, new_address);
   void* result = reinterpret_cast<void*>(

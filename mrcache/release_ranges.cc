@@ -137,7 +137,9 @@ void ReportMadvise(void* addr, size_t length, int advice) noexcept {
 void ReportMremapBefore(void* old_address, size_t old_size, size_t new_size, int flags,
                         void* new_address) noexcept {
   char* old = static_cast<char*>(old_address);
-  if ((flags & MREMAP_DONTUNMAP) != 0) {
+  if ((flags & (MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP)) != 0) {
+    // The mapping may move (or its pages do): the whole old range is released
+    // before the call returns and another thread can map there.
     ReportMemoryRelease(old, old_size);
   } else if (new_size < old_size) {
     ReportMemoryRelease(old + new_size, old_size - new_size);

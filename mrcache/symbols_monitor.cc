@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "mrcache/errno_status.h"
+#include "mrcache/memory_events.h"
 #include "mrcache/release_ranges.h"
 
 extern "C" void* __curbrk;
@@ -106,6 +107,7 @@ void* RawSbrk(intptr_t increment) noexcept {
 // mmap and mmap64 are one function on x86-64; each forwards to its own next.
 void* DoMmap(bool is64, void* addr, size_t length, int prot, int flags, int fd,
              off_t offset) noexcept {
+  ReleaseFence fence;  // memory_events.h: reported before, in flight, after
   if (Reporting()) ReportMmap(addr, length, flags);
   if (Resolve()) {
     MmapFn next = is64 ? g_next.mmap64 : g_next.mmap;
@@ -149,6 +151,7 @@ using mrcache::symbols_monitor::Resolve;
 extern "C" {
 
 int munmap(void* addr, size_t length) noexcept {
+  mrcache::ReleaseFence fence;
   if (Reporting()) mrcache::ReportMunmap(addr, length);
   if (Resolve()) return g_next.munmap(addr, length);
   return static_cast<int>(syscall(SYS_munmap, addr, length));
@@ -170,6 +173,7 @@ void* mremap(void* old_address, size_t old_size, size_t new_size, int flags, ...
     new_address = va_arg(ap, void*);
     va_end(ap);
   }
+  mrcache::ReleaseFence fence;
   bool reporting = Reporting();
   if (reporting) mrcache::ReportMremapBefore(old_address, old_size, new_size, flags, new_address);
   void* result;
@@ -184,6 +188,7 @@ void* mremap(void* old_address, size_t old_size, size_t new_size, int flags, ...
 }
 
 int madvise(void* addr, size_t length, int advice) noexcept {
+  mrcache::ReleaseFence fence;
   if (Reporting()) mrcache::ReportMadvise(addr, length, advice);
   if (Resolve()) return g_next.madvise(addr, length, advice);
   return static_cast<int>(syscall(SYS_madvise, addr, length, advice));
@@ -197,18 +202,21 @@ int posix_madvise(void* addr, size_t length, int advice) noexcept {
 }
 
 int brk(void* addr) noexcept {
+  mrcache::ReleaseFence fence;
   if (Reporting()) mrcache::ReportBrk(addr);
   if (Resolve()) return g_next.brk(addr);
   return mrcache::symbols_monitor::RawBrk(addr);
 }
 
 void* sbrk(intptr_t increment) noexcept {
+  mrcache::ReleaseFence fence;
   if (Reporting()) mrcache::ReportSbrk(increment);
   if (Resolve()) return g_next.sbrk(increment);
   return mrcache::symbols_monitor::RawSbrk(increment);
 }
 
 int shmdt(const void* addr) noexcept {
+  mrcache::ReleaseFence fence;
   if (Reporting()) mrcache::ReportShmdt(addr);
   if (Resolve()) return g_next.shmdt(addr);
   return static_cast<int>(syscall(SYS_shmdt, addr));

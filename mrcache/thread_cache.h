@@ -58,9 +58,11 @@ class Region;
 class CacheImpl;
 
 struct alignas(64) ThreadCache {
-  // The table starts small and grows (owner thread, see CacheImpl) to about
-  // four lines per cached region, up to kMaxSlots.
-  static constexpr size_t kMinSlots = 256;   // power of two
+  // The table starts small and grows (owner thread, see CacheImpl) with what
+  // the thread itself uses: to about four lines per region it has taken
+  // slots for, and at most about four lines per cached region, up to kMaxSlots.
+  // A short-lived thread that touches a few regions keeps kMinSlots lines.
+  static constexpr size_t kMinSlots = 64;    // power of two (4 KiB)
   static constexpr size_t kMaxSlots = 8192;  // power of two
 
   enum RefState : uint8_t { kLive = 0, kRetired = 1, kDead = 2 };
@@ -93,8 +95,11 @@ struct alignas(64) ThreadCache {
   Line& SlotFor(uintptr_t region_start) { return lines[SlotIndex(region_start)]; }
   const Line& SlotFor(uintptr_t region_start) const { return lines[SlotIndex(region_start)]; }
 
-  explicit ThreadCache(size_t slots = kMinSlots) : mask(slots - 1), lines(new Line[slots]) {}
-  ~ThreadCache() { delete[] lines; }
+  // Tables are whole pages of their own (mmap), never heap chunks: a freed
+  // table goes back to the system at once, so thread churn does not leave
+  // the allocator's per-thread arenas holding freed tables.
+  explicit ThreadCache(size_t slots = kMinSlots) : mask(slots - 1), lines(AllocateLines(slots)) {}
+  ~ThreadCache() { FreeLines(lines, mask + 1); }
   ThreadCache(const ThreadCache&) = delete;
   ThreadCache& operator=(const ThreadCache&) = delete;
 
@@ -113,6 +118,10 @@ struct alignas(64) ThreadCache {
   size_t mask;
   Line* lines;
   std::atomic<uint64_t> hits{0};
+  // Slots this thread claimed for a region, or found taken (under the cache
+  // lock): how many distinct regions it has used, the measure its table
+  // grows by.
+  size_t claims = 0;
   Region* last_region = nullptr;  // owner only: last fast-path hit ...
   Line* last_slot = nullptr;      // ... and its slot in `lines`
 
@@ -120,6 +129,11 @@ struct alignas(64) ThreadCache {
   std::atomic<int> owners{2};          // the thread's directory + the cache's list
   std::atomic<bool> orphaned{false};   // the owner thread let go
   ThreadCache* next = nullptr;         // cache's list, under the cache lock
+
+  // A zeroed table of n lines (n * 64 bytes, a multiple of the page size
+  // for n >= kMinSlots). Aborts if memory is exhausted, as new[] would.
+  static Line* AllocateLines(size_t n);
+  static void FreeLines(Line* lines, size_t n);
 
   // Drops one owner; frees the ThreadCache on the last.
   static void Unref(ThreadCache* tc) {

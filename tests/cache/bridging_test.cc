@@ -189,5 +189,32 @@ TEST_F(BridgingTest, UnmappingAGapPageOfABridgedRegionLeavesNothingStale) {
   Put(*r);
 }
 
+// A bridge probe that finds the gap to a neighbour untouched must not switch
+// merging off there: only invalidations cool merging (README, "Merge").
+TEST_F(BridgingTest, AFailedBridgeProbeLeavesMergingOn) {
+  constexpr size_t kBig = 1024;
+  char* big = static_cast<char*>(
+      mmap(nullptr, kBig * kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  ASSERT_NE(big, MAP_FAILED);
+  std::memset(big, 1, 256 * kPage);                      // pages [0, 256) resident
+  std::memset(big + 320 * kPage, 1, 512 * kPage);        // pages [320, 832) resident
+  auto get = [&](size_t first, size_t last) {
+    auto r = cache().Acquire(big + first * kPage, (last - first) * kPage, kRW);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? *r : nullptr;
+  };
+  Put(get(0, 256));
+  Put(get(320, 832));  // probes the bridge to [0, 256): the gap is not resident
+  Region* u = get(64, 768);
+  ASSERT_NE(u, nullptr);
+  RegionInfo info = GetRegionInfo(u);
+  EXPECT_EQ(info.addr, big);
+  EXPECT_EQ(info.length, 832 * kPage);
+  EXPECT_EQ(cache().stats().merges, 1u);
+  Put(u);
+  cache_.reset();
+  munmap(big, kBig * kPage);
+}
+
 }  // namespace
 }  // namespace mrcache

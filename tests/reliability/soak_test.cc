@@ -41,26 +41,19 @@
 #include "mrcache/errno_status.h"
 #include "mrcache/uring_registrar.h"
 #include "tests/cache/counting_registrar.h"
+#include "tests/reliability/process_probes.h"
 
 namespace mrcache {
 namespace {
 
 using testing::CountingRegistrar;
 using testing::RegistrarCounters;
+using testing::ResidentKib;
 
 double g_duration_seconds = 3;
 const size_t kPage = static_cast<size_t>(sysconf(_SC_PAGESIZE));
 constexpr size_t kSlots = 16;
 constexpr size_t kSlotPages = 4;
-
-long ResidentKib() {
-  long size = 0, resident = 0;
-  FILE* f = std::fopen("/proc/self/statm", "r");
-  if (f == nullptr) return -1;
-  if (std::fscanf(f, "%ld %ld", &size, &resident) != 2) resident = -1;
-  std::fclose(f);
-  return resident < 0 ? -1 : resident * static_cast<long>(kPage / 1024);
-}
 
 TEST(SoakTest, WorkersAndAnUnmapperRunWithoutStaleWritesLeaksOrGrowth) {
   if (!UringAvailable()) GTEST_SKIP() << "io_uring is not available here";
