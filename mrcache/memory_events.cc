@@ -9,6 +9,11 @@
 #include "mrcache/errno_status.h"
 
 namespace mrcache {
+namespace memory_events_internal {
+// Fences nest when a hook's call is itself hooked (symbols over patch).
+__thread ReleaseFence* tl_fence __attribute__((tls_model("initial-exec"), visibility("hidden")));
+}  // namespace memory_events_internal
+
 namespace {
 
 // Each slot: the listener, and how many reports are running inside it.
@@ -84,9 +89,6 @@ InFlightSlot g_in_flight[kInFlightSlots];
 std::atomic<int> g_open{0};
 std::atomic<int> g_unknown{0};
 
-// The innermost open fence of this thread (hooks do not nest in practice; a
-// registrar that unmaps inside a hook would).
-__thread ReleaseFence* tl_fence __attribute__((tls_model("initial-exec")));
 
 int ClaimInFlightSlot(uintptr_t start, uintptr_t end) noexcept {
   for (int i = 0; i < kInFlightSlots; ++i) {
@@ -130,11 +132,9 @@ void ReportMemoryRelease(const void* addr, size_t length) noexcept {
   if (end < start) end = UINTPTR_MAX;
   // In flight first, reported second: a miss that the report does not spoil
   // sees the range in flight.
-  if (ReleaseFence* fence = tl_fence) fence->Add(start, end);
+  if (ReleaseFence* fence = memory_events_internal::tl_fence) fence->Add(start, end);
   Dispatch(start, end);
 }
-
-ReleaseFence::ReleaseFence() noexcept : outer_(tl_fence) { tl_fence = this; }
 
 void ReleaseFence::Add(uintptr_t start, uintptr_t end) noexcept {
   if (count_ == kMaxFenceRanges) {
@@ -152,8 +152,7 @@ void ReleaseFence::Add(uintptr_t start, uintptr_t end) noexcept {
   ranges_[count_++] = Range{start, end, slot};
 }
 
-ReleaseFence::~ReleaseFence() {
-  tl_fence = outer_;
+void ReleaseFence::Close() noexcept {
   // After: the call has returned, so anything registered over these ranges
   // while it ran is voided by this report before the range leaves flight.
   for (int i = 0; i < count_; ++i) Dispatch(ranges_[i].start, ranges_[i].end);

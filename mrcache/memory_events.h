@@ -70,17 +70,35 @@ void ReportMemoryRelease(const void* addr, size_t length) noexcept;
 // holds at most kMaxFenceRanges ranges; a fence whose range finds no free
 // in-flight slot marks "unknown range in flight", which every overlap test
 // then answers with true until that fence closes.
+class ReleaseFence;
+namespace memory_events_internal {
+// The innermost open fence of the calling thread.
+extern __thread ReleaseFence* tl_fence
+    __attribute__((tls_model("initial-exec"), visibility("hidden")));
+}  // namespace memory_events_internal
+
 class ReleaseFence {
  public:
   static constexpr int kMaxFenceRanges = 4;
-  ReleaseFence() noexcept;
-  ~ReleaseFence();
+  // Inline and touching only this thread's fence pointer until a range is
+  // added: hooks open fences on every call, also before a sanitizer runtime
+  // (whose own mmap calls they see) is ready for instrumented code.
+  ReleaseFence() noexcept : outer_(memory_events_internal::tl_fence) {
+    memory_events_internal::tl_fence = this;
+  }
+  ~ReleaseFence() {
+    memory_events_internal::tl_fence = outer_;
+    if (count_ != 0 || overflowed_ != 0) Close();
+  }
   ReleaseFence(const ReleaseFence&) = delete;
   ReleaseFence& operator=(const ReleaseFence&) = delete;
   // Called by ReportMemoryRelease for the innermost open fence of the thread.
   void Add(uintptr_t start, uintptr_t end) noexcept;
 
  private:
+  // Reports every range again, then takes them out of flight.
+  void Close() noexcept;
+
   struct Range {
     uintptr_t start, end;
     int slot;  // in-flight slot, or -1 if none was free
