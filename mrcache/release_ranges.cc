@@ -6,7 +6,6 @@
 #include <sys/shm.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
-#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <cstdint>
@@ -50,11 +49,10 @@ void SkipField(const char** p, const char* end) {
 
 struct MapsLine {
   uint64_t start = 0, end = 0, offset = 0, inode = 0;
-  uint32_t dev_major = 0, dev_minor = 0;
   bool sysv = false;
 };
 
-// "start-end perms offset dev inode   path", dev being "major:minor" in hex.
+// "start-end perms offset dev inode   path"
 MapsLine ParseMapsLine(const char* p, const char* end) {
   MapsLine l;
   l.start = ParseNumber(&p, end, 16);
@@ -64,10 +62,7 @@ MapsLine ParseMapsLine(const char* p, const char* end) {
   SkipField(&p, end);  // perms
   l.offset = ParseNumber(&p, end, 16);
   while (p < end && *p == ' ') ++p;
-  l.dev_major = static_cast<uint32_t>(ParseNumber(&p, end, 16));
-  if (p < end && *p == ':') ++p;
-  l.dev_minor = static_cast<uint32_t>(ParseNumber(&p, end, 16));
-  while (p < end && *p == ' ') ++p;
+  SkipField(&p, end);  // dev
   l.inode = ParseNumber(&p, end, 10);
   while (p < end && *p == ' ') ++p;
   static const char kSysv[] = "/SYSV";
@@ -146,13 +141,16 @@ size_t SegmentBytes(int shmid) noexcept {
 }
 
 // Reports, for every mapping of the file `st` names in this process, the
-// addresses that show the file offsets in `span`.
+// addresses that show the file offsets in `span`. Mappings are matched by
+// inode number only: the device /proc/self/maps shows is the superblock's,
+// which differs from fstat's st_dev on btrfs subvolumes and overlayfs. A
+// same-numbered inode of another filesystem costs a needless invalidation,
+// never a missed one.
 void ReportFileSpan(const struct stat& st, FileSpan span) noexcept {
-  if (span.begin >= span.end) return;
-  uint32_t dev_major = major(st.st_dev), dev_minor = minor(st.st_dev);
   uint64_t inode = st.st_ino;
+  if (span.begin >= span.end || inode == 0) return;  // maps shows inode 0 for anonymous memory
   ForEachMapsLine([&](const MapsLine& l) {
-    if (l.inode == inode && l.dev_major == dev_major && l.dev_minor == dev_minor) {
+    if (l.inode == inode && !l.sysv) {
       AddressSpan a = MappedFileSpan(l.start, l.end, l.offset, span);
       if (a.start < a.end) {
         ReportMemoryRelease(reinterpret_cast<void*>(a.start), a.end - a.start);

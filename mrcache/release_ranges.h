@@ -75,7 +75,7 @@ void ReportShmat(int shmid, const void* addr, int shmflg) noexcept;
 // MAP_SHARED ones in particular (memfd, shm_open, tmpfs, ordinary files),
 // then shows fresh pages at those addresses, while a registration keeps the
 // old pages pinned. The Report* functions below find this process's
-// mappings of the file (same device and inode in /proc/self/maps, read as
+// mappings of the file (same inode number in /proc/self/maps, read as
 // ReportShmdt does) and report the addresses that show the dropped file
 // offsets, computed from each mapping's file offset. Mappings in other
 // processes are not this process's concern.
