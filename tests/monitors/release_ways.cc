@@ -252,15 +252,15 @@ void MremapOntoTarget(Victim& v) {
 // split and those small pages are zapped.
 constexpr size_t kHuge = 2 << 20;
 Victim ThpPrepare() {
-  char* raw = MapFresh(2 * kHuge);
+  void* p = mmap(nullptr, 2 * kHuge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) abort();
+  char* raw = static_cast<char*>(p);
   char* aligned = reinterpret_cast<char*>(
       (reinterpret_cast<uintptr_t>(raw) + kHuge - 1) & ~static_cast<uintptr_t>(kHuge - 1));
   if (aligned > raw) munmap(raw, static_cast<size_t>(aligned - raw));
   munmap(aligned + kHuge, static_cast<size_t>(raw + 2 * kHuge - (aligned + kHuge)));
-  // Fresh pages for the huge page: drop the small ones MapFresh touched.
-  madvise(aligned, kHuge, MADV_DONTNEED);
   madvise(aligned, kHuge, MADV_HUGEPAGE);
-  memset(aligned, 0x5a, kHuge);
+  memset(aligned, 0x5a, kHuge);  // the first write faults in one huge page
   Victim v;
   v.base = aligned;
   v.base_len = kHuge;
