@@ -89,6 +89,31 @@ void* HandleMremap(void* old_address, size_t old_size, size_t new_size, int flag
   return result;
 }
 
+// shmat(SHM_REMAP) replaces what was mapped at the attach address.
+void* HandleShmat(int shmid, const void* addr, int shmflg) noexcept {
+  if (Reporting()) ReportShmat(shmid, addr, shmflg);
+  return reinterpret_cast<void*>(syscall(SYS_shmat, shmid, addr, shmflg));
+}
+
+// Shrinking, punching or shifting a file drops the pages its mappings show.
+// (ftruncate64, truncate64 and fallocate64 are the same entries on x86-64.)
+int HandleFtruncate(int fd, off_t length) noexcept {
+  if (Reporting()) ReportFtruncate(fd, length);
+  return static_cast<int>(syscall(SYS_ftruncate, fd, length));
+}
+
+int HandleTruncate(const char* path, off_t length) noexcept {
+  if (Reporting()) ReportTruncate(path, length);
+  return static_cast<int>(syscall(SYS_truncate, path, length));
+}
+
+// glibc's fallocate is a cancellation point; the handler makes the plain
+// system call, so a patched fallocate is not one (documented in the header).
+int HandleFallocate(int fd, int mode, off_t offset, off_t len) noexcept {
+  if (Reporting()) ReportFallocate(fd, mode, offset, len);
+  return static_cast<int>(syscall(SYS_fallocate, fd, mode, offset, len));
+}
+
 // ---- trampolines ----
 
 constexpr size_t kSlotSize = 16;  // ff 25 00 00 00 00 <8-byte target> + 2 pad
@@ -246,6 +271,16 @@ const Target kTargets[] = {
      reinterpret_cast<void*>(&HandleMmap)},
     {"mremap", {0x48, 0x83, 0xec, 0x58, 0x4c, 0x89, 0x44, 0x24},
      reinterpret_cast<void*>(&HandleMremap)},
+    {"shmat", {0xb8, 0x1e, 0x00, 0x00, 0x00, 0x0f, 0x05, 0x48},
+     reinterpret_cast<void*>(&HandleShmat)},
+    {"ftruncate", {0xb8, 0x4d, 0x00, 0x00, 0x00, 0x0f, 0x05, 0x48},
+     reinterpret_cast<void*>(&HandleFtruncate)},
+    {"truncate", {0xb8, 0x4c, 0x00, 0x00, 0x00, 0x0f, 0x05, 0x48},
+     reinterpret_cast<void*>(&HandleTruncate)},
+    // cmpb $0, __libc_single_threaded(%rip): the 4-byte displacement is this
+    // build's; another glibc 2.36 build is refused, never mispatched.
+    {"fallocate", {0x80, 0x3d, 0x21, 0xe8, 0x0d, 0x00, 0x00, 0x49},
+     reinterpret_cast<void*>(&HandleFallocate)},
 };
 constexpr int kNumTargets = sizeof(kTargets) / sizeof(kTargets[0]);
 PatchSite g_sites[kNumTargets];  // guarded by the installation in monitor.cc

@@ -1,7 +1,7 @@
 // patch_monitor.h: the `patch` monitor, by patching libc's entry points.
 //
 // Enable() overwrites the first 5 bytes of libc's munmap, mremap, madvise,
-// shmdt, brk and mmap (found with dlsym on libc.so.6's own handle, so an
+// shmdt, brk, mmap, shmat, ftruncate, truncate and fallocate (found with dlsym on libc.so.6's own handle, so an
 // interposer in the executable does not hide them) with a relative jump to a
 // trampoline slot allocated within +-2 GiB of libc; the slot holds an absolute
 // jump (`jmp [rip+0]; .quad handler`) to a handler that reports the released
@@ -20,10 +20,11 @@
 //    8-byte store (the 5-byte jump plus the 3 original bytes that follow),
 //    with the page made RWX (never non-executable) meanwhile and R+X after.
 //    Other threads therefore see either the old or the new entry. For munmap,
-//    madvise, shmdt and brk the 5 bytes are exactly the first instruction
-//    (`mov eax, nr`), so a thread sleeping inside the syscall that follows
-//    resumes on unchanged code. Residual risk, documented rather than
-//    removed: for mmap and mremap the jump ends inside the second instruction;
+//    madvise, shmdt, brk, shmat, ftruncate and truncate the 5 bytes are
+//    exactly the first instruction (`mov eax, nr`), so a thread sleeping
+//    inside the syscall that follows resumes on unchanged code. Residual
+//    risk, documented rather than removed: for mmap and mremap the jump ends
+//    inside the second instruction, for fallocate inside the first;
 //    a thread that has executed the first instruction and not yet the second
 //    at the very moment of the store would decode a torn instruction. (The
 //    kernel's own text_poke avoids this with an int3 protocol, which needs a
@@ -31,6 +32,11 @@
 //  - Disable() restores the original 8 bytes with the same single store.
 //    Trampoline pages are kept for the life of the process (a thread may
 //    still be jumping through one) and reused by later installations.
+//  - The handlers make the plain system call: a patched fallocate is no
+//    longer a pthread cancellation point (glibc's is).
+//  - Trampoline budget: one 16-byte slot per entry (10 today) on pages
+//    mapped near libc; kMaxSlots (256) and 16 pages leave ample room, and a
+//    re-installation reuses the slots of the first.
 //  - x86-64 only: ENOTSUP elsewhere, and under ThreadSanitizer (glibc's
 //    exiting threads madvise their stacks after TSan's per-thread teardown,
 //    and the handler is instrumented code).

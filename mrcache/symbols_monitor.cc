@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/shm.h>
 #include <sys/syscall.h>
@@ -30,6 +31,10 @@ using MadviseFn = int (*)(void*, size_t, int);
 using BrkFn = int (*)(void*);
 using SbrkFn = void* (*)(intptr_t);
 using ShmdtFn = int (*)(const void*);
+using ShmatFn = void* (*)(int, const void*, int);
+using FtruncateFn = int (*)(int, off_t);
+using TruncateFn = int (*)(const char*, off_t);
+using FallocateFn = int (*)(int, int, off_t, off_t);
 
 struct NextDefinitions {
   MunmapFn munmap;
@@ -41,6 +46,13 @@ struct NextDefinitions {
   BrkFn brk;
   SbrkFn sbrk;
   ShmdtFn shmdt;
+  ShmatFn shmat;
+  FtruncateFn ftruncate;
+  FtruncateFn ftruncate64;
+  TruncateFn truncate;
+  TruncateFn truncate64;
+  FallocateFn fallocate;
+  FallocateFn fallocate64;
 };
 
 NextDefinitions g_next;
@@ -67,8 +79,16 @@ bool Resolve() noexcept {
   n.brk = reinterpret_cast<BrkFn>(dlsym(RTLD_NEXT, "brk"));
   n.sbrk = reinterpret_cast<SbrkFn>(dlsym(RTLD_NEXT, "sbrk"));
   n.shmdt = reinterpret_cast<ShmdtFn>(dlsym(RTLD_NEXT, "shmdt"));
+  n.shmat = reinterpret_cast<ShmatFn>(dlsym(RTLD_NEXT, "shmat"));
+  n.ftruncate = reinterpret_cast<FtruncateFn>(dlsym(RTLD_NEXT, "ftruncate"));
+  n.ftruncate64 = reinterpret_cast<FtruncateFn>(dlsym(RTLD_NEXT, "ftruncate64"));
+  n.truncate = reinterpret_cast<TruncateFn>(dlsym(RTLD_NEXT, "truncate"));
+  n.truncate64 = reinterpret_cast<TruncateFn>(dlsym(RTLD_NEXT, "truncate64"));
+  n.fallocate = reinterpret_cast<FallocateFn>(dlsym(RTLD_NEXT, "fallocate"));
+  n.fallocate64 = reinterpret_cast<FallocateFn>(dlsym(RTLD_NEXT, "fallocate64"));
   bool complete = n.munmap && n.mmap && n.mmap64 && n.mremap && n.madvise &&
-                  n.posix_madvise && n.brk && n.sbrk && n.shmdt;
+                  n.posix_madvise && n.brk && n.sbrk && n.shmdt && n.shmat && n.ftruncate &&
+                  n.ftruncate64 && n.truncate && n.truncate64 && n.fallocate && n.fallocate64;
   if (!complete) {
     g_state.store(kUnresolved, std::memory_order_release);
     return false;
@@ -125,7 +145,8 @@ void* DoMmap(bool is64, void* addr, size_t length, int prot, int flags, int fd,
 absl::Status Enable() {
   if (!Resolve()) {
     return ErrnoStatus(ENOTSUP, "symbols monitor: cannot resolve libc's munmap/mmap/mremap/"
-                                "madvise/posix_madvise/brk/sbrk/shmdt with dlsym(RTLD_NEXT)");
+                                "madvise/posix_madvise/brk/sbrk/shmdt/shmat/ftruncate/"
+                                "truncate/fallocate with dlsym(RTLD_NEXT)");
   }
   void* seen = dlsym(RTLD_DEFAULT, "munmap");
   if (seen != reinterpret_cast<void*>(&::munmap)) {
@@ -220,6 +241,52 @@ int shmdt(const void* addr) noexcept {
   if (Reporting()) mrcache::ReportShmdt(addr);
   if (Resolve()) return g_next.shmdt(addr);
   return static_cast<int>(syscall(SYS_shmdt, addr));
+}
+
+// shmat(SHM_REMAP) replaces what was mapped at the attach address.
+void* shmat(int shmid, const void* addr, int shmflg) noexcept {
+  if (Reporting()) mrcache::ReportShmat(shmid, addr, shmflg);
+  if (Resolve()) return g_next.shmat(shmid, addr, shmflg);
+  return reinterpret_cast<void*>(syscall(SYS_shmat, shmid, addr, shmflg));
+}
+
+// Shrinking a file drops the page-cache pages its mappings show.
+int ftruncate(int fd, off_t length) noexcept {
+  if (Reporting()) mrcache::ReportFtruncate(fd, length);
+  if (Resolve()) return g_next.ftruncate(fd, length);
+  return static_cast<int>(syscall(SYS_ftruncate, fd, length));
+}
+
+int ftruncate64(int fd, off_t length) noexcept {
+  if (Reporting()) mrcache::ReportFtruncate(fd, length);
+  if (Resolve()) return g_next.ftruncate64(fd, length);
+  return static_cast<int>(syscall(SYS_ftruncate, fd, length));
+}
+
+int truncate(const char* path, off_t length) noexcept {
+  if (Reporting()) mrcache::ReportTruncate(path, length);
+  if (Resolve()) return g_next.truncate(path, length);
+  return static_cast<int>(syscall(SYS_truncate, path, length));
+}
+
+int truncate64(const char* path, off_t length) noexcept {
+  if (Reporting()) mrcache::ReportTruncate(path, length);
+  if (Resolve()) return g_next.truncate64(path, length);
+  return static_cast<int>(syscall(SYS_truncate, path, length));
+}
+
+// Punching, zeroing, collapsing or inserting a range drops or shifts file pages.
+// glibc declares fallocate without __THROW (a cancellation point): no noexcept.
+int fallocate(int fd, int mode, off_t offset, off_t len) {
+  if (Reporting()) mrcache::ReportFallocate(fd, mode, offset, len);
+  if (Resolve()) return g_next.fallocate(fd, mode, offset, len);
+  return static_cast<int>(syscall(SYS_fallocate, fd, mode, offset, len));
+}
+
+int fallocate64(int fd, int mode, off_t offset, off_t len) {
+  if (Reporting()) mrcache::ReportFallocate(fd, mode, offset, len);
+  if (Resolve()) return g_next.fallocate64(fd, mode, offset, len);
+  return static_cast<int>(syscall(SYS_fallocate, fd, mode, offset, len));
 }
 
 }  // extern "C"

@@ -1,7 +1,8 @@
 // symbols_monitor.h: the `symbols` monitor, by symbol interposition.
 //
 // symbols_monitor.cc defines munmap, mremap, madvise, posix_madvise, brk,
-// sbrk, shmdt, mmap and mmap64 with C linkage. Whenever this library is linked
+// sbrk, shmdt, mmap, mmap64, shmat, ftruncate, ftruncate64, truncate,
+// truncate64, fallocate and fallocate64 with C linkage. Whenever this library is linked
 // into a program (statically into the executable, or as a shared library
 // loaded before libc) those definitions take precedence over libc's for every
 // call that goes through symbol lookup (the executable's own calls and other

@@ -53,26 +53,41 @@ struct Cell {
 };
 void PrintTo(const Cell& cell, std::ostream* os) { *os << cell.monitor << "/" << cell.way; }
 
+// A cache with the uring registrar, `monitor`, and one region per requested
+// buffer (max_merge_bytes 0 turns merging and bridging off). 0 or the errno
+// of mrc_cache_create.
+int OpenCache(const std::string& monitor, mrc_cache_t** cache) {
+  mrc_config_t* cfg = nullptr;
+  int rc = mrc_config_create(&cfg);
+  if (rc != 0) return rc;
+  const char* settings[][2] = {{"registrar", "uring"},
+                               {"monitor", monitor.c_str()},
+                               {"max_merge_bytes", "0"}};
+  for (const auto& kv : settings) {
+    if (rc == 0) rc = mrc_config_set(cfg, kv[0], kv[1]);
+  }
+  if (rc == 0) rc = mrc_cache_create(cfg, nullptr, cache);
+  mrc_config_destroy(cfg);
+  return rc;
+}
+
+// Destroys the cache; every registration it made was deregistered.
+void CloseCache(mrc_cache_t* cache) {
+  if (cache == nullptr) return;
+  mrc_stats_t stats;
+  mrc_stats(cache, &stats);
+  mrc_cache_destroy(cache);
+  EXPECT_EQ(stats.regions + stats.deregistrations, stats.registrations);
+}
+
 class InvalidationMatrixTest : public ::testing::TestWithParam<Cell> {
  protected:
   void SetUp() override {
-    mrc_config_t* cfg = nullptr;
-    ASSERT_EQ(mrc_config_create(&cfg), 0);
-    ASSERT_EQ(mrc_config_set(cfg, "registrar", "uring"), 0);
-    ASSERT_EQ(mrc_config_set(cfg, "monitor", GetParam().monitor.c_str()), 0);
-    ASSERT_EQ(mrc_config_set(cfg, "max_merge_bytes", "0"), 0);  // one region per buffer
-    int rc = mrc_cache_create(cfg, nullptr, &cache_);
-    mrc_config_destroy(cfg);
+    int rc = OpenCache(GetParam().monitor, &cache_);
     if (rc == ENOTSUP) GTEST_SKIP() << GetParam().monitor << " is not available in this build";
     ASSERT_EQ(rc, 0) << mrc_strerror(rc);
   }
-  void TearDown() override {
-    if (cache_ == nullptr) return;
-    mrc_stats_t stats;
-    mrc_stats(cache_, &stats);
-    mrc_cache_destroy(cache_);
-    EXPECT_EQ(stats.regions + stats.deregistrations, stats.registrations);
-  }
+  void TearDown() override { CloseCache(cache_); }
 
   // One pass; true if the device write reached the memory now at the address.
   bool OnePass(const ReleaseWay& way, uint8_t pattern) {
@@ -145,6 +160,83 @@ TEST_P(InvalidationMatrixTest, DeviceWriteAfterReleaseReachesTheFreshMemory) {
     EXPECT_TRUE(covered) << cell.monitor << " must cover " << cell.way << "; stale at pass "
                          << done + 1;
   }
+}
+
+// Ways pages could change under a mapping that are not releases: the pages a
+// registration pins stay the ones the CPU sees, so the region stays valid.
+class PagesStayTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    int rc = OpenCache("auto", &cache_);
+    ASSERT_EQ(rc, 0) << mrc_strerror(rc);
+  }
+  void TearDown() override { CloseCache(cache_); }
+
+  // Gets [addr, addr + length) for writing, expecting a hit on `expected`
+  // (nullptr: any region), writes `pattern` through it at `offset` as a
+  // device would, and says whether the CPU sees it there.
+  bool DeviceWriteIsSeen(char* addr, size_t length, size_t offset, uint8_t pattern,
+                         mrc_region_t* expected) {
+    mrc_region_t* region = nullptr;
+    int rc = mrc_get(cache_, addr, length, kLocalWrite, &region);
+    EXPECT_EQ(rc, 0) << mrc_strerror(rc);
+    if (rc != 0) return false;
+    if (expected != nullptr) {
+      EXPECT_EQ(region, expected) << "expected a hit on the same region";
+    }
+    mrc_region_info_t info;
+    mrc_region_info(region, &info);
+    size_t at = static_cast<size_t>(addr - static_cast<char*>(info.addr)) + offset;
+    std::vector<uint8_t> data(64, pattern);
+    EXPECT_EQ(mrc_region_device_write(cache_, region, at, data.data(), data.size()), 0);
+    mrc_put(cache_, region);
+    return memcmp(addr + offset, data.data(), data.size()) == 0;
+  }
+
+  mrc_cache_t* cache_ = nullptr;
+};
+
+// mprotect(PROT_READ) under a write registration is not reported: the pinned
+// pages are still the ones the CPU reads, so the region is kept (a fresh
+// registration for writing would now fail with EFAULT; the cached one keeps
+// letting the device write, as the registration allowed when it was made).
+TEST_F(PagesStayTest, MprotectReadOnlyKeepsTheWriteRegistrationCoherent) {
+  constexpr size_t kLen = 64 << 10;
+  char* p = static_cast<char*>(
+      mmap(nullptr, kLen, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  ASSERT_NE(p, MAP_FAILED);
+  memset(p, 0x5a, kLen);
+  mrc_region_t* region = nullptr;
+  ASSERT_EQ(mrc_get(cache_, p, kLen, kLocalWrite, &region), 0);
+  mrc_put(cache_, region);
+
+  ASSERT_EQ(mprotect(p, kLen, PROT_READ), 0);
+  EXPECT_TRUE(DeviceWriteIsSeen(p, kLen, kLen - 64, 0x33, region));
+
+  mrc_invalidate(cache_, p, kLen);
+  munmap(p, kLen);
+}
+
+// Truncating a shared file to a size inside a page keeps that page (its tail
+// is zeroed in place): a registration of the pages before the cut stays valid.
+TEST_F(PagesStayTest, TruncationToAnUnalignedSizeKeepsThePageHoldingTheNewEnd) {
+  constexpr size_t kPage = 4096;
+  int fd = memfd_create("mrcache-partial-page", MFD_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(ftruncate(fd, 4 * kPage), 0);
+  char* p = static_cast<char*>(mmap(nullptr, 4 * kPage, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
+  ASSERT_NE(p, MAP_FAILED);
+  memset(p, 0x5a, 4 * kPage);
+  mrc_region_t* region = nullptr;
+  ASSERT_EQ(mrc_get(cache_, p, 2 * kPage, kLocalWrite, &region), 0);  // pages 0 and 1
+  mrc_put(cache_, region);
+
+  ASSERT_EQ(ftruncate(fd, kPage + 100), 0);  // page 1 now holds the end of the file
+  EXPECT_TRUE(DeviceWriteIsSeen(p, 2 * kPage, kPage, 0x44, region));
+
+  mrc_invalidate(cache_, p, 4 * kPage);
+  munmap(p, 4 * kPage);
+  close(fd);
 }
 
 std::vector<Cell> AllCells() {

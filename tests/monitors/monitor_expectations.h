@@ -7,7 +7,10 @@
 //    glibc-internal ones; not raw syscall(2).
 //  - uffd sees what the kernel does to registered ranges, raw syscalls
 //    included; SysV shm attachments cannot be registered and shmdt sends no
-//    event.
+//    event. The kernel sends no event either when shmat(SHM_REMAP) replaces a
+//    registered range (do_shmat maps without the unmap-event list), nor when
+//    truncation or fallocate drops a shared file's pages under a registered
+//    mapping (only madvise sends UFFD_EVENT_REMOVE).
 //  - jemalloc sees only jemalloc's own extent operations.
 //  - auto is patch+uffd(+jemalloc) here and must cover every row.
 #ifndef TESTS_MONITORS_MONITOR_EXPECTATIONS_H_
@@ -28,6 +31,12 @@ inline bool MonitorUnavailable(const absl::Status& s) {
   return !s.ok() && StatusToErrno(s) == ENOTSUP;
 }
 
+// Rows whose release reaches no userfaultfd event (see above).
+inline bool UffdSendsNoEvent(const std::string& way) {
+  return way == "shmdt" || way == "shmat_remap" || way == "memfd_ftruncate" ||
+         way == "shm_open_ftruncate" || way == "shm_open_truncate" || way == "memfd_punch_hole";
+}
+
 inline bool ExpectReported(const std::string& monitor, const std::string& way) {
   if (monitor == "none") return false;
   if (monitor == "auto") return true;
@@ -35,7 +44,7 @@ inline bool ExpectReported(const std::string& monitor, const std::string& way) {
     return way != "glibc_free" && way != "raw_munmap";
   }
   if (monitor == "patch") return way != "raw_munmap";
-  if (monitor == "uffd") return way != "shmdt";
+  if (monitor == "uffd") return !UffdSendsNoEvent(way);
   if (monitor == "jemalloc") return way == "jemalloc_purge";
   return false;
 }

@@ -47,6 +47,16 @@ class RecordingListener : public MemoryEventListener {
     return false;
   }
 
+  // The i-th recorded range [start, end), i < count().
+  struct Recorded {
+    uintptr_t start;
+    uintptr_t end;
+  };
+  Recorded at(size_t i) const {
+    uintptr_t e = ranges_[i].end.load(std::memory_order_acquire);
+    return {ranges_[i].start.load(std::memory_order_relaxed), e};
+  }
+
   size_t count() const {
     size_t n = next_.load(std::memory_order_acquire);
     return n < kCapacity ? n : kCapacity;

@@ -1,6 +1,7 @@
 #include "tests/monitors/release_ways.h"
 
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <malloc.h>
 #include <sys/mman.h>
 #include <sys/shm.h>
@@ -162,6 +163,112 @@ void JemallocPurge(Victim& v) {
   if (mallctl("arena.4096.purge", nullptr, nullptr, nullptr, 0) != 0) abort();  // all arenas
 }
 
+// shmat(SHM_REMAP) of a SysV segment over the range.
+Victim ShmatRemapPrepare() {
+  Victim v = Anonymous();
+  v.shmid = shmget(IPC_PRIVATE, kLen, IPC_CREAT | 0600);
+  if (v.shmid < 0) abort();
+  return v;
+}
+void ShmatRemap(Victim& v) {
+  if (shmat(v.shmid, v.gone, SHM_REMAP) != v.gone) abort();
+  shmctl(v.shmid, IPC_RMID, nullptr);  // destroyed at the detach in cleanup
+}
+void ShmatRemapCleanup(Victim& v) {
+  if (shmdt(v.base) != 0) munmap(v.base, v.base_len);  // not attached: still anonymous
+  shmctl(v.shmid, IPC_RMID, nullptr);
+}
+
+// Shared file memory: a memfd or POSIX shm object of file_len bytes, mapped
+// MAP_SHARED whole; [gone, gone + gone_len) is set by the row.
+Victim SharedFile(int fd, size_t file_len) {
+  if (fd < 0 || ftruncate(fd, static_cast<off_t>(file_len)) != 0) abort();
+  Victim v;
+  void* p = mmap(nullptr, file_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) abort();
+  memset(p, 0x5a, file_len);
+  v.fd = fd;
+  v.base = v.gone = static_cast<char*>(p);
+  v.base_len = v.gone_len = file_len;
+  return v;
+}
+Victim MemfdPrepare() {
+  return SharedFile(memfd_create("mrcache-release-way", MFD_CLOEXEC), kLen);
+}
+std::string ShmName() {
+  static int counter = 0;
+  return "/mrcache-release-way-" + std::to_string(getpid()) + "-" + std::to_string(++counter);
+}
+Victim ShmOpenPrepare() {
+  std::string name = ShmName();
+  Victim v = SharedFile(shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600), kLen);
+  v.path = "/dev/shm" + name;
+  return v;
+}
+void SharedFileCleanup(Victim& v) {
+  munmap(v.base, v.base_len);
+  close(v.fd);
+  if (!v.path.empty()) unlink(v.path.c_str());
+}
+// Drop every page, then give the file its size back: the mapping stays valid
+// and shows fresh zero pages.
+void FtruncateZeroAndBack(Victim& v) {
+  if (ftruncate(v.fd, 0) != 0 || ftruncate(v.fd, static_cast<off_t>(v.base_len)) != 0) abort();
+}
+void TruncateZeroAndBack(Victim& v) {
+  if (truncate(v.path.c_str(), 0) != 0 ||
+      truncate(v.path.c_str(), static_cast<off_t>(v.base_len)) != 0) {
+    abort();
+  }
+}
+// A hole in the middle of a file twice as long as the range.
+Victim PunchHolePrepare() {
+  Victim v = SharedFile(memfd_create("mrcache-release-way", MFD_CLOEXEC), 2 * kLen);
+  v.gone = v.base + kLen / 2;
+  v.gone_len = kLen;
+  return v;
+}
+void PunchHole(Victim& v) {
+  if (fallocate(v.fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                static_cast<off_t>(v.gone - v.base), static_cast<off_t>(v.gone_len)) != 0) {
+    abort();
+  }
+}
+
+// mremap(MREMAP_FIXED) of another mapping onto the range: the range's own
+// pages are replaced by the moved ones.
+Victim MremapOntoTargetPrepare() {
+  Victim v = Anonymous();
+  v.extra = MapFresh(kLen);
+  v.extra_len = kLen;
+  return v;
+}
+void MremapOntoTarget(Victim& v) {
+  if (mremap(v.extra, kLen, kLen, MREMAP_MAYMOVE | MREMAP_FIXED, v.gone) != v.gone) abort();
+  v.extra = nullptr;  // moved into [gone, gone + kLen), which base still owns
+}
+
+// MADV_DONTNEED of 64 KiB inside a transparent huge page: the huge page is
+// split and those small pages are zapped.
+constexpr size_t kHuge = 2 << 20;
+Victim ThpPrepare() {
+  void* p = mmap(nullptr, 2 * kHuge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) abort();
+  char* raw = static_cast<char*>(p);
+  char* aligned = reinterpret_cast<char*>(
+      (reinterpret_cast<uintptr_t>(raw) + kHuge - 1) & ~static_cast<uintptr_t>(kHuge - 1));
+  if (aligned > raw) munmap(raw, static_cast<size_t>(aligned - raw));
+  munmap(aligned + kHuge, static_cast<size_t>(raw + 2 * kHuge - (aligned + kHuge)));
+  madvise(aligned, kHuge, MADV_HUGEPAGE);
+  memset(aligned, 0x5a, kHuge);  // the first write faults in one huge page
+  Victim v;
+  v.base = aligned;
+  v.base_len = kHuge;
+  v.gone = aligned + kHuge / 2;
+  v.gone_len = kLen;
+  return v;
+}
+
 // raw syscall(SYS_munmap), which no libc entry point sees.
 void RawMunmap(Victim& v) { syscall(SYS_munmap, v.gone, v.gone_len); }
 
@@ -218,6 +325,13 @@ std::vector<ReleaseWay> AllReleaseWays() {
       {"brk_shrink", &BrkPrepare, &BrkShrink, &NoCleanup},
       {"shmdt", &ShmPrepare, &Shmdt, &NoCleanup},
       {"mmap_fixed", &Anonymous, &MmapFixed, &UnmapAll},
+      {"shmat_remap", &ShmatRemapPrepare, &ShmatRemap, &ShmatRemapCleanup},
+      {"memfd_ftruncate", &MemfdPrepare, &FtruncateZeroAndBack, &SharedFileCleanup},
+      {"shm_open_ftruncate", &ShmOpenPrepare, &FtruncateZeroAndBack, &SharedFileCleanup},
+      {"shm_open_truncate", &ShmOpenPrepare, &TruncateZeroAndBack, &SharedFileCleanup},
+      {"memfd_punch_hole", &PunchHolePrepare, &PunchHole, &SharedFileCleanup},
+      {"mremap_onto_target", &MremapOntoTargetPrepare, &MremapOntoTarget, &UnmapAll},
+      {"madvise_dontneed_thp", &ThpPrepare, &MadviseDontneed, &UnmapAll},
   };
   if (JemallocIsAllocator()) {
     ways.push_back({"jemalloc_purge", &GlibcFreePrepare, &JemallocPurge, &NoCleanup});

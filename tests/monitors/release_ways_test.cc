@@ -3,6 +3,8 @@
 #include <sys/mman.h>
 
 #include <cstdint>
+#include <cstdio>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <set>
@@ -51,6 +53,46 @@ TEST_P(ReleaseWaysTest, ReportsExactlyTheExpectedWays) {
 
   EXPECT_EQ(seen, ExpectReported(cell.monitor, cell.way))
       << cell.monitor << " / " << cell.way;
+}
+
+// kB of transparent huge pages (AnonHugePages in /proc/self/smaps) in the
+// mapping that contains addr; -1 if the mapping is not found.
+long AnonHugeKb(const void* addr) {
+  FILE* f = fopen("/proc/self/smaps", "r");
+  if (f == nullptr) return -1;
+  uintptr_t a = reinterpret_cast<uintptr_t>(addr);
+  char line[512];
+  bool inside = false;
+  long kb = -1;
+  while (fgets(line, sizeof(line), f) != nullptr) {
+    unsigned long start, end;
+    if (sscanf(line, "%lx-%lx ", &start, &end) == 2 && strchr(line, '-') < strchr(line, ' ')) {
+      inside = start <= a && a < end;
+    } else if (inside && sscanf(line, "AnonHugePages: %ld kB", &kb) == 1) {
+      break;
+    }
+  }
+  fclose(f);
+  return kb;
+}
+
+// The madvise_dontneed_thp row must really release part of a huge page.
+TEST(ReleaseWayVictims, DontneedThpRangeIsInsideATransparentHugePage) {
+  FILE* f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+  char mode[128] = "";
+  if (f != nullptr) {
+    if (fgets(mode, sizeof(mode), f) == nullptr) mode[0] = 0;
+    fclose(f);
+  }
+  if (strstr(mode, "[never]") != nullptr || mode[0] == 0) {
+    GTEST_SKIP() << "transparent huge pages are off here";
+  }
+  const ReleaseWay* way = FindReleaseWay("madvise_dontneed_thp");
+  ASSERT_NE(way, nullptr);
+  Victim v = way->prepare();
+  long kb = AnonHugeKb(v.gone);
+  way->cleanup(v);
+  EXPECT_GE(kb, 2048) << "the victim is not backed by a 2 MiB huge page";
 }
 
 std::vector<Cell> AllCells() {
