@@ -12,12 +12,16 @@
 //   BM_MrcacheMissAfterInvalidate   invalidate a cached range, then get it:
 //                                   the drain of the invalidation ring plus a
 //                                   miss (compare with BM_MrcacheMiss)
+//   BM_MrcacheFirstMissBesideARegion  the first miss near a region of a fresh
+//                                   cache with monitor=patch: a miss plus the
+//                                   bridging probe (the gap is not resident)
 //
 // The registrar is `sim` with sim_base_ns = sim_page_ns = 0. mrcache runs with
 // monitor=none; UCX is loaded with UCX_MEM_MMAP_HOOK_MODE=none (ucs_api.h),
 // which main() checks before any benchmark runs.
 #include <sys/mman.h>
 
+#include <chrono>
 #include <cstdio>
 #include <memory>
 #include <vector>
@@ -198,6 +202,42 @@ void BM_MrcacheMissAfterInvalidate(benchmark::State& state) {
   state.counters["hits"] = double(cache->stats().hits);
 }
 
+// ---- the first miss beside a region (bridging probe) ------------------------------
+// A fresh cache with monitor=patch (bridging on) holds a region at page 0 of a
+// mapping; the timed get is of page 64, whose gap to page 0 was never touched,
+// so bridging cannot pay. Compare with BM_MrcacheMiss: what the probe adds.
+void BM_MrcacheFirstMissBesideARegion(benchmark::State& state) {
+  constexpr size_t kSpan = 256 * kPage;
+  for (auto _ : state) {
+    mrcache::Config config = ZeroCostConfig(0);
+    config.monitor = "patch";
+    auto made = mrcache::Cache::Create(config, mrcache::MakeSimRegistrar(config));
+    char* area = static_cast<char*>(
+        mmap(nullptr, kSpan, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+    if (!made.ok() || area == MAP_FAILED) {
+      state.SkipWithError("cache or mapping failed");
+      break;
+    }
+    std::unique_ptr<mrcache::Cache> cache = std::move(*made);
+    area[0] = 1;
+    area[64 * kPage] = 1;
+    auto first = cache->Acquire(area, kPage, kAccess);
+    const auto t0 = std::chrono::steady_clock::now();
+    auto second = cache->Acquire(area + 64 * kPage, kPage, kAccess);
+    const auto t1 = std::chrono::steady_clock::now();
+    state.SetIterationTime(std::chrono::duration<double>(t1 - t0).count());
+    if (!first.ok() || !second.ok()) {
+      state.SkipWithError("acquire failed");
+      break;
+    }
+    (void)cache->Put(*first);
+    (void)cache->Put(*second);
+    cache.reset();
+    munmap(area, kSpan);
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+
 void HitArgs(benchmark::internal::Benchmark* b) {
   b->Arg(64)->Arg(4096)->Threads(1)->Threads(2)->UseRealTime();
 }
@@ -207,6 +247,7 @@ BENCHMARK(BM_UcxHit)->Apply(HitArgs)->Setup(SetUpUcxHit)->Teardown(TearDownUcx);
 BENCHMARK(BM_MrcacheMiss);
 BENCHMARK(BM_UcxMiss);
 BENCHMARK(BM_MrcacheMissAfterInvalidate);
+BENCHMARK(BM_MrcacheFirstMissBesideARegion)->UseManualTime();
 
 }  // namespace
 }  // namespace mrbench

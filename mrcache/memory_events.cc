@@ -138,8 +138,11 @@ void ReportMemoryRelease(const void* addr, size_t length) noexcept {
 
 void ReleaseFence::Add(uintptr_t start, uintptr_t end) noexcept {
   if (count_ == kMaxFenceRanges) {
-    // Reported now, but not again at close: mark an unknown range in flight
-    // instead, so that no miss keeps a registration until this fence closes.
+    // No slot to name it: mark an unknown range in flight, so that no miss
+    // keeps a registration until this fence closes, and report the hull of
+    // such ranges again at close.
+    if (start < overflow_start_) overflow_start_ = start;
+    if (end > overflow_end_) overflow_end_ = end;
     if (overflowed_++ == 0) {
       g_unknown.fetch_add(1, std::memory_order_seq_cst);
       g_open.fetch_add(1, std::memory_order_seq_cst);
@@ -156,6 +159,7 @@ void ReleaseFence::Close() noexcept {
   // After: the call has returned, so anything registered over these ranges
   // while it ran is voided by this report before the range leaves flight.
   for (int i = 0; i < count_; ++i) Dispatch(ranges_[i].start, ranges_[i].end);
+  if (overflowed_ > 0) Dispatch(overflow_start_, overflow_end_);
   for (int i = 0; i < count_; ++i) {
     if (ranges_[i].slot >= 0) {
       FreeInFlightSlot(ranges_[i].slot);

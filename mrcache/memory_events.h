@@ -67,9 +67,10 @@ void ReportMemoryRelease(const void* addr, size_t length) noexcept;
 // between. docs/ARCHITECTURE.md states why this is complete.
 //
 // Hook context: opening, adding and closing never allocate or block. A fence
-// holds at most kMaxFenceRanges ranges; a fence whose range finds no free
-// in-flight slot marks "unknown range in flight", which every overlap test
-// then answers with true until that fence closes.
+// holds kMaxFenceRanges ranges; beyond that, and for a range that finds no
+// free in-flight slot, it marks "unknown range in flight", which every
+// overlap test answers with true until the fence closes (ranges beyond the
+// limit are reported again as their hull).
 class ReleaseFence;
 namespace memory_events_internal {
 // The innermost open fence of the calling thread.
@@ -105,7 +106,10 @@ class ReleaseFence {
   };
   Range ranges_[kMaxFenceRanges];
   int count_ = 0;
-  int overflowed_ = 0;  // ranges beyond kMaxFenceRanges (reported only once)
+  // Ranges beyond kMaxFenceRanges: how many, and their hull (reported again,
+  // as one range, when the fence closes).
+  int overflowed_ = 0;
+  uintptr_t overflow_start_ = UINTPTR_MAX, overflow_end_ = 0;
   ReleaseFence* outer_;
 };
 

@@ -91,6 +91,7 @@ void* HandleMremap(void* old_address, size_t old_size, size_t new_size, int flag
 
 // shmat(SHM_REMAP) replaces what was mapped at the attach address.
 void* HandleShmat(int shmid, const void* addr, int shmflg) noexcept {
+  ReleaseFence fence;
   if (Reporting()) ReportShmat(shmid, addr, shmflg);
   return reinterpret_cast<void*>(syscall(SYS_shmat, shmid, addr, shmflg));
 }
@@ -98,11 +99,13 @@ void* HandleShmat(int shmid, const void* addr, int shmflg) noexcept {
 // Shrinking, punching or shifting a file drops the pages its mappings show.
 // (ftruncate64, truncate64 and fallocate64 are the same entries on x86-64.)
 int HandleFtruncate(int fd, off_t length) noexcept {
+  ReleaseFence fence;
   if (Reporting()) ReportFtruncate(fd, length);
   return static_cast<int>(syscall(SYS_ftruncate, fd, length));
 }
 
 int HandleTruncate(const char* path, off_t length) noexcept {
+  ReleaseFence fence;
   if (Reporting()) ReportTruncate(path, length);
   return static_cast<int>(syscall(SYS_truncate, path, length));
 }
@@ -110,6 +113,7 @@ int HandleTruncate(const char* path, off_t length) noexcept {
 // glibc's fallocate is a cancellation point; the handler makes the plain
 // system call, so a patched fallocate is not one (documented in the header).
 int HandleFallocate(int fd, int mode, off_t offset, off_t len) noexcept {
+  ReleaseFence fence;
   if (Reporting()) ReportFallocate(fd, mode, offset, len);
   return static_cast<int>(syscall(SYS_fallocate, fd, mode, offset, len));
 }

@@ -245,6 +245,7 @@ int shmdt(const void* addr) noexcept {
 
 // shmat(SHM_REMAP) replaces what was mapped at the attach address.
 void* shmat(int shmid, const void* addr, int shmflg) noexcept {
+  mrcache::ReleaseFence fence;
   if (Reporting()) mrcache::ReportShmat(shmid, addr, shmflg);
   if (Resolve()) return g_next.shmat(shmid, addr, shmflg);
   return reinterpret_cast<void*>(syscall(SYS_shmat, shmid, addr, shmflg));
@@ -252,24 +253,28 @@ void* shmat(int shmid, const void* addr, int shmflg) noexcept {
 
 // Shrinking a file drops the page-cache pages its mappings show.
 int ftruncate(int fd, off_t length) noexcept {
+  mrcache::ReleaseFence fence;
   if (Reporting()) mrcache::ReportFtruncate(fd, length);
   if (Resolve()) return g_next.ftruncate(fd, length);
   return static_cast<int>(syscall(SYS_ftruncate, fd, length));
 }
 
 int ftruncate64(int fd, off_t length) noexcept {
+  mrcache::ReleaseFence fence;
   if (Reporting()) mrcache::ReportFtruncate(fd, length);
   if (Resolve()) return g_next.ftruncate64(fd, length);
   return static_cast<int>(syscall(SYS_ftruncate, fd, length));
 }
 
 int truncate(const char* path, off_t length) noexcept {
+  mrcache::ReleaseFence fence;
   if (Reporting()) mrcache::ReportTruncate(path, length);
   if (Resolve()) return g_next.truncate(path, length);
   return static_cast<int>(syscall(SYS_truncate, path, length));
 }
 
 int truncate64(const char* path, off_t length) noexcept {
+  mrcache::ReleaseFence fence;
   if (Reporting()) mrcache::ReportTruncate(path, length);
   if (Resolve()) return g_next.truncate64(path, length);
   return static_cast<int>(syscall(SYS_truncate, path, length));
@@ -278,12 +283,14 @@ int truncate64(const char* path, off_t length) noexcept {
 // Punching, zeroing, collapsing or inserting a range drops or shifts file pages.
 // glibc declares fallocate without __THROW (a cancellation point): no noexcept.
 int fallocate(int fd, int mode, off_t offset, off_t len) {
+  mrcache::ReleaseFence fence;
   if (Reporting()) mrcache::ReportFallocate(fd, mode, offset, len);
   if (Resolve()) return g_next.fallocate(fd, mode, offset, len);
   return static_cast<int>(syscall(SYS_fallocate, fd, mode, offset, len));
 }
 
 int fallocate64(int fd, int mode, off_t offset, off_t len) {
+  mrcache::ReleaseFence fence;
   if (Reporting()) mrcache::ReportFallocate(fd, mode, offset, len);
   if (Resolve()) return g_next.fallocate64(fd, mode, offset, len);
   return static_cast<int>(syscall(SYS_fallocate, fd, mode, offset, len));
