@@ -26,14 +26,32 @@ std::mutex& TableMutex() {
 
 }  // namespace
 
-void NotifyListenersOfFork() noexcept {
+void LockListenersForFork() noexcept {
+  TableMutex().lock();
   int n = g_high_water.load(std::memory_order_acquire);
   for (int i = 0; i < n; ++i) {
     MemoryEventListener* l = g_slots[i].listener.load(std::memory_order_acquire);
-    if (l != nullptr) l->OnForkChild();
+    if (l != nullptr) l->OnForkPrepare();
   }
 }
 
+void UnlockListenersAfterFork(bool in_child) noexcept {
+  // Under the table mutex the set of listeners is the one Lock saw.
+  int n = g_high_water.load(std::memory_order_acquire);
+  for (int i = 0; i < n; ++i) {
+    // The child's only thread is in fork(), not in a report: a nonzero count
+    // belongs to a thread of the parent and would make Remove wait forever.
+    if (in_child) g_slots[i].active.store(0, std::memory_order_relaxed);
+    MemoryEventListener* l = g_slots[i].listener.load(std::memory_order_acquire);
+    if (l == nullptr) continue;
+    if (in_child) {
+      l->OnForkChild();
+    } else {
+      l->OnForkParent();
+    }
+  }
+  TableMutex().unlock();
+}
 
 absl::Status AddMemoryEventListener(MemoryEventListener* listener) {
   if (listener == nullptr) return ErrnoStatus(EINVAL, "null memory event listener");
