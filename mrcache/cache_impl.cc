@@ -217,8 +217,6 @@ void CacheImpl::OnForkChild() noexcept {
 }
 
 absl::Status CacheImpl::CheckNotForked(const char* op) const {
-  // Both words are read-mostly (the generation changes only in a child), so
-  // this costs the put fast path no shared-line traffic.
   if (__builtin_expect(ForkGeneration() == fork_generation_, 1)) return absl::OkStatus();
   return ErrnoStatus(ECHILD, std::string(op) +
                                  ": this cache belongs to the parent process; after fork() "
@@ -602,7 +600,8 @@ absl::StatusOr<Region*> CacheImpl::AcquireImplicitOdp(uintptr_t start, uintptr_t
 
 absl::Status CacheImpl::Put(Region* r) {
   // In a fork child a put could reach the parent's registrar (settling).
-  if (absl::Status child = CheckNotForked("mrc_put"); !child.ok()) return child;
+  // Two read-mostly words: no shared-line traffic on the fast path.
+  if (__builtin_expect(ForkGeneration() != fork_generation_, 0)) return CheckNotForked("mrc_put");
   // Fast path first: a reference counted in this thread's own slot. A
   // non-dead slot of this cache naming r proves r is ours and alive (see
   // thread_cache.h); implicit and bypass regions never have one. The slot of

@@ -130,8 +130,9 @@ class CacheImpl : public MemoryEventListener {
   CacheImpl(const Config& config, std::unique_ptr<Registrar> registrar);
 
   // ECHILD naming `op` if this is a parent's cache in a fork child (whose
-  // registrar must not be called), else OK.
-  absl::Status CheckNotForked(const char* op) const;
+  // registrar must not be called), else OK. Out of line: the put fast path
+  // compares the generations itself and calls this only in a child.
+  __attribute__((noinline)) absl::Status CheckNotForked(const char* op) const;
   // Acquire and Put after their lock-free paths found nothing.
   absl::StatusOr<Region*> AcquireUncached(uintptr_t start, uintptr_t end, size_t length, int access);
   absl::Status PutShared(Region* r);

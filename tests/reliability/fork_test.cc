@@ -80,6 +80,10 @@ enum ChildExit : int {
   kNewCacheUnbalanced,
   kMapFailed,
   kUnmapNotReported,
+  kParentsPutNotEchild,
+  kParentsDeviceWriteNotEchild,
+  kParentsInvalidateNotEchild,
+  kParentsFlushNotEchild,
 };
 
 std::string DescribeChild(int status) {
@@ -100,6 +104,12 @@ std::string DescribeChild(int status) {
     case kNewCachePutFailed: return "put on the new cache failed";
     case kNewCacheUnbalanced: return "new cache: registrations != deregistrations";
     case kMapFailed: return "mmap failed";
+    case kParentsPutNotEchild: return "put on the parent's cache did not return ECHILD";
+    case kParentsDeviceWriteNotEchild:
+      return "device write on the parent's cache did not return ECHILD";
+    case kParentsInvalidateNotEchild:
+      return "invalidate on the parent's cache did not return ECHILD";
+    case kParentsFlushNotEchild: return "flush on the parent's cache did not return ECHILD";
     case kUnmapNotReported: return "the child's munmap did not invalidate the new cache's region";
     default: return "exit " + std::to_string(WEXITSTATUS(status));
   }
@@ -218,6 +228,19 @@ class ForkTest : public ::testing::TestWithParam<Param> {
     EXPECT_EQ(failed, 0) << "of " << forks << " children";
   }
 
+  // Put, device write, invalidate and flush of a region the parent got
+  // before the fork would reach the parent's registrar: ECHILD, untouched.
+  int UseParentsRegion(Region* held, void* addr, size_t len) {
+    char byte = 1;
+    if (StatusToErrno(cache_->Put(held)) != ECHILD) return kParentsPutNotEchild;
+    if (StatusToErrno(cache_->DeviceWrite(held, 0, &byte, 1)) != ECHILD) {
+      return kParentsDeviceWriteNotEchild;
+    }
+    if (StatusToErrno(cache_->Invalidate(addr, len)) != ECHILD) return kParentsInvalidateNotEchild;
+    if (StatusToErrno(cache_->Flush()) != ECHILD) return kParentsFlushNotEchild;
+    return kChildOk;
+  }
+
   // Under TSan a child must not start threads (see the top of this file).
   bool NewCacheStartsAThread() const {
     return config_.monitor == "uffd" || config_.monitor == "auto";
@@ -306,6 +329,18 @@ class ForkTest : public ::testing::TestWithParam<Param> {
 
 TEST_P(ForkTest, ChildGetsEchildFromTheParentsCache) {
   ForkChildren(kForksPerStep, [this] { return GetFromParentsCache(); });
+}
+
+TEST_P(ForkTest, ChildGetsEchildFromEveryCallThatWouldReachTheParentsRegistrar) {
+  const size_t len = 2 * kPage;
+  void* buf = MapPages(2);
+  ASSERT_NE(buf, nullptr);
+  auto held = cache_->Acquire(buf, len, kRw);
+  ASSERT_TRUE(held.ok()) << held.status();
+  ForkChildren(kForksPerStep, [&] { return UseParentsRegion(*held, buf, len); });
+  EXPECT_TRUE(cache_->Put(*held).ok()) << "the parent's reference is intact";
+  if (config_.monitor == "none") EXPECT_TRUE(cache_->Invalidate(buf, len).ok());
+  munmap(buf, len);
 }
 
 TEST_P(ForkTest, ChildCreatesAWorkingCacheWithTheSameMonitor) {
