@@ -3,16 +3,17 @@
 // Defined behaviour (README "fork()", mrcache/fork_guard.h): a child never
 // inherits a lock of the cache, the monitors or the registrars held by
 // another thread of the parent. In the child, the parent's cache returns
-// ECHILD from get, can be destroyed without touching the parent's
-// registrations, and a new cache with the same monitor works (its device
-// writes land in the child's own pages).
+// ECHILD from get (and from put, device write, invalidate and flush), can be
+// destroyed without touching the parent's registrations, and a new cache
+// with the same monitor works (its device writes land in the child's own
+// pages; its monitor sees the child's unmaps).
 //
 // Every test: a cache (counting registrar over uring or sim) used by two
 // threads that mmap, get, device-write, put and munmap in a loop, while the
-// main thread forks kForks children. Each child runs one step under alarm()
-// and reports by exit status; a hang shows as SIGALRM. At teardown the
-// parent stops its threads and destroys its cache: registrations ==
-// deregistrations.
+// main thread forks 10 children (25 for the README's whole sequence). Each
+// child runs its step under alarm() and reports by exit status; a hang shows
+// as SIGALRM. At teardown the parent stops its threads and destroys its
+// cache: registrations == deregistrations.
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
