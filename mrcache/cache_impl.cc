@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "mrcache/errno_status.h"
+#include "mrcache/fork_guard.h"
 #include "mrcache/monitor_sync.h"
 #include "mrcache/odp.h"
 #include "mrcache/mapping_bounds.h"
@@ -95,7 +96,8 @@ CacheImpl::CacheImpl(const Config& config, std::unique_ptr<Registrar> registrar)
       uid_(g_next_cache_uid.fetch_add(1)),
       align_(config.alignment ? config.alignment : static_cast<size_t>(sysconf(_SC_PAGESIZE))),
       page_(static_cast<size_t>(sysconf(_SC_PAGESIZE))),
-      pid_(getpid()) {}
+      pid_(getpid()),
+      fork_generation_(ForkGeneration()) {}
 
 absl::StatusOr<std::unique_ptr<CacheImpl>> CacheImpl::Create(const Config& config,
                                                              std::unique_ptr<Registrar> registrar) {
@@ -202,9 +204,23 @@ void CacheImpl::OnMemoryRelease(uintptr_t start, uintptr_t end) noexcept {
   gen_.fetch_add(1, std::memory_order_acq_rel);
 }
 
+void CacheImpl::OnForkPrepare() noexcept { mu_.lock(); }
+
+void CacheImpl::OnForkParent() noexcept { mu_.unlock(); }
+
 void CacheImpl::OnForkChild() noexcept {
   forked_.store(true, std::memory_order_release);
   gen_.fetch_add(1, std::memory_order_acq_rel);
+  // Taken by OnForkPrepare on this (the only) thread: the guarded state is
+  // as that thread left it, consistent.
+  mu_.unlock();
+}
+
+absl::Status CacheImpl::CheckNotForked(const char* op) const {
+  if (__builtin_expect(ForkGeneration() == fork_generation_, 1)) return absl::OkStatus();
+  return ErrnoStatus(ECHILD, std::string(op) +
+                                 ": this cache belongs to the parent process; after fork() "
+                                 "create a new cache in the child");
 }
 
 // ---- get --------------------------------------------------------------------
@@ -254,11 +270,7 @@ __attribute__((noinline)) absl::StatusOr<Region*> CacheImpl::AcquireUncached(uin
   if (end < start) return ErrnoStatus(EINVAL, "mrc_get: addr + length overflows");
   absl::Status access_ok = ValidateAccess(access);
   if (!access_ok.ok()) return access_ok;
-  if (forked_.load(std::memory_order_acquire)) {
-    return ErrnoStatus(ECHILD,
-                       "mrc_get: this cache belongs to the parent process; after fork() "
-                       "create a new cache in the child");
-  }
+  if (absl::Status child = CheckNotForked("mrc_get"); !child.ok()) return child;
   if (access & (kAccessMwBind | kAccessZeroBased)) return AcquireBypass(start, end, access);
   if (odp_ == OdpMode::kImplicit) return AcquireImplicitOdp(start, end, access);
   ThreadCache* tc = FindThreadCache(uid_);
@@ -616,6 +628,9 @@ absl::StatusOr<Region*> CacheImpl::AcquireImplicitOdp(uintptr_t start, uintptr_t
 // ---- put ----------------------------------------------------------------
 
 absl::Status CacheImpl::Put(Region* r) {
+  // In a fork child a put could reach the parent's registrar (settling).
+  // Two read-mostly words: no shared-line traffic on the fast path.
+  if (__builtin_expect(ForkGeneration() != fork_generation_, 0)) return CheckNotForked("mrc_put");
   // Fast path first: a reference counted in this thread's own slot. A
   // non-dead slot of this cache naming r proves r is ours and alive (see
   // thread_cache.h); implicit and bypass regions never have one. The slot of
@@ -688,6 +703,7 @@ absl::Status CacheImpl::Invalidate(void* addr, size_t length) {
   uintptr_t start = reinterpret_cast<uintptr_t>(addr);
   if (length == 0) return ErrnoStatus(EINVAL, "mrc_invalidate: length is 0");
   if (start + length < start) return ErrnoStatus(EINVAL, "mrc_invalidate: addr + length overflows");
+  if (absl::Status child = CheckNotForked("mrc_invalidate"); !child.ok()) return child;
   DeadList dead;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -702,6 +718,7 @@ absl::Status CacheImpl::Invalidate(void* addr, size_t length) {
 }
 
 absl::Status CacheImpl::Flush() {
+  if (absl::Status child = CheckNotForked("mrc_flush"); !child.ok()) return child;
   DeadList dead;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -714,6 +731,7 @@ absl::Status CacheImpl::Flush() {
 
 absl::Status CacheImpl::DeviceWrite(Region* r, size_t offset, const void* src, size_t length) {
   if (r == nullptr || src == nullptr) return ErrnoStatus(EINVAL, "device write: null region or source");
+  if (absl::Status child = CheckNotForked("device write"); !child.ok()) return child;
   if (IsImplicit(r)) {
     // The implicit MR spans everything: offset is an absolute address.
     return registrar_->DeviceWrite(r->reg, offset, src, length);

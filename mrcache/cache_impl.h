@@ -89,6 +89,10 @@ class CacheImpl : public MemoryEventListener {
 
   // MemoryEventListener: hook context (no lock, no allocation, no registrar).
   void OnMemoryRelease(uintptr_t start, uintptr_t end) noexcept override;
+  // fork() (fork_guard.h): prepare takes mu_, parent releases it; child
+  // releases it and turns the cache into a parent's cache (ECHILD).
+  void OnForkPrepare() noexcept override;
+  void OnForkParent() noexcept override;
   void OnForkChild() noexcept override;
 
  private:
@@ -129,6 +133,10 @@ class CacheImpl : public MemoryEventListener {
 
   CacheImpl(const Config& config, std::unique_ptr<Registrar> registrar);
 
+  // ECHILD naming `op` if this is a parent's cache in a fork child (whose
+  // registrar must not be called), else OK. Out of line: the put fast path
+  // compares the generations itself and calls this only in a child.
+  __attribute__((noinline)) absl::Status CheckNotForked(const char* op) const;
   // Acquire and Put after their lock-free paths found nothing.
   absl::StatusOr<Region*> AcquireUncached(uintptr_t start, uintptr_t end, size_t length, int access);
   absl::Status PutShared(Region* r);
@@ -194,6 +202,7 @@ class CacheImpl : public MemoryEventListener {
   const size_t align_;
   const size_t page_;
   const pid_t pid_;
+  const uint64_t fork_generation_;  // ForkGeneration() at creation (fork_guard.h)
   bool listening_ = false;
   OdpMode odp_ = OdpMode::kOff;
   bool bridging_safe_ = false;  // see PlanMissLocked

@@ -11,7 +11,7 @@
 namespace mrcache {
 namespace memory_events_internal {
 // Fences nest when a hook's call is itself hooked (symbols over patch).
-__thread ReleaseFence* tl_fence __attribute__((tls_model("initial-exec"), visibility("hidden")));
+__thread ReleaseFence* tl_fence __attribute__((tls_model("initial-exec")));
 }  // namespace memory_events_internal
 
 namespace {
@@ -33,14 +33,38 @@ std::mutex& TableMutex() {
 
 }  // namespace
 
-void NotifyListenersOfFork() noexcept {
+void LockListenersForFork() noexcept {
+  TableMutex().lock();
   int n = g_high_water.load(std::memory_order_acquire);
   for (int i = 0; i < n; ++i) {
     MemoryEventListener* l = g_slots[i].listener.load(std::memory_order_acquire);
-    if (l != nullptr) l->OnForkChild();
+    if (l != nullptr) l->OnForkPrepare();
   }
 }
 
+namespace {
+void ForgetReleasesInFlight() noexcept;
+}  // namespace
+
+void UnlockListenersAfterFork(bool in_child) noexcept {
+  // Fenced releases of the parent's other threads never end in the child.
+  if (in_child) ForgetReleasesInFlight();
+  // Under the table mutex the set of listeners is the one Lock saw.
+  int n = g_high_water.load(std::memory_order_acquire);
+  for (int i = 0; i < n; ++i) {
+    // The child's only thread is in fork(), not in a report: a nonzero count
+    // belongs to a thread of the parent and would make Remove wait forever.
+    if (in_child) g_slots[i].active.store(0, std::memory_order_relaxed);
+    MemoryEventListener* l = g_slots[i].listener.load(std::memory_order_acquire);
+    if (l == nullptr) continue;
+    if (in_child) {
+      l->OnForkChild();
+    } else {
+      l->OnForkParent();
+    }
+  }
+  TableMutex().unlock();
+}
 
 absl::Status AddMemoryEventListener(MemoryEventListener* listener) {
   if (listener == nullptr) return ErrnoStatus(EINVAL, "null memory event listener");
@@ -108,6 +132,15 @@ int ClaimInFlightSlot(uintptr_t start, uintptr_t end) noexcept {
 void FreeInFlightSlot(int i) noexcept {
   g_in_flight[i].end.store(0, std::memory_order_seq_cst);
   g_in_flight[i].busy.store(false, std::memory_order_seq_cst);
+}
+
+void ForgetReleasesInFlight() noexcept {
+  for (InFlightSlot& slot : g_in_flight) {
+    slot.end.store(0, std::memory_order_relaxed);
+    slot.busy.store(false, std::memory_order_relaxed);
+  }
+  g_unknown.store(0, std::memory_order_relaxed);
+  g_open.store(0, std::memory_order_seq_cst);
 }
 
 void Dispatch(uintptr_t start, uintptr_t end) noexcept {

@@ -31,8 +31,14 @@ class MemoryEventListener {
   // [start, end) is about to be (or was just) unmapped, remapped, discarded or
   // replaced. Hook context: no allocation, no blocking, no registrar calls.
   virtual void OnMemoryRelease(uintptr_t start, uintptr_t end) noexcept = 0;
-  // Runs in the child right after fork(), before the child's own code
-  // (fork_guard's pthread_atfork handler). Same rules as OnMemoryRelease.
+  // fork() (fork_guard.h): OnForkPrepare runs in the forking thread before
+  // the fork and takes every lock of the listener that a child could need;
+  // exactly one of OnForkParent (in the parent) or OnForkChild (in the
+  // child, before the child's own code) follows and releases them. The child
+  // call also tells the listener it now lives in a child. No allocation, no
+  // registrar calls; only OnForkPrepare may block (on the listener's locks).
+  virtual void OnForkPrepare() noexcept {}
+  virtual void OnForkParent() noexcept {}
   virtual void OnForkChild() noexcept {}
 };
 
@@ -74,8 +80,7 @@ void ReportMemoryRelease(const void* addr, size_t length) noexcept;
 class ReleaseFence;
 namespace memory_events_internal {
 // The innermost open fence of the calling thread.
-extern __thread ReleaseFence* tl_fence
-    __attribute__((tls_model("initial-exec"), visibility("hidden")));
+extern __thread ReleaseFence* tl_fence __attribute__((tls_model("initial-exec")));
 }  // namespace memory_events_internal
 
 class ReleaseFence {
@@ -120,9 +125,16 @@ bool ReleaseInFlight(uintptr_t start, uintptr_t end) noexcept;
 // way, for at most `max_yields` yields. Returns false if one still was.
 bool WaitForReleasesInFlight(uintptr_t start, uintptr_t end, int max_yields) noexcept;
 
-// Calls every listener's OnForkChild. Called by the fork guard's
-// pthread_atfork child handler (fork_guard.cc), never by anything else.
-void NotifyListenersOfFork() noexcept;
+// The listener table's part of the fork protocol, called by the fork
+// guard's pthread_atfork handlers (fork_guard.cc) and never by anything else.
+// Lock: takes the table mutex (so no listener comes or goes), then calls
+// every listener's OnForkPrepare. Unlock: calls every listener's OnForkParent
+// (in_child false) or OnForkChild (in_child true), then releases the table
+// mutex. In the child it first clears the counts of reports, and the fenced
+// releases in flight, that threads of the parent were running: those threads
+// do not exist in the child.
+void LockListenersForFork() noexcept;
+void UnlockListenersAfterFork(bool in_child) noexcept;
 
 // How many reports have been made (all monitors, process lifetime).
 uint64_t MemoryReleaseReportCount() noexcept;

@@ -12,6 +12,7 @@
 #include "mrcache/errno_status.h"
 #include "mrcache/fork_guard.h"
 #include "mrcache/jemalloc_monitor.h"
+#include "mrcache/monitor_sync.h"
 #include "mrcache/patch_monitor.h"
 #include "mrcache/symbols_monitor.h"
 #include "mrcache/uffd_monitor.h"
@@ -19,23 +20,31 @@
 namespace mrcache {
 namespace {
 
-// One installable monitor. Install/Uninstall run under g_mutex only, never
-// from a hook.
+// One installable monitor. Install/Uninstall run under InstallMutex only,
+// never from a hook.
 struct Component {
   const char* name;
   absl::Status (*install)();
   void (*uninstall)();
   void (*watch)(void*, size_t);
   void (*unwatch)(void*, size_t);
-  int refs;
+  // True if an installation does not survive fork() (uffd: its reader thread
+  // and its userfaultfd registrations stay with the parent).
+  bool per_process;
+  int refs;          // leases naming it (a fork child inherits its parent's)
+  bool installed;    // install() succeeded and uninstall() has not run since
+  uint64_t generation;  // ForkGeneration() when installed
 };
 
 Component g_components[] = {
-    {"symbols", &symbols_monitor::Enable, &symbols_monitor::Disable, nullptr, nullptr, 0},
-    {"patch", &patch_monitor::Enable, &patch_monitor::Disable, nullptr, nullptr, 0},
+    {"symbols", &symbols_monitor::Enable, &symbols_monitor::Disable, nullptr, nullptr, false, 0,
+     false, 0},
+    {"patch", &patch_monitor::Enable, &patch_monitor::Disable, nullptr, nullptr, false, 0, false,
+     0},
     {"uffd", &uffd_monitor::Enable, &uffd_monitor::Disable, &uffd_monitor::Watch,
-     &uffd_monitor::Unwatch, 0},
-    {"jemalloc", &jemalloc_monitor::Enable, &jemalloc_monitor::Disable, nullptr, nullptr, 0},
+     &uffd_monitor::Unwatch, true, 0, false, 0},
+    {"jemalloc", &jemalloc_monitor::Enable, &jemalloc_monitor::Disable, nullptr, nullptr, false,
+     0, false, 0},
 };
 constexpr int kNumComponents = sizeof(g_components) / sizeof(g_components[0]);
 
@@ -51,12 +60,21 @@ int FindComponent(absl::string_view name) {
   return -1;
 }
 
-// Requires InstallMutex.
+// Requires InstallMutex. In a fork child, a per-process component inherited
+// from the parent is inert: it is uninstalled (dropping what the child
+// inherited) and installed afresh for the child's own caches; the parent's
+// leases, which the child may still release, keep counting.
 absl::Status AcquireComponentLocked(int i) {
   Component& c = g_components[i];
-  if (c.refs == 0) {
+  if (c.installed && c.per_process && c.generation != ForkGeneration()) {
+    c.uninstall();
+    c.installed = false;
+  }
+  if (!c.installed) {
     absl::Status s = c.install();
     if (!s.ok()) return s;
+    c.installed = true;
+    c.generation = ForkGeneration();
   }
   ++c.refs;
   return absl::OkStatus();
@@ -64,8 +82,39 @@ absl::Status AcquireComponentLocked(int i) {
 
 void ReleaseComponentLocked(int i) {
   Component& c = g_components[i];
-  if (--c.refs == 0) c.uninstall();
+  if (--c.refs == 0 && c.installed) {
+    c.uninstall();
+    c.installed = false;
+  }
 }
+
+// fork() (fork_guard.h, locks 1-3): no child inherits a held lock of the
+// monitors, nor a uffd batch that no thread of the child will end.
+void PrepareForkLocks() {
+  InstallMutex().lock();
+  patch_monitor::LockForFork();
+  uffd_monitor::LockForFork();
+}
+
+void ReleaseForkLocks() {
+  uffd_monitor::UnlockAfterFork();
+  patch_monitor::UnlockAfterFork();
+  InstallMutex().unlock();
+}
+
+void ReleaseForkLocksInChild() {
+  ForgetUnfinishedBatchesInForkChild();
+  ReleaseForkLocks();
+}
+
+const ForkHandlers kForkHandlers = {&PrepareForkLocks, &ReleaseForkLocks,
+                                    &ReleaseForkLocksInChild};
+
+// At load time, before any thread can hold one of these locks.
+const bool g_fork_handlers_set = [] {
+  SetMonitorForkHandlers(&kForkHandlers);
+  return true;
+}();
 
 class Lease : public MonitorLease {
  public:

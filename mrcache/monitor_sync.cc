@@ -23,4 +23,10 @@ void EndLateReports() noexcept {
   monitor_sync_internal::g_batches_ended.fetch_add(1, std::memory_order_release);
 }
 
+void ForgetUnfinishedBatchesInForkChild() noexcept {
+  using namespace monitor_sync_internal;
+  g_batches_ended.store(g_batches_begun.load(std::memory_order_relaxed),
+                        std::memory_order_release);
+}
+
 }  // namespace mrcache

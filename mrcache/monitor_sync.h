@@ -37,6 +37,11 @@ void WaitForBatch(uint64_t batch) noexcept;
 void BeginLateReports() noexcept;
 void EndLateReports() noexcept;
 
+// In a fork child only (fork_guard.h): the reader thread does not exist
+// there, so a batch it had begun would never end and every get would wait for
+// it. Marks every begun batch ended (the events it read were the parent's).
+void ForgetUnfinishedBatchesInForkChild() noexcept;
+
 // Returns once every release whose system call has returned has been reported.
 inline void SyncMemoryMonitors() noexcept {
   using namespace monitor_sync_internal;

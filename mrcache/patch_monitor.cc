@@ -392,5 +392,8 @@ void Disable() {
 
 bool Enabled() { return g_enabled.load(std::memory_order_relaxed); }
 
+void LockForFork() { PatchMutex().lock(); }
+void UnlockAfterFork() { PatchMutex().unlock(); }
+
 }  // namespace patch_monitor
 }  // namespace mrcache

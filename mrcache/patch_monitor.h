@@ -74,6 +74,12 @@ absl::Status ApplyPatch(const char* name, void* entry, const uint8_t (&expected)
 // (someone patched over us): it is then left alone.
 absl::Status RemovePatch(PatchSite* site);
 
+// fork() (fork_guard.h, lock 2): takes the patch mutex before the fork;
+// releases it after, in the parent and in the child. Code patches and
+// trampolines are inherited by the child and stay valid there.
+void LockForFork();
+void UnlockAfterFork();
+
 }  // namespace patch_monitor
 }  // namespace mrcache
 

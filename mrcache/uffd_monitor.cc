@@ -277,6 +277,9 @@ void Unwatch(void* addr, size_t length) {
   });
 }
 
+void LockForFork() { WatchMutex().lock(); }
+void UnlockAfterFork() { WatchMutex().unlock(); }
+
 uint64_t WatchFailures() { return g_watch_failures.load(std::memory_order_relaxed); }
 uint64_t EventsRead() { return g_events_read.load(std::memory_order_relaxed); }
 

@@ -55,6 +55,13 @@ uint64_t WatchFailures();
 // Events read by the reader (process lifetime).
 uint64_t EventsRead();
 
+// fork() (fork_guard.h, lock 3): takes the watch mutex before the fork;
+// releases it after, in the parent and in the child. In the child the
+// monitor is inert (no reader thread; the child's memory is not registered
+// with the parent's userfaultfd) until Disable, then Enable, make a new one.
+void LockForFork();
+void UnlockAfterFork();
+
 }  // namespace uffd_monitor
 }  // namespace mrcache
 
