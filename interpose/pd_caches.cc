@@ -23,6 +23,7 @@ void AddStats(mrcache::CacheStats* a, const mrcache::CacheStats& b) {
   a->peak_pinned_bytes += b.peak_pinned_bytes;
   a->registrar_failures += b.registrar_failures;
   a->bypassed += b.bypassed;
+  a->remote_private += b.remote_private;
 }
 
 absl::StatusOr<PdCache*> PdCaches::ForPd(ibv_pd* pd) {

@@ -260,6 +260,11 @@ __attribute__((noinline)) absl::StatusOr<Region*> CacheImpl::AcquireUncached(uin
                        "create a new cache in the child");
   }
   if (access & (kAccessMwBind | kAccessZeroBased)) return AcquireBypass(start, end, access);
+  if ((access & kAccessRemoteBits) && config_.remote_keys == RemoteKeys::kPrivate) {
+    // An rkey of exactly the requested bytes, revoked at put (cache.h).
+    const int odp = odp_ == OdpMode::kExplicit || odp_ == OdpMode::kImplicit ? kAccessOnDemand : 0;
+    return AcquireBypass(start, end, access | odp, /*remote_private=*/true);
+  }
   if (odp_ == OdpMode::kImplicit) return AcquireImplicitOdp(start, end, access);
   ThreadCache* tc = FindThreadCache(uid_);
   if (tc == nullptr) tc = AttachThread();
@@ -326,8 +331,11 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
   const uintptr_t page_start = AlignDown(start, fine);
   const uintptr_t page_end = AlignUp(end, fine);
   if (page_end == 0) return ErrnoStatus(EINVAL, "mrc_get: range wraps the address space");
-  uintptr_t aligned_start = AlignDown(start, align_);
-  uintptr_t aligned_end = AlignUp(end, align_);
+  // Remote rights: the region reaches only requested pages (remote_keys),
+  // so alignment coarser than a page does not apply.
+  const bool remote = (user_access & kAccessRemoteBits) != 0;
+  uintptr_t aligned_start = remote ? page_start : AlignDown(start, align_);
+  uintptr_t aligned_end = remote ? page_end : AlignUp(end, align_);
   if (aligned_end == 0) {
     aligned_start = page_start;
     aligned_end = page_end;
@@ -451,7 +459,7 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
     r->cache = this;
     // Alignment coarser than a page, or bridging, adds whole pages that no
     // request touched; then the region counts as used everywhere.
-    const bool whole = align_ > page_ || bridged;
+    const bool whole = (align_ > page_ && !remote) || bridged;
     r->used_start = whole ? r->start : start;
     r->used_end = whole ? r->end : end;
     r->lru_stamp = tick_.load(std::memory_order_relaxed);
@@ -515,9 +523,11 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
   }
 }
 
-absl::StatusOr<Region*> CacheImpl::AcquireBypass(uintptr_t start, uintptr_t end, int access) {
-  // MW_BIND / ZERO_BASED: a dedicated registration of exactly the range,
-  // never shared, deregistered on put.
+absl::StatusOr<Region*> CacheImpl::AcquireBypass(uintptr_t start, uintptr_t end, int access,
+                                                 bool remote_private) {
+  // MW_BIND / ZERO_BASED, and remote rights under remote_keys=private: a
+  // dedicated registration of exactly the range, never shared, deregistered
+  // on put.
   absl::StatusOr<Registration> reg = TimedRegister(start, end, access);
   if (!reg.ok()) {
     registrar_failures_.fetch_add(1, std::memory_order_relaxed);
@@ -530,7 +540,7 @@ absl::StatusOr<Region*> CacheImpl::AcquireBypass(uintptr_t start, uintptr_t end,
   r->cache = this;
   r->bypass = true;
   r->shared_refs = 1;
-  bypassed_.fetch_add(1, std::memory_order_relaxed);
+  (remote_private ? remote_private_ : bypassed_).fetch_add(1, std::memory_order_relaxed);
   CountRegistration(end - start);
   return r;
 }
@@ -718,6 +728,7 @@ CacheStats CacheImpl::stats() {
   s.peak_pinned_bytes = peak_pinned_bytes_.load();
   s.registrar_failures = registrar_failures_.load();
   s.bypassed = bypassed_.load();
+  s.remote_private = remote_private_.load();
   return s;
 }
 
@@ -782,8 +793,9 @@ CacheImpl::MissPlan CacheImpl::PlanMissLocked(uintptr_t start, uintptr_t end, in
   // BridgeOutsideLock then decides how far the registration really widens.
   // Bridging registers memory no request named, so some release of it must
   // be reported however it happens: only with a complete monitor, or with
-  // on-demand paging (whose regions cannot go stale).
-  if (!bridging_safe_) return plan;
+  // on-demand paging (whose regions cannot go stale). Never with remote
+  // rights: their rkey would reach memory no remote request named.
+  if (!bridging_safe_ || remote != 0) return plan;
   size_t block = config_.bridge_bytes < config_.max_merge_bytes ? config_.bridge_bytes
                                                                 : config_.max_merge_bytes;
   if (config_.max_bytes != 0 && block > config_.max_bytes / 4) block = config_.max_bytes / 4;

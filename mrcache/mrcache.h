@@ -98,6 +98,7 @@ typedef struct {
       pinned_bytes, registrar_ns;
   /* added after the first release (add fields only at the end) */
   uint64_t peak_pinned_bytes, registrar_failures, bypassed;
+  uint64_t remote_private; /* requests with remote rights registered privately (remote_keys=private) */
 } mrc_stats_t;
 void mrc_stats(const mrc_cache_t *cache, mrc_stats_t *stats);
 const char *mrc_strerror(int err);
