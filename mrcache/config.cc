@@ -205,11 +205,12 @@ absl::Status Config::ApplyEnvironment() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<Config> Config::FromEnvironment() {
-  Config c;
-  absl::Status s = c.ApplyEnvironment();
+absl::StatusOr<Config> Config::FromEnvironment() { return FromEnvironment(Config()); }
+
+absl::StatusOr<Config> Config::FromEnvironment(Config defaults) {
+  absl::Status s = defaults.ApplyEnvironment();
   if (!s.ok()) return s;
-  return c;
+  return defaults;
 }
 
 absl::Status Config::Validate() const {

@@ -68,8 +68,10 @@ struct Config {
   absl::StatusOr<std::string> Get(absl::string_view key) const;
   // Applies every MRCACHE_<KEY> variable that is set. The first bad one wins.
   absl::Status ApplyEnvironment();
-  // Defaults, then the environment.
+  // The library's defaults, then the environment.
   static absl::StatusOr<Config> FromEnvironment();
+  // `defaults` (e.g. the shim's), then the environment.
+  static absl::StatusOr<Config> FromEnvironment(Config defaults);
   // All keys, in documentation order.
   static const std::vector<std::string>& Keys();
   // Cross-key checks (alignment a power of two >= page size, ...).
