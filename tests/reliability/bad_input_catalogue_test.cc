@@ -162,6 +162,7 @@ std::vector<Row> BadInputCatalogue::Catalogue() {
       {"mrc_config_set registrar \"nic\"", EINVAL, [] { return SetKey("registrar", "nic"); }},
       {"mrc_config_set monitor \"bogus\"", EINVAL, [] { return SetKey("monitor", "bogus"); }},
       {"mrc_config_set odp \"sometimes\"", EINVAL, [] { return SetKey("odp", "sometimes"); }},
+      {"mrc_config_set remote_keys \"public\"", EINVAL, [] { return SetKey("remote_keys", "public"); }},
       {"mrc_config_set sim_mlock \"2\"", EINVAL, [] { return SetKey("sim_mlock", "2"); }},
       {"mrc_config_get unknown key", ENOENT,
        [] {
