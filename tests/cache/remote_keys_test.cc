@@ -18,6 +18,7 @@
 
 #include "mrcache/mrcache.h"
 #include "mrcache/uring_registrar.h"
+#include "tests/registrars/low_memlock.h"
 
 namespace {
 
@@ -147,6 +148,53 @@ TEST_F(RemoteKeysTest, PrivateModeStillBridgesLocalOnlyRequests) {
   mrc_region_info_t second = GetPut(block_ + 36 * kMiB, 4096, kLocalWrite);
   EXPECT_GT(second.length, 32 * kMiB);
   EXPECT_EQ(Stats().remote_private, 0u);
+}
+
+TEST_F(RemoteKeysTest, PrivateRegistrationsGiveTheirPinsBackAtPutWithoutCapIpcLock) {
+  // Unprivileged (RLIMIT_MEMLOCK 8 MiB, no CAP_IPC_LOCK): ten 3 MiB private
+  // registrations of unaligned ranges, one after the other, each put before
+  // the next get; nothing stays pinned in between.
+  struct Outcome {
+    int err;
+    uint64_t pinned_after_put, registrations, deregistrations, remote_private;
+  };
+  char* area = block_;
+  auto result = mrcache_test::RunWithLowMemlock<Outcome>(8 * kMiB, [area]() {
+    alarm(60);
+    Outcome out{};
+    mrc_config_t* cfg = nullptr;
+    mrc_cache_t* cache = nullptr;
+    out.err = mrc_config_create(&cfg);
+    if (out.err == 0) out.err = mrc_config_set(cfg, "registrar", "uring");
+    if (out.err == 0) out.err = mrc_config_set(cfg, "remote_keys", "private");
+    if (out.err == 0) out.err = mrc_config_set(cfg, "monitor", "none");
+    if (out.err == 0) out.err = mrc_cache_create(cfg, nullptr, &cache);
+    for (int i = 0; i < 10 && out.err == 0; ++i) {
+      mrc_region_t* r = nullptr;
+      out.err = mrc_get(cache, area + i * 3 * kMiB + 123, 3 * kMiB, kRemote, &r);
+      if (out.err == 0) out.err = mrc_put(cache, r);
+      mrc_stats_t s;
+      mrc_stats(cache, &s);
+      out.pinned_after_put += s.pinned_bytes;
+    }
+    if (cache != nullptr) {
+      mrc_stats_t s;
+      mrc_stats(cache, &s);
+      out.registrations = s.registrations;
+      out.deregistrations = s.deregistrations;
+      out.remote_private = s.remote_private;
+      mrc_cache_destroy(cache);
+    }
+    if (cfg != nullptr) mrc_config_destroy(cfg);
+    return out;
+  });
+  ASSERT_TRUE(result.child_ok);
+  ASSERT_EQ(result.setup_errno, 0);
+  EXPECT_EQ(result.outcome.err, 0) << mrc_strerror(result.outcome.err);
+  EXPECT_EQ(result.outcome.pinned_after_put, 0u);
+  EXPECT_EQ(result.outcome.registrations, 10u);
+  EXPECT_EQ(result.outcome.deregistrations, 10u);
+  EXPECT_EQ(result.outcome.remote_private, 10u);
 }
 
 class RemoteKeysConfigTest : public ::testing::Test {
