@@ -2,7 +2,8 @@
 // (in the spirit of ucx_info / fi_info):
 //  - the configuration in effect: every key with its value, after defaults
 //    and the MRCACHE_* environment (an invalid variable is reported);
-//  - the shim's own settings (MRCACHE_STATS);
+//  - the shim's own settings (MRCACHE_STATS, and the remote_keys mode it runs
+//    in: private unless MRCACHE_REMOTE_KEYS says otherwise);
 //  - the RDMA devices libibverbs lists, their limits and ODP capabilities
 //    (ibv_query_device_ex), and the ODP mode a cache would run in there;
 //  - which memory monitors can be installed in this process (each one is
@@ -16,6 +17,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "interpose/shim_defaults.h"
 #include "mrcache/config.h"
 #include "mrcache/monitor.h"
 #include "mrcache/odp.h"
@@ -71,6 +73,12 @@ bool PrintConfig(mrcache::Config* config) {
   std::printf("\nPreload shim (libmrcache_preload.so):\n");
   std::printf("  %-20s = %s\n", "MRCACHE_STATS", stats != nullptr ? stats : "(unset: no summary)");
   std::printf("  %-20s = %s\n", "registrar", "verbs on the application's PD (one cache per PD)");
+  auto shim = mrcache::Config::FromEnvironment(mrcache_preload::ShimDefaults());
+  std::printf("  %-20s = %-12s%s\n", "remote_keys",
+              shim.ok() ? mrcache::RemoteKeysName(shim->remote_keys) : "?",
+              std::getenv("MRCACHE_REMOTE_KEYS") != nullptr
+                  ? "  (from MRCACHE_REMOTE_KEYS)"
+                  : "  (the shim's default; the library's is shared)");
   return ok;
 }
 

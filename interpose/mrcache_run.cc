@@ -41,6 +41,12 @@ constexpr char kUsage[] =
     "  --monitor M           memory monitor: none|symbols|patch|uffd|jemalloc|auto, or a\n"
     "                        '+'-joined list (MRCACHE_MONITOR; default auto). With none the\n"
     "                        application must never free registered memory.\n"
+    "  --remote-keys MODE    private (default): a registration with a remote right gets its\n"
+    "                        own MR of exactly its bytes, and ibv_dereg_mr revokes its rkey,\n"
+    "                        as without the shim. shared: such registrations are cached too;\n"
+    "                        an rkey then reaches every page registered with the same remote\n"
+    "                        rights nearby, until the cache deregisters it\n"
+    "                        (MRCACHE_REMOTE_KEYS)\n"
     "  --shim PATH           the preload library to use (default: $MRCACHE_PRELOAD_LIB, else\n"
     "                        libmrcache_preload.so next to mrcache-run or in ../lib)\n"
     "  -h, --help            this text\n"
@@ -113,7 +119,7 @@ bool TakeValue(int argc, char** argv, int* i, const char* name, std::string* val
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string stats, max_bytes, monitor, shim_flag, value;
+  std::string stats, max_bytes, monitor, remote_keys, shim_flag, value;
   int i = 1;
   for (; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -142,6 +148,11 @@ int main(int argc, char** argv) {
       absl::Status s = check.Set("monitor", value);
       if (!s.ok()) UsageError("--monitor: " + std::string(s.message()));
       monitor = value;
+    } else if (TakeValue(argc, argv, &i, "--remote-keys", &value)) {
+      mrcache::Config check;
+      absl::Status s = check.Set("remote_keys", value);
+      if (!s.ok()) UsageError("--remote-keys: " + std::string(s.message()));
+      remote_keys = value;
     } else if (TakeValue(argc, argv, &i, "--shim", &value)) {
       shim_flag = value;
     } else if (absl::StartsWith(arg, "-")) {
@@ -159,6 +170,7 @@ int main(int argc, char** argv) {
   if (!stats.empty()) setenv("MRCACHE_STATS", stats.c_str(), 1);
   if (!max_bytes.empty()) setenv("MRCACHE_MAX_BYTES", max_bytes.c_str(), 1);
   if (!monitor.empty()) setenv("MRCACHE_MONITOR", monitor.c_str(), 1);
+  if (!remote_keys.empty()) setenv("MRCACHE_REMOTE_KEYS", remote_keys.c_str(), 1);
 
   execvp(argv[i], argv + i);
   const int err = errno;

@@ -1,6 +1,7 @@
 #include "interpose/pd_caches.h"
 
 #include <cerrno>
+#include <iterator>
 #include <utility>
 #include <vector>
 
@@ -23,13 +24,30 @@ void AddStats(mrcache::CacheStats* a, const mrcache::CacheStats& b) {
   a->peak_pinned_bytes += b.peak_pinned_bytes;
   a->registrar_failures += b.registrar_failures;
   a->bypassed += b.bypassed;
+  a->remote_private += b.remote_private;
+}
+
+void PdCaches::Adopt(ibv_pd* pd, ibv_context* context) {
+  std::lock_guard<std::mutex> lock(mu_);
+  adopted_[pd] = context;
+}
+
+void PdCaches::Forget(ibv_pd* pd) {
+  std::lock_guard<std::mutex> lock(mu_);
+  adopted_.erase(pd);
 }
 
 absl::StatusOr<PdCache*> PdCaches::ForPd(ibv_pd* pd) {
+  ibv_context* context = nullptr;
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = caches_.find(pd);
     if (it != caches_.end()) return it->second.get();
+    auto adopted = adopted_.find(pd);
+    if (adopted == adopted_.end()) {
+      return mrcache::ErrnoStatus(EINVAL, "not a live PD from ibv_alloc_pd (freed, foreign or a parent domain)");
+    }
+    context = adopted->second;
   }
   // Build outside the lock: this queries the device and installs monitors.
   auto registrar = mrcache::MakeVerbsRegistrar(pd, config_);
@@ -38,7 +56,7 @@ absl::StatusOr<PdCache*> PdCaches::ForPd(ibv_pd* pd) {
   if (!cache.ok()) return cache.status();
   auto fresh = std::make_unique<PdCache>();
   fresh->pd = pd;
-  fresh->context = pd->context;
+  fresh->context = context;
   fresh->cache = std::move(*cache);
   std::unique_ptr<PdCache> loser;
   PdCache* result = nullptr;
@@ -78,6 +96,9 @@ void PdCaches::ReleaseContext(ibv_context* context,
   std::vector<std::unique_ptr<PdCache>> victims;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = adopted_.begin(); it != adopted_.end();) {
+      it = it->second == context ? adopted_.erase(it) : std::next(it);
+    }
     for (auto it = caches_.begin(); it != caches_.end();) {
       if (it->second->context == context) {
         victims.push_back(std::move(it->second));

@@ -6,6 +6,12 @@
 // cacheable registration and destroyed (every region deregistered) when the
 // application deallocates the PD or closes its device.
 //
+// PDs are cached only if the application allocated them through the shim's
+// ibv_alloc_pd and has not deallocated them (or closed their device) since:
+// the shim never dereferences any other ibv_pd*, so a freed or foreign PD
+// (or a parent domain, which ibv_alloc_pd does not return) goes to the real
+// library untouched, which answers for it as it does without the shim.
+//
 // Invariants:
 //  - A PdCache is destroyed only through ReleasePd (when no alias refers to
 //    it) or ReleaseContext (after the caller orphaned its aliases), so an
@@ -49,9 +55,16 @@ class PdCaches {
   PdCaches(const PdCaches&) = delete;
   PdCaches& operator=(const PdCaches&) = delete;
 
+  // Records a PD the real ibv_alloc_pd just returned for `context`.
+  void Adopt(ibv_pd* pd, ibv_context* context);
+  // Forgets a PD the real ibv_dealloc_pd just deallocated.
+  void Forget(ibv_pd* pd);
+
   // The cache of `pd`, created on first use (verbs registrar on `pd`).
-  // Errors are those of Cache::Create (e.g. the device lacks a requested
-  // ODP mode); the caller then registers directly.
+  // EINVAL, without touching `pd`, for a PD that is not adopted (freed,
+  // foreign, a parent domain); otherwise errors are those of Cache::Create
+  // (e.g. the device lacks a requested ODP mode). The caller then registers
+  // directly.
   absl::StatusOr<PdCache*> ForPd(ibv_pd* pd);
 
   // For ibv_dealloc_pd: EBUSY while the application holds aliases of `pd`;
@@ -59,8 +72,8 @@ class PdCaches {
   // returns OK. OK too when `pd` has no cache.
   absl::Status ReleasePd(ibv_pd* pd);
 
-  // For ibv_close_device: destroys the cache of every PD of `context`,
-  // calling before_destroy(cache) first (to orphan its aliases).
+  // For ibv_close_device: forgets every PD of `context` and destroys their
+  // caches, calling before_destroy(cache) first (to orphan its aliases).
   void ReleaseContext(ibv_context* context, const std::function<void(PdCache*)>& before_destroy);
 
   // Stats summed over every cache of the run, live and destroyed (peak
@@ -76,6 +89,7 @@ class PdCaches {
   const mrcache::Config config_;
   mutable std::mutex mu_;
   std::unordered_map<ibv_pd*, std::unique_ptr<PdCache>> caches_;  // guarded by mu_
+  std::unordered_map<ibv_pd*, ibv_context*> adopted_;             // guarded by mu_
   mrcache::CacheStats retired_;                                   // guarded by mu_
   std::string monitor_name_;                                      // guarded by mu_
   std::atomic<uint64_t> created_{0};

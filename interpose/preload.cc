@@ -8,6 +8,7 @@
 // funnelling reach the device exactly once.
 #include <infiniband/verbs.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -40,6 +41,7 @@ void* SubstituteInterposer(void* real) {
   if (real == reinterpret_cast<void*>(r.reg_dmabuf_mr)) return reinterpret_cast<void*>(&ibv_reg_dmabuf_mr);
   if (real == reinterpret_cast<void*>(r.dereg_mr)) return reinterpret_cast<void*>(&ibv_dereg_mr);
   if (real == reinterpret_cast<void*>(r.rereg_mr)) return reinterpret_cast<void*>(&ibv_rereg_mr);
+  if (real == reinterpret_cast<void*>(r.alloc_pd)) return reinterpret_cast<void*>(&ibv_alloc_pd);
   if (real == reinterpret_cast<void*>(r.dealloc_pd)) return reinterpret_cast<void*>(&ibv_dealloc_pd);
   if (real == reinterpret_cast<void*>(r.close_device)) return reinterpret_cast<void*>(&ibv_close_device);
   return real;
@@ -87,6 +89,17 @@ int ibv_rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, size_t length, i
   return shim->Reregister(mr, flags, pd, addr, length, access);
 }
 
+ibv_pd* ibv_alloc_pd(ibv_context* context) {
+  if (ShimScope::Inside()) {
+    if (Real().alloc_pd == nullptr) {
+      errno = ENOSYS;
+      return nullptr;
+    }
+    return Real().alloc_pd(context);
+  }
+  return Shim::Get().AllocPd(context);
+}
+
 int ibv_dealloc_pd(ibv_pd* pd) {
   Shim* shim = Shim::IfCreated();
   if (ShimScope::Inside() || shim == nullptr) return Real().dealloc_pd(pd);
@@ -113,6 +126,7 @@ void mrcache_preload_get_stats(mrcache_preload_stats* out) {
   out->cache_registrations = r.cache.registrations;
   out->live_aliases = shim->live_aliases();
   out->enabled = r.disabled.empty() ? 1 : 0;
+  out->remote_private = r.cache.remote_private;
 }
 
 }  // extern "C"

@@ -1,8 +1,8 @@
 /* preload.h: what libmrcache_preload.so exports besides libibverbs' names.
  *
  * The shim interposes ibv_reg_mr, ibv_reg_mr_iova, ibv_reg_mr_iova2,
- * ibv_reg_dmabuf_mr, ibv_dereg_mr, ibv_rereg_mr, ibv_dealloc_pd and
- * ibv_close_device (see shim.h). Programs and tests that want to look inside
+ * ibv_reg_dmabuf_mr, ibv_dereg_mr, ibv_rereg_mr, ibv_alloc_pd, ibv_dealloc_pd
+ * and ibv_close_device (see shim.h). Programs and tests that want to look inside
  * resolve mrcache_preload_get_stats with dlsym(RTLD_DEFAULT, ...): it is null
  * when the shim is not loaded.
  */
@@ -25,6 +25,7 @@ struct mrcache_preload_stats {
   uint64_t cache_registrations; /* registrations the caches made */
   uint64_t live_aliases;        /* aliases handed out and not deregistered */
   uint64_t enabled;             /* 1 if the shim caches, 0 if it passes everything through */
+  uint64_t remote_private;      /* requests with remote rights registered privately (remote_keys=private) */
 };
 
 /* A snapshot of the process's shim counters (all zero before the first call). */

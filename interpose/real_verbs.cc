@@ -18,6 +18,7 @@ RealVerbs ResolveAll() {
   Resolve(&r.reg_dmabuf_mr, "ibv_reg_dmabuf_mr", "IBVERBS_1.12");
   Resolve(&r.dereg_mr, "ibv_dereg_mr", "IBVERBS_1.1");
   Resolve(&r.rereg_mr, "ibv_rereg_mr", "IBVERBS_1.1");
+  Resolve(&r.alloc_pd, "ibv_alloc_pd", "IBVERBS_1.1");
   Resolve(&r.dealloc_pd, "ibv_dealloc_pd", "IBVERBS_1.1");
   Resolve(&r.close_device, "ibv_close_device", "IBVERBS_1.1");
   return r;

@@ -3,8 +3,8 @@
 // Each is resolved once with dlvsym(RTLD_NEXT, name, version), i.e. the next
 // definition after the shim in the global scope (libibverbs, or softverbs in
 // tests), at the version rdma-core v44 makes the default:
-//   ibv_reg_mr, ibv_dereg_mr, ibv_rereg_mr, ibv_dealloc_pd,
-//   ibv_close_device                              IBVERBS_1.1
+//   ibv_reg_mr, ibv_dereg_mr, ibv_rereg_mr, ibv_alloc_pd,
+//   ibv_dealloc_pd, ibv_close_device              IBVERBS_1.1
 //   ibv_reg_mr_iova                               IBVERBS_1.7
 //   ibv_reg_mr_iova2                              IBVERBS_1.8
 //   ibv_reg_dmabuf_mr                             IBVERBS_1.12
@@ -30,6 +30,7 @@ struct RealVerbs {
   ibv_mr* (*reg_dmabuf_mr)(ibv_pd*, uint64_t, size_t, uint64_t, int, int) = nullptr;
   int (*dereg_mr)(ibv_mr*) = nullptr;
   int (*rereg_mr)(ibv_mr*, int, ibv_pd*, void*, size_t, int) = nullptr;
+  ibv_pd* (*alloc_pd)(ibv_context*) = nullptr;
   int (*dealloc_pd)(ibv_pd*) = nullptr;
   int (*close_device)(ibv_context*) = nullptr;
 };

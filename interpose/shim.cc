@@ -43,7 +43,7 @@ Shim* Shim::IfCreated() { return g_shim.load(std::memory_order_acquire); }
 
 Shim::Shim() {
   ShimScope scope;
-  auto config = mrcache::Config::FromEnvironment();
+  auto config = mrcache::Config::FromEnvironment(ShimDefaults());
   if (!config.ok()) {
     disabled_ = std::string(config.status().message());
   } else if (config->monitor != "none") {
@@ -60,6 +60,7 @@ Shim::Shim() {
                  disabled_.c_str());
     return;
   }
+  remote_keys_ = mrcache::RemoteKeysName(config->remote_keys);
   caches_ = std::make_unique<PdCaches>(*config);
 }
 
@@ -220,6 +221,21 @@ int Shim::ReregisterCached(Alias* alias, int flags, ibv_pd* pd, void* addr, size
   return 0;
 }
 
+ibv_pd* Shim::AllocPd(ibv_context* context) {
+  ShimScope scope;
+  if (Real().alloc_pd == nullptr) {
+    errno = ENOSYS;
+    return nullptr;
+  }
+  ibv_pd* pd = Real().alloc_pd(context);
+  if (pd != nullptr && caches_ != nullptr) {
+    const int saved = errno;
+    caches_->Adopt(pd, context);
+    errno = saved;
+  }
+  return pd;
+}
+
 int Shim::DeallocPd(ibv_pd* pd) {
   ShimScope scope;
   if (caches_ != nullptr) {
@@ -229,7 +245,10 @@ int Shim::DeallocPd(ibv_pd* pd) {
       return mrcache::StatusToErrno(released);
     }
   }
-  return Real().dealloc_pd == nullptr ? ENOSYS : Real().dealloc_pd(pd);
+  if (Real().dealloc_pd == nullptr) return ENOSYS;
+  const int ret = Real().dealloc_pd(pd);
+  if (ret == 0 && caches_ != nullptr) caches_->Forget(pd);
+  return ret;
 }
 
 int Shim::CloseDevice(ibv_context* context) {
@@ -264,6 +283,7 @@ Report Shim::MakeReport() const {
     r.monitor = caches_->monitor_name();
   }
   r.disabled = disabled_;
+  r.remote_keys = remote_keys_;
   return r;
 }
 

@@ -11,6 +11,17 @@
 //    alias (alias_registry.h). If the cache fails for any reason, the request
 //    is registered directly instead, so the outcome -- including NULL + errno
 //    -- is the real library's.
+//  - Requests with a remote right, under remote_keys=private (the shim's
+//    default, shim_defaults.h), get a registration of exactly their bytes
+//    that the alias's ibv_dereg_mr deregisters: the rkey dies with it, as
+//    without the shim. Under remote_keys=shared they are cached, and the rkey
+//    reaches the union of the pages registered with the same remote rights
+//    until the cache deregisters that region.
+//  - Only PDs the application got from ibv_alloc_pd (through the shim) and
+//    still holds are cached; any other PD pointer -- deallocated, of a closed
+//    device, foreign, a parent domain -- is never read by the shim and goes to
+//    the real entry point, which answers for it.
+// ibv_alloc_pd: the real function; a PD it returns is adopted (pd_caches.h).
 // ibv_dereg_mr: an alias is a put (or the dedicated MR's deregistration);
 //   anything else passes through.
 // ibv_rereg_mr on a cached alias: the same input checks as libibverbs
@@ -21,7 +32,7 @@
 //   ERR_INPUT contract). Keys may change, as the man page allows.
 // ibv_dealloc_pd: EBUSY while aliases of the PD are held; otherwise the PD's
 //   cache is destroyed (its unused regions deregistered) and the real
-//   function decides.
+//   function decides; if it deallocates, the PD is forgotten.
 // ibv_close_device: the caches of the context's PDs are destroyed first;
 //   aliases still held become orphans (dereg -> EINVAL, like the real
 //   library's registry after close).
@@ -44,6 +55,7 @@
 
 #include "interpose/alias_registry.h"
 #include "interpose/pd_caches.h"
+#include "interpose/shim_defaults.h"
 #include "interpose/stats_report.h"
 #include "mrcache/config.h"
 #include "mrcache/monitor.h"
@@ -65,6 +77,7 @@ class Shim {
                          int access);
   int Deregister(ibv_mr* mr);
   int Reregister(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, size_t length, int access);
+  ibv_pd* AllocPd(ibv_context* context);
   int DeallocPd(ibv_pd* pd);
   int CloseDevice(ibv_context* context);
 
@@ -79,6 +92,7 @@ class Shim {
                        int access);
 
   std::string disabled_;                         // non-empty: pass everything through
+  std::string remote_keys_;                      // "shared" | "private" ("" while disabled)
   std::unique_ptr<mrcache::MonitorLease> monitor_;  // keeps the monitor installed all run
   std::unique_ptr<PdCaches> caches_;             // null while disabled
   AliasRegistry aliases_;

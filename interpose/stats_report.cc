@@ -59,6 +59,8 @@ std::string FormatText(const Report& r) {
                         d.saved_ns / 1e6, r.cache.hits, d.mean_registrar_ns);
   absl::StrAppendFormat(&out, "  peak pinned bytes:       %s (sum of per-PD peaks)\n",
                         Bytes(r.cache.peak_pinned_bytes));
+  absl::StrAppendFormat(&out, "  remote keys:             %s (%u requests with remote rights registered privately, each deregistered at its ibv_dereg_mr)\n",
+                        r.remote_keys.empty() ? "-" : r.remote_keys, r.cache.remote_private);
   absl::StrAppendFormat(&out, "  invalidations / evictions / merges: %u / %u / %u\n",
                         r.cache.invalidations, r.cache.evictions, r.cache.merges);
   absl::StrAppendFormat(&out, "  deregs: %u of aliases, %u passed through; rereg conversions %u; "
@@ -78,13 +80,15 @@ std::string FormatJson(const Report& r) {
       "\"registrar_ns\": %u, \"mean_registrar_ns_per_registration\": %u, "
       "\"registrar_ns_saved_estimate\": %u, \"peak_pinned_bytes\": %u, "
       "\"alias_deregs\": %u, \"passthrough_deregs\": %u, \"rereg_conversions\": %u, "
-      "\"busy_deallocs\": %u, \"pd_caches\": %u, \"monitor\": \"%s\", \"disabled\": \"%s\"}\n",
+      "\"busy_deallocs\": %u, \"pd_caches\": %u, \"monitor\": \"%s\", \"disabled\": \"%s\", "
+      "\"remote_keys\": \"%s\", \"remote_private\": %u}\n",
       r.shim.calls, r.shim.cache_lookups, r.shim.bypassed, r.shim.fallbacks, r.cache.hits,
       r.cache.misses, d.hit_rate, d.device_registrations, r.cache.registrations, d.avoided,
       r.cache.deregistrations, r.cache.invalidations, r.cache.evictions, r.cache.merges,
       r.cache.registrar_ns, d.mean_registrar_ns, d.saved_ns, r.cache.peak_pinned_bytes,
       r.shim.alias_deregs, r.shim.passthrough_deregs, r.shim.rereg_conversions,
-      r.shim.busy_deallocs, r.shim.caches, r.monitor, r.disabled);
+      r.shim.busy_deallocs, r.shim.caches, r.monitor, r.disabled, r.remote_keys,
+      r.cache.remote_private);
 }
 
 absl::Status EmitReport(absl::string_view spec, const Report& report) {

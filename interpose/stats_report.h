@@ -12,7 +12,9 @@
 //    cache's own registrations / their number), since each hit replaced one
 //    ibv_reg_mr/ibv_dereg_mr pair;
 //  - peak pinned bytes: the sum of each PD cache's peak (an upper bound when
-//    several PDs are in use).
+//    several PDs are in use);
+//  - remote keys: the remote_keys mode in force and how many requests with a
+//    remote right it registered privately (cache.remote_private).
 #ifndef INTERPOSE_STATS_REPORT_H_
 #define INTERPOSE_STATS_REPORT_H_
 
@@ -43,6 +45,7 @@ struct Report {
   mrcache::CacheStats cache;   // summed over every PD cache of the run
   std::string monitor;         // the monitors in effect ("" if no cache was made)
   std::string disabled;        // why the shim passes everything through ("" if it caches)
+  std::string remote_keys;     // the remote_keys mode in force ("" while disabled)
 };
 
 std::string FormatText(const Report& report);

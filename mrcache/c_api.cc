@@ -165,6 +165,7 @@ void mrc_stats(const mrc_cache_t* cache, mrc_stats_t* stats) {
   stats->peak_pinned_bytes = s.peak_pinned_bytes;
   stats->registrar_failures = s.registrar_failures;
   stats->bypassed = s.bypassed;
+  stats->remote_private = s.remote_private;
 }
 
 const char* mrc_strerror(int err) {

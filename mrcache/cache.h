@@ -69,6 +69,7 @@ struct CacheStats {
   uint64_t hits = 0, misses = 0, registrations = 0, deregistrations = 0, evictions = 0,
            invalidations = 0, merges = 0, regions = 0, pinned_bytes = 0, registrar_ns = 0;
   uint64_t peak_pinned_bytes = 0, registrar_failures = 0, bypassed = 0;
+  uint64_t remote_private = 0;  // requests that took the remote_keys=private path
 };
 
 // The registered range and keys of a region the caller holds.

@@ -71,6 +71,10 @@ void AtomicMax(std::atomic<uint64_t>& a, uint64_t v) {
 
 constexpr int kMaxMissAttempts = 16;
 
+// How long a miss waits for another thread's release of the same addresses
+// to finish (see AcquireSlow) before it gives up with EAGAIN.
+constexpr uint64_t kReleaseWaitNs = 10'000'000'000;
+
 // A miss widens beyond its own pages (merging) only where no region died by
 // invalidation within this many misses (see address_heat.h).
 constexpr uint64_t kMergeCooldownMisses = 4096;
@@ -272,6 +276,11 @@ __attribute__((noinline)) absl::StatusOr<Region*> CacheImpl::AcquireUncached(uin
   if (!access_ok.ok()) return access_ok;
   if (absl::Status child = CheckNotForked("mrc_get"); !child.ok()) return child;
   if (access & (kAccessMwBind | kAccessZeroBased)) return AcquireBypass(start, end, access);
+  if ((access & kAccessRemoteBits) && config_.remote_keys == RemoteKeys::kPrivate) {
+    // An rkey of exactly the requested bytes, revoked at put (cache.h).
+    const int odp = odp_ == OdpMode::kExplicit || odp_ == OdpMode::kImplicit ? kAccessOnDemand : 0;
+    return AcquireBypass(start, end, access | odp, /*remote_private=*/true);
+  }
   if (odp_ == OdpMode::kImplicit) return AcquireImplicitOdp(start, end, access);
   ThreadCache* tc = FindThreadCache(uid_);
   if (tc == nullptr) tc = AttachThread();
@@ -345,8 +354,11 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
   const uintptr_t page_start = AlignDown(start, fine);
   const uintptr_t page_end = AlignUp(end, fine);
   if (page_end == 0) return ErrnoStatus(EINVAL, "mrc_get: range wraps the address space");
-  uintptr_t aligned_start = AlignDown(start, align_);
-  uintptr_t aligned_end = AlignUp(end, align_);
+  // Remote rights: the region reaches only requested pages (remote_keys),
+  // so alignment coarser than a page does not apply.
+  const bool remote = (user_access & kAccessRemoteBits) != 0;
+  uintptr_t aligned_start = remote ? page_start : AlignDown(start, align_);
+  uintptr_t aligned_end = remote ? page_end : AlignUp(end, align_);
   if (aligned_end == 0) {
     aligned_start = page_start;
     aligned_end = page_end;
@@ -354,6 +366,7 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
   bool allow_merge = config_.max_merge_bytes > 0;
   bool evicted_for_memory = false;
   int widened_spoils = 0;  // attempts whose widened registration was spoiled
+  int in_flight_waits = 0;  // attempts that met another thread's release under way
   GrowThreadCache(tc);
 
   for (int attempt = 0;; ++attempt) {
@@ -447,8 +460,9 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
     // or a fenced release of it is still under way (memory_events.h: its
     // report after the call has not been made yet, so nothing could void a
     // registration of pages that are about to change).
-    const bool spoiled =
-        pending.Spoils(reg_start, reg_end) || ReleaseInFlight(reg_start, reg_end);
+    const bool changed = pending.Spoils(reg_start, reg_end);
+    const bool in_flight = !changed && ReleaseInFlight(reg_start, reg_end);
+    const bool spoiled = changed || in_flight;
     Region* raced = spoiled ? nullptr : FindCoveringLocked(start, end, request_access);
     if (spoiled || raced != nullptr) {
       // The memory changed while we registered (discard and retry), or
@@ -466,6 +480,19 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
       IntervalTree<Region*>::FreeNode(node);
       Release(&dead);
       if (raced != nullptr) return raced;
+      if (in_flight) {
+        // A release of these addresses is under way in another thread (the
+        // kernel may already have handed them to this caller's new mapping).
+        // It ends when that thread leaves its system call, however long it
+        // is descheduled: wait for it, without spending an attempt.
+        if (++in_flight_waits > kMaxMissAttempts * 16 ||
+            !WaitForReleasesInFlight(reg_start, reg_end, kReleaseWaitNs)) {
+          return ErrnoStatus(EAGAIN, "mrc_get: other threads kept releasing this memory while it "
+                                     "was registered");
+        }
+        --attempt;
+        continue;
+      }
       const bool widened = reg_start != page_start || reg_end != page_end;
       if (widened && ++widened_spoils >= 2) {
         // Releases keep landing in what widening added: register exactly
@@ -479,9 +506,6 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
         return ErrnoStatus(EAGAIN, "mrc_get: the requested memory kept being released while it "
                                    "was registered");
       }
-      // A release under way ends within its system call: wait for it rather
-      // than register the same pages again.
-      (void)WaitForReleasesInFlight(reg_start, reg_end, 1000);
       continue;
     }
 
@@ -492,7 +516,7 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
     r->cache = this;
     // Alignment coarser than a page, or bridging, adds whole pages that no
     // request touched; then the region counts as used everywhere.
-    const bool whole = align_ > page_ || bridged;
+    const bool whole = (align_ > page_ && !remote) || bridged;
     r->used_start = whole ? r->start : start;
     r->used_end = whole ? r->end : end;
     r->lru_stamp = tick_.load(std::memory_order_relaxed);
@@ -556,9 +580,11 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
   }
 }
 
-absl::StatusOr<Region*> CacheImpl::AcquireBypass(uintptr_t start, uintptr_t end, int access) {
-  // MW_BIND / ZERO_BASED: a dedicated registration of exactly the range,
-  // never shared, deregistered on put.
+absl::StatusOr<Region*> CacheImpl::AcquireBypass(uintptr_t start, uintptr_t end, int access,
+                                                 bool remote_private) {
+  // MW_BIND / ZERO_BASED, and remote rights under remote_keys=private: a
+  // dedicated registration of exactly the range, never shared, deregistered
+  // on put.
   absl::StatusOr<Registration> reg = TimedRegister(start, end, access);
   if (!reg.ok()) {
     registrar_failures_.fetch_add(1, std::memory_order_relaxed);
@@ -571,7 +597,7 @@ absl::StatusOr<Region*> CacheImpl::AcquireBypass(uintptr_t start, uintptr_t end,
   r->cache = this;
   r->bypass = true;
   r->shared_refs = 1;
-  bypassed_.fetch_add(1, std::memory_order_relaxed);
+  (remote_private ? remote_private_ : bypassed_).fetch_add(1, std::memory_order_relaxed);
   CountRegistration(end - start);
   return r;
 }
@@ -765,6 +791,7 @@ CacheStats CacheImpl::stats() {
   s.peak_pinned_bytes = peak_pinned_bytes_.load();
   s.registrar_failures = registrar_failures_.load();
   s.bypassed = bypassed_.load();
+  s.remote_private = remote_private_.load();
   return s;
 }
 
@@ -832,8 +859,9 @@ CacheImpl::MissPlan CacheImpl::PlanMissLocked(uintptr_t start, uintptr_t end, in
   // BridgeOutsideLock then decides how far the registration really widens.
   // Bridging registers memory no request named, so some release of it must
   // be reported however it happens: only with a complete monitor, or with
-  // on-demand paging (whose regions cannot go stale).
-  if (!bridging_safe_) return plan;
+  // on-demand paging (whose regions cannot go stale). Never with remote
+  // rights: their rkey would reach memory no remote request named.
+  if (!bridging_safe_ || remote != 0) return plan;
   size_t block = config_.bridge_bytes < config_.max_merge_bytes ? config_.bridge_bytes
                                                                 : config_.max_merge_bytes;
   if (config_.max_bytes != 0 && block > config_.max_bytes / 4) block = config_.max_bytes / 4;

@@ -143,7 +143,11 @@ class CacheImpl : public MemoryEventListener {
   // Deregisters the retired regions whose last reference is gone.
   void SettleRetired();
   absl::StatusOr<Region*> AcquireSlow(ThreadCache* tc, uintptr_t start, uintptr_t end, int access);
-  absl::StatusOr<Region*> AcquireBypass(uintptr_t start, uintptr_t end, int access);
+  // A dedicated registration of exactly [start, end), never shared,
+  // deregistered at put; counted as remote_private if `remote_private`, else
+  // as bypassed.
+  absl::StatusOr<Region*> AcquireBypass(uintptr_t start, uintptr_t end, int access,
+                                        bool remote_private = false);
   absl::StatusOr<Region*> AcquireImplicitOdp(uintptr_t start, uintptr_t end, int access);
   absl::StatusOr<Region*> ImplicitRegion(int access);
   absl::StatusOr<Registration> TimedImplicitRegister(int access);
@@ -241,7 +245,8 @@ class CacheImpl : public MemoryEventListener {
   // Counters (slow paths; relaxed atomics so stats() needs no lock for them).
   std::atomic<uint64_t> slow_hits_{0}, misses_{0}, registrations_{0}, deregistrations_{0},
       evictions_{0}, invalidations_{0}, merges_{0}, live_regions_{0}, pinned_bytes_{0},
-      peak_pinned_bytes_{0}, registrar_ns_{0}, registrar_failures_{0}, bypassed_{0};
+      peak_pinned_bytes_{0}, registrar_ns_{0}, registrar_failures_{0}, bypassed_{0},
+      remote_private_{0};
 };
 
 }  // namespace mrcache

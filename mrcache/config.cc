@@ -41,6 +41,10 @@ bool IsPowerOfTwo(size_t v) { return v != 0 && (v & (v - 1)) == 0; }
 
 }  // namespace
 
+const char* RemoteKeysName(RemoteKeys mode) {
+  return mode == RemoteKeys::kPrivate ? "private" : "shared";
+}
+
 absl::StatusOr<uint64_t> ParseSize(absl::string_view text) {
   absl::string_view t = absl::StripAsciiWhitespace(text);
   if (t.empty()) return ErrnoStatus(EINVAL, "empty size");
@@ -62,7 +66,7 @@ absl::StatusOr<uint64_t> ParseSize(absl::string_view text) {
 const std::vector<std::string>& Config::Keys() {
   static const auto* keys = new std::vector<std::string>{
       "registrar",   "max_regions",    "max_bytes",      "max_merge_bytes",  "bridge_bytes", "alignment",
-      "monitor",     "odp",            "odp_prefetch_bytes", "sim_base_ns", "sim_page_ns",
+      "remote_keys", "monitor",     "odp",            "odp_prefetch_bytes", "sim_base_ns", "sim_page_ns",
       "sim_mlock",   "sim_odp_page_ns", "pool_max_bytes", "pool_chunk_bytes", "pool_hugepages",
       "uring_slots"};
   return *keys;
@@ -106,6 +110,12 @@ absl::Status Config::Set(absl::string_view key, absl::string_view value) {
       alignment = old;
       return BadValue(key, value, "a power of two >= 8, 0 = the page size");
     }
+    return absl::OkStatus();
+  }
+  if (key == "remote_keys") {
+    if (value == "shared") remote_keys = RemoteKeys::kShared;
+    else if (value == "private") remote_keys = RemoteKeys::kPrivate;
+    else return BadValue(key, value, "shared|private");
     return absl::OkStatus();
   }
   if (key == "monitor") {
@@ -169,6 +179,7 @@ absl::StatusOr<std::string> Config::Get(absl::string_view key) const {
   if (key == "max_merge_bytes") return std::to_string(max_merge_bytes);
   if (key == "bridge_bytes") return std::to_string(bridge_bytes);
   if (key == "alignment") return std::to_string(alignment);
+  if (key == "remote_keys") return std::string(RemoteKeysName(remote_keys));
   if (key == "monitor") return monitor;
   if (key == "odp") return std::string(OdpName(odp));
   if (key == "odp_prefetch_bytes") return std::to_string(odp_prefetch_bytes);
@@ -194,11 +205,12 @@ absl::Status Config::ApplyEnvironment() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<Config> Config::FromEnvironment() {
-  Config c;
-  absl::Status s = c.ApplyEnvironment();
+absl::StatusOr<Config> Config::FromEnvironment() { return FromEnvironment(Config()); }
+
+absl::StatusOr<Config> Config::FromEnvironment(Config defaults) {
+  absl::Status s = defaults.ApplyEnvironment();
   if (!s.ok()) return s;
-  return c;
+  return defaults;
 }
 
 absl::Status Config::Validate() const {

@@ -20,6 +20,16 @@ namespace mrcache {
 
 enum class OdpMode { kOff, kExplicit, kImplicit, kAuto };
 
+// What an rkey handed out for a request with remote rights reaches.
+//  kShared:  remote-rights regions are cached and shared; each reaches only
+//            the union of the page-rounded ranges requested with those remote
+//            rights (bridging and alignment above the page size never widen
+//            it); an rkey stays valid until its region is deregistered.
+//  kPrivate: every request with a remote right gets its own registration of
+//            exactly the requested bytes, deregistered at put (the semantics
+//            of ibv_reg_mr/ibv_dereg_mr). Local-only requests are cached.
+enum class RemoteKeys { kShared, kPrivate };
+
 struct Config {
   std::string registrar;          // "uring" | "sim" | "verbs" | "" (= uring if io_uring works, else sim)
   size_t max_regions = 16384;     // 0 = unlimited
@@ -37,6 +47,8 @@ struct Config {
   // pages); above it (e.g. 2M) fewer, larger registrations.
   size_t alignment = 0;
   static constexpr size_t kMinAlignment = 8;
+  // remote_keys: shared (the library's default) | private (the shim's).
+  RemoteKeys remote_keys = RemoteKeys::kShared;
   std::string monitor = "auto";
   OdpMode odp = OdpMode::kOff;
   size_t odp_prefetch_bytes = 0;  // 0 = never prefetch
@@ -56,13 +68,18 @@ struct Config {
   absl::StatusOr<std::string> Get(absl::string_view key) const;
   // Applies every MRCACHE_<KEY> variable that is set. The first bad one wins.
   absl::Status ApplyEnvironment();
-  // Defaults, then the environment.
+  // The library's defaults, then the environment.
   static absl::StatusOr<Config> FromEnvironment();
+  // `defaults` (e.g. the shim's), then the environment.
+  static absl::StatusOr<Config> FromEnvironment(Config defaults);
   // All keys, in documentation order.
   static const std::vector<std::string>& Keys();
   // Cross-key checks (alignment a power of two >= page size, ...).
   absl::Status Validate() const;
 };
+
+// "shared" or "private".
+const char* RemoteKeysName(RemoteKeys mode);
 
 // Parses "123", "64K", "2M", "1G" (binary multiples). EINVAL otherwise.
 absl::StatusOr<uint64_t> ParseSize(absl::string_view text);

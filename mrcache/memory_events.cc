@@ -1,6 +1,7 @@
 #include "mrcache/memory_events.h"
 
 #include <sched.h>
+#include <time.h>
 
 #include <atomic>
 #include <cerrno>
@@ -220,10 +221,19 @@ bool ReleaseInFlight(uintptr_t start, uintptr_t end) noexcept {
   return false;
 }
 
-bool WaitForReleasesInFlight(uintptr_t start, uintptr_t end, int max_yields) noexcept {
+bool WaitForReleasesInFlight(uintptr_t start, uintptr_t end, uint64_t timeout_ns) noexcept {
+  constexpr int kYields = 1000;
+  constexpr long kSleepNs = 20'000;
+  uint64_t slept = 0;
   for (int i = 0; ReleaseInFlight(start, end); ++i) {
-    if (i >= max_yields) return false;
-    sched_yield();
+    if (i < kYields) {
+      sched_yield();
+      continue;
+    }
+    if (slept >= timeout_ns) return false;
+    struct timespec ts = {0, kSleepNs};
+    nanosleep(&ts, nullptr);
+    slept += kSleepNs;
   }
   return true;
 }

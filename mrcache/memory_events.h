@@ -121,9 +121,10 @@ class ReleaseFence {
 // True if a fenced release overlapping [start, end) is under way (or one of
 // unknown range is). Not hook context; lock-free; one load when none is.
 bool ReleaseInFlight(uintptr_t start, uintptr_t end) noexcept;
-// Waits (yielding) until no fenced release overlapping [start, end) is under
-// way, for at most `max_yields` yields. Returns false if one still was.
-bool WaitForReleasesInFlight(uintptr_t start, uintptr_t end, int max_yields) noexcept;
+// Waits until no fenced release overlapping [start, end) is under way, for
+// at most `timeout_ns` (yielding first, then sleeping in short steps: the
+// releasing thread may be descheduled). Returns false if one still was.
+bool WaitForReleasesInFlight(uintptr_t start, uintptr_t end, uint64_t timeout_ns) noexcept;
 
 // The listener table's part of the fork protocol, called by the fork
 // guard's pthread_atfork handlers (fork_guard.cc) and never by anything else.

@@ -13,6 +13,19 @@
  * asked for. Every registration the cache makes is deregistered by the time
  * mrc_cache_destroy returns.
  *
+ * Remote keys (config key remote_keys). With remote_keys=shared (the default)
+ * a region with remote rights is cached and shared, and its rkey reaches no
+ * more than the union of the page-rounded ranges that mrc_get calls with
+ * exactly those remote rights requested (overlapping requests merge); bridging
+ * and alignment above the page size never widen it. A peer given the rkey can
+ * therefore also reach the rest of the buffer's pages and overlapping buffers
+ * requested with the same rights, until the region is deregistered (the
+ * retire callback says when), which may be long after mrc_put. With
+ * remote_keys=private every mrc_get with a remote right registers exactly
+ * [addr, addr+length) for that caller alone and mrc_put deregisters it, like
+ * ibv_reg_mr/ibv_dereg_mr; local-only requests are still cached.
+ * mrc_stats_t.remote_private counts those private registrations.
+ *
  * Thread safety: every function may be called from any thread, concurrently,
  * except that mrc_cache_destroy must not race with other calls on that cache,
  * and a config must not be modified while another thread reads it.
@@ -39,6 +52,7 @@ struct ibv_pd;
  *                    of its mapping once another region is there (default 128M; 0 = off;
  *                    needs monitor patch or uffd, or odp explicit)
  *   alignment        region granularity, a power of two >= 8 (default 0 = the page size)
+ *   remote_keys      shared|private: what an rkey reaches (default shared; see below)
  *   monitor          none|symbols|patch|uffd|jemalloc|auto (default auto)
  *   odp              off|explicit|implicit|auto (default off)
  *   odp_prefetch_bytes  prefetch ODP ranges at least this large (default 0 = never)
@@ -98,6 +112,7 @@ typedef struct {
       pinned_bytes, registrar_ns;
   /* added after the first release (add fields only at the end) */
   uint64_t peak_pinned_bytes, registrar_failures, bypassed;
+  uint64_t remote_private; /* requests with remote rights registered privately (remote_keys=private) */
 } mrc_stats_t;
 void mrc_stats(const mrc_cache_t *cache, mrc_stats_t *stats);
 const char *mrc_strerror(int err);

@@ -2,8 +2,10 @@
 // part of its mapping around it (within its bridge_bytes block) once a second
 // region shows up there; never over untouched memory, never past its mapping,
 // never without a monitor that reports every release, never where regions
-// died by invalidation. Runs on the sim registrar (counts) and, for the stale
-// oracle, on uring. Every test ends with registrations == deregistrations.
+// died by invalidation, never for requests with remote rights (their rkey
+// reaches only pages requested with them). Runs on the sim registrar (counts)
+// and, for the stale oracle, on uring. Every test ends with registrations ==
+// deregistrations.
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -26,6 +28,7 @@ using testing::CountingRegistrar;
 using testing::RegistrarCounters;
 
 constexpr int kRW = kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead;
+constexpr int kLocal = kAccessLocalWrite;
 const size_t kPage = static_cast<size_t>(sysconf(_SC_PAGESIZE));
 constexpr size_t kPages = 64;
 
@@ -76,8 +79,8 @@ class BridgingTest : public ::testing::Test {
     return *cache_;
   }
 
-  Region* Get(size_t page, size_t length = 100) {
-    auto r = cache().Acquire(area_ + page * kPage + 8, length, kRW);
+  Region* Get(size_t page, size_t length = 100, int access = kLocal) {
+    auto r = cache().Acquire(area_ + page * kPage + 8, length, access);
     EXPECT_TRUE(r.ok()) << r.status();
     return r.ok() ? *r : nullptr;
   }
@@ -180,7 +183,7 @@ TEST_F(BridgingTest, UnmappingAGapPageOfABridgedRegionLeavesNothingStale) {
   ASSERT_EQ(munmap(gap, kPage), 0);
   ASSERT_EQ(mmap(gap, kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0),
             gap);
-  auto r = cache().Acquire(gap + 8, 100, kRW);
+  auto r = cache().Acquire(gap + 8, 100, kLocal);
   ASSERT_TRUE(r.ok()) << r.status();
   const char msg[] = "written by the device";
   RegionInfo info = GetRegionInfo(*r);
@@ -199,7 +202,8 @@ TEST_F(BridgingTest, AFailedBridgeProbeLeavesMergingOn) {
   std::memset(big, 1, 256 * kPage);                      // pages [0, 256) resident
   std::memset(big + 320 * kPage, 1, 512 * kPage);        // pages [320, 832) resident
   auto get = [&](size_t first, size_t last) {
-    auto r = cache().Acquire(big + first * kPage, (last - first) * kPage, kRW);
+    // Local rights: remote ones never bridge, and the probe is the point.
+    auto r = cache().Acquire(big + first * kPage, (last - first) * kPage, kLocal);
     EXPECT_TRUE(r.ok()) << r.status();
     return r.ok() ? *r : nullptr;
   };
@@ -214,6 +218,40 @@ TEST_F(BridgingTest, AFailedBridgeProbeLeavesMergingOn) {
   Put(u);
   cache_.reset();
   munmap(big, kBig * kPage);
+}
+
+TEST_F(BridgingTest, RemoteRightsNeverBridge) {
+  TouchAll();
+  Put(Get(2, 100, kRW));
+  Region* r = Get(40, 100, kRW);
+  RegionInfo info = GetRegionInfo(r);
+  EXPECT_EQ(info.addr, area_ + 40 * kPage);
+  EXPECT_EQ(info.length, kPage) << "the rkey would reach pages 3-39, which no remote request named";
+  Put(r);
+  EXPECT_EQ(state_->live.size(), 2u);
+}
+
+TEST_F(BridgingTest, RemoteRequestsThatOverlapStillMergeIntoTheirUnion) {
+  TouchAll();
+  Put(Get(2, 2 * kPage, kRW));
+  Region* r = Get(3, 2 * kPage, kRW);
+  RegionInfo info = GetRegionInfo(r);
+  EXPECT_EQ(info.addr, area_ + 2 * kPage);
+  EXPECT_EQ(info.length, 4 * kPage) << "pages 2-5: both requests, nothing else";
+  Put(r);
+  EXPECT_EQ(state_->live.size(), 1u);
+}
+
+TEST_F(BridgingTest, LocalOnlyRequestsStillBridgeBesideARemoteRegion) {
+  TouchAll();
+  Region* remote = Get(2, 100, kRW);
+  Put(Get(10));
+  Region* r = Get(40);
+  EXPECT_GT(GetRegionInfo(r).length, 30 * kPage) << "local-only requests bridge";
+  EXPECT_EQ(GetRegionInfo(remote).length, kPage) << "the remote region was not widened";
+  Put(r);
+  Put(remote);
+  EXPECT_EQ(state_->live.size(), 2u);
 }
 
 }  // namespace

@@ -32,6 +32,7 @@ using testing::CountingRegistrar;
 using testing::RegistrarCounters;
 
 constexpr int kRW = kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead;
+constexpr int kLocal = kAccessLocalWrite;
 const size_t kPage = static_cast<size_t>(sysconf(_SC_PAGESIZE));
 
 class CacheCoreTest : public CacheSuite {
@@ -70,6 +71,12 @@ class CacheCoreTest : public CacheSuite {
   }
 
   void Put(Region* r) { ASSERT_TRUE(cache().Put(r).ok()); }
+
+  // The first `align`-aligned address in the buffer (a 16-page-aligned block
+  // lies inside the 64-page buffer).
+  char* AlignedBlock(size_t align) const {
+    return reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(buf_) + align - 1) & ~(align - 1));
+  }
 
   int GetErrno(void* addr, size_t length, int access) {
     auto r = cache().Acquire(addr, length, access);
@@ -384,13 +391,71 @@ TEST_P(CacheCoreTest, ZeroBasedRequestBypassesTheCache) {
 TEST_P(CacheCoreTest, AlignmentWidensRegistrations) {
   const size_t align = 16 * kPage;
   config_.alignment = align;
-  // A 16-page-aligned block lies inside the 64-page buffer.
-  char* block = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(buf_) + align - 1) & ~(align - 1));
-  Region* r = Get(block - buf_ + kPage + 3, 10);
+  char* block = AlignedBlock(align);
+  Region* r = Get(block - buf_ + kPage + 3, 10, kLocal);
   RegionInfo info = GetRegionInfo(r);
   EXPECT_EQ(info.addr, block);
   EXPECT_EQ(info.length, align);
   Put(r);
+}
+
+TEST_P(CacheCoreTest, AlignmentNeverWidensARegionWithRemoteRights) {
+  const size_t align = 16 * kPage;
+  config_.alignment = align;
+  char* block = AlignedBlock(align);
+  Region* r = Get(block - buf_ + kPage + 3, 10, kRW);
+  RegionInfo info = GetRegionInfo(r);
+  EXPECT_EQ(info.addr, block + kPage) << "the rkey would reach pages no remote request named";
+  EXPECT_EQ(info.length, kPage);
+  Put(r);
+}
+
+TEST_P(CacheCoreTest, PrivateRemoteKeysRegisterExactlyTheRequestedBytes) {
+  config_.remote_keys = RemoteKeys::kPrivate;
+  Region* r = Get(10, 100, kRW);
+  RegionInfo info = GetRegionInfo(r);
+  EXPECT_EQ(info.addr, buf_ + 10);
+  EXPECT_EQ(info.length, 100u);
+  EXPECT_EQ(info.access, kRW);
+  Put(r);
+}
+
+TEST_P(CacheCoreTest, PrivateRemoteKeysAreNeverShared) {
+  config_.remote_keys = RemoteKeys::kPrivate;
+  Region* a = Get(0, kPage, kRW);
+  Region* b = Get(0, kPage, kRW);
+  EXPECT_NE(a, b);
+  EXPECT_NE(GetRegionInfo(a).handle, GetRegionInfo(b).handle);
+  EXPECT_EQ(state_->registrations.load(), 2);
+  Put(a);
+  Put(b);
+}
+
+TEST_P(CacheCoreTest, PrivateRemoteKeysAreDeregisteredAtPut) {
+  config_.remote_keys = RemoteKeys::kPrivate;
+  Region* r = Get(0, kPage, kAccessLocalWrite | kAccessRemoteRead);
+  EXPECT_EQ(state_->live.size(), 1u);
+  Put(r);
+  EXPECT_EQ(state_->deregistrations.load(), 1);
+  EXPECT_TRUE(state_->live.empty()) << "the rkey outlived the put";
+}
+
+TEST_P(CacheCoreTest, PrivateRemoteKeysAreCountedApartFromBypassedRequests) {
+  config_.remote_keys = RemoteKeys::kPrivate;
+  Put(Get(0, 100, kRW));
+  Put(Get(0, 100, kAccessLocalWrite | kAccessRemoteAtomic));
+  Put(Get(0, 100, kRW | kAccessZeroBased));
+  EXPECT_EQ(cache().stats().remote_private, 2u);
+  EXPECT_EQ(cache().stats().bypassed, 1u);
+}
+
+TEST_P(CacheCoreTest, PrivateRemoteKeysStillCacheLocalOnlyRequests) {
+  config_.remote_keys = RemoteKeys::kPrivate;
+  Put(Get(0, 100, kLocal));
+  Put(Get(0, 100, kLocal));
+  EXPECT_EQ(state_->registrations.load(), 1);
+  EXPECT_EQ(cache().stats().hits, 1u);
+  EXPECT_EQ(cache().stats().remote_private, 0u);
 }
 
 TEST_P(CacheCoreTest, AlignmentFallsBackToExactPagesWhenTheWidenedRangeFaults) {
@@ -400,7 +465,7 @@ TEST_P(CacheCoreTest, AlignmentFallsBackToExactPagesWhenTheWidenedRangeFaults) {
   config_.alignment = 16 * kPage;
   state_->fail_errno = EFAULT;
   state_->fail_count = 1;
-  auto r = cache().Acquire(buf_ + kPage + 1, 100, kRW);
+  auto r = cache().Acquire(buf_ + kPage + 1, 100, kLocal);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(GetRegionInfo(*r).addr, buf_ + kPage);
   EXPECT_EQ(GetRegionInfo(*r).length, kPage);
@@ -583,8 +648,8 @@ TEST_P(CacheCoreTest, MergedRegionIsDroppedByTheBytesOfEitherPart) {
 TEST_P(CacheCoreTest, AlignmentWidenedRegionIsDroppedByAnyOfItsBytes) {
   const size_t align = 16 * kPage;
   config_.alignment = align;
-  char* block = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(buf_) + align - 1) & ~(align - 1));
-  Put(Get(block - buf_ + kPage + 3, 10));
+  char* block = AlignedBlock(align);
+  Put(Get(block - buf_ + kPage + 3, 10, kLocal));
   // Pages no request touched, added by alignment: any invalidation there counts.
   ASSERT_TRUE(cache().Invalidate(block + 9 * kPage + 7, 1).ok());
   EXPECT_EQ(state_->deregistrations.load(), 1);

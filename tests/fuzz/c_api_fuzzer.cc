@@ -229,8 +229,10 @@ void RunOne(const uint8_t* data, size_t size) {
         auto it = w.live.find(mrc_region_handle(r));
         CHECK(it != w.live.end(), "returned region is registered");
         if (w.seq != seq_before) {  // a miss: the model learns the new region's used bytes
-          uintptr_t us = alignment > kPage ? rs : start;
-          uintptr_t ue = alignment > kPage ? re : start + length;
+          // Alignment above the page size never widens remote rights.
+          const bool whole = alignment > kPage && (access & kRemote) == 0;
+          uintptr_t us = whole ? rs : start;
+          uintptr_t ue = whole ? re : start + length;
           // An armed ENOMEM/EAGAIN made the cache flush every unused region
           // before it retried: those were not merged.
           const bool flushed = armed && (armed_errno == ENOMEM || armed_errno == EAGAIN);

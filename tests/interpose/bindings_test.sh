@@ -16,7 +16,7 @@ LD_DEBUG=bindings LD_DEBUG_OUTPUT="$out/bindings" LD_PRELOAD="$shim" "$app" 1 8 
 cat "$out"/bindings.* >"$out/all"
 for sym in "ibv_reg_mr' \[IBVERBS_1.1\]" "ibv_reg_mr_iova' \[IBVERBS_1.7\]" \
     "ibv_reg_mr_iova2' \[IBVERBS_1.8\]" "ibv_dereg_mr' \[IBVERBS_1.1\]" \
-    "ibv_dealloc_pd' \[IBVERBS_1.1\]" "ibv_close_device' \[IBVERBS_1.1\]"; do
+    "ibv_alloc_pd' \[IBVERBS_1.1\]" "ibv_dealloc_pd' \[IBVERBS_1.1\]" "ibv_close_device' \[IBVERBS_1.1\]"; do
   grep -E "binding file [^ ]*legacy_app \[0\] to [^ ]*libmrcache_preload.so \[0\]: normal symbol \`$sym" \
     "$out/all" >/dev/null || fail "legacy_app's $sym is not bound to the shim: $(grep -E "legacy_app.*${sym%%\'*}" "$out/all")"
 done

@@ -133,6 +133,9 @@ int main(void) {
   struct ibv_mr *mr = ibv_reg_mr(pd, buf, len, IBV_ACCESS_LOCAL_WRITE);
   show_ret("dereg_ok", ibv_dereg_mr(mr));
   show_ret("dereg_twice", ibv_dereg_mr(mr)); /* softverbs checks its registry first */
+  mr = ibv_reg_mr(pd, buf, len, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  show_ret("dereg_remote_ok", ibv_dereg_mr(mr));
+  show_ret("dereg_remote_twice", ibv_dereg_mr(mr));
 
   /* ---- ibv_rereg_mr ---- */
   mr = ibv_reg_mr(pd, buf, len, IBV_ACCESS_LOCAL_WRITE);
@@ -149,6 +152,9 @@ int main(void) {
   memset(&fake_pd, 0, sizeof fake_pd);
   fake_pd.context = ctx;
   REREG("rereg_unknown_pd", ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_PD, &fake_pd, NULL, 0, 0));
+  REG("reg_on_foreign_pd", ibv_reg_mr(&fake_pd, buf, len, IBV_ACCESS_LOCAL_WRITE));
+  REG("reg_remote_on_foreign_pd",
+      ibv_reg_mr(&fake_pd, buf, len, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE));
   REREG("rereg_no_flags", ibv_rereg_mr(mr, 0, NULL, NULL, 0, 0));
   REREG("rereg_translation_ok", ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_TRANSLATION, NULL, buf2 + 100, len - 200, 0));
   printf("rereg_translation_ok_mr: addr_moved %d length %zu write %s\n", mr->addr == buf2 + 100,
@@ -173,6 +179,11 @@ int main(void) {
   show_ret("dereg_second_of_two", ibv_dereg_mr(mr_b));
   show_ret("dealloc_pd_ok", ibv_dealloc_pd(pd));
   show_ret("dealloc_pd_twice", ibv_dealloc_pd(pd));
+  REG("reg_on_deallocated_pd", ibv_reg_mr(pd, buf, len, IBV_ACCESS_LOCAL_WRITE));
+  REG("reg_remote_on_deallocated_pd",
+      ibv_reg_mr(pd, buf, len, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ));
+  REG("reg_iova2_on_deallocated_pd",
+      ibv_reg_mr_iova2(pd, buf, len, (uintptr_t)buf, IBV_ACCESS_LOCAL_WRITE));
 
   /* ---- ibv_close_device with MRs left ---- */
   struct ibv_context *ctx2 = ibv_open_device(devs[0]);
@@ -181,6 +192,8 @@ int main(void) {
   show_mr("reg_before_close", left, errno);
   show_ret("close_device_with_live_mr", ibv_close_device(ctx2));
   show_ret("dereg_after_close", ibv_dereg_mr(left));
+  REG("reg_on_pd_of_closed_device", ibv_reg_mr(pd3, buf, len, IBV_ACCESS_LOCAL_WRITE));
+  show_ret("dealloc_pd_of_closed_device", ibv_dealloc_pd(pd3));
 
   show_ret("close_device", ibv_close_device(ctx));
   ibv_free_device_list(devs);

@@ -8,12 +8,17 @@ out="${TEST_TMPDIR:-$(mktemp -d)}"
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
 MRCACHE_MAX_BYTES=512M "$info" >"$out/info" 2>&1 || fail "exit $?: $(cat "$out/info")"
-for key in registrar max_regions max_bytes max_merge_bytes bridge_bytes alignment monitor odp \
+for key in registrar max_regions max_bytes max_merge_bytes bridge_bytes alignment remote_keys monitor odp \
     odp_prefetch_bytes sim_base_ns sim_page_ns sim_mlock sim_odp_page_ns pool_max_bytes \
     pool_chunk_bytes pool_hugepages uring_slots MRCACHE_STATS; do
   grep -Eq "^  $key +=" "$out/info" || fail "key $key missing"
 done
 grep -Eq "max_bytes += 536870912 +\(from MRCACHE_MAX_BYTES\)" "$out/info" || fail "environment not applied"
+grep -Eq "^  remote_keys += shared " "$out/info" || fail "library default of remote_keys"
+grep -Eq "^  remote_keys += private +\(the shim's default" "$out/info" || fail "shim's remote_keys: $(cat "$out/info")"
+MRCACHE_REMOTE_KEYS=shared "$info" >"$out/shared" 2>&1 || fail "shared run"
+[ "$(grep -Ec "^  remote_keys += shared +\(from MRCACHE_REMOTE_KEYS\)" "$out/shared")" = 2 ] ||
+  fail "MRCACHE_REMOTE_KEYS not applied: $(cat "$out/shared")"
 grep -q "softverbs0" "$out/info" || fail "device missing"
 grep -q "odp general_caps: none" "$out/info" || fail "ODP caps (none)"
 for m in none symbols patch uffd jemalloc auto; do

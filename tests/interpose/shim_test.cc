@@ -371,4 +371,133 @@ TEST_F(ShimTest, ThreadsRegisteringAtOnceEachGetWorkingAliases) {
   for (char* p : own) free(p);
 }
 
+// ---- remote keys (remote_keys=private, the shim's default) and PDs the
+// shim must not touch ----
+
+constexpr int kRemoteWrite = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
+
+// A peer's RDMA WRITE of `len` bytes at `addr` through `rkey`.
+int PeerWrite(const softverbs::Client& client, uint32_t rkey, const void* addr, size_t len = 1) {
+  std::vector<unsigned char> src(len, 0xa5);
+  return client.remote_write(rkey, reinterpret_cast<uintptr_t>(addr), src.data(), len);
+}
+
+TEST_F(ShimTest, RemoteKeysArePrivateByDefault) {
+  ASSERT_EQ(getenv("MRCACHE_REMOTE_KEYS"), nullptr) << "this run must use the shim's default";
+  const mrcache_preload_stats s0 = Stats();
+  const uint64_t regs = DeviceRegistrations();
+  ibv_mr* a = ibv_reg_mr(pd_, buf_, 4096, kRemoteWrite);
+  ibv_mr* b = ibv_reg_mr(pd_, buf_, 4096, kRemoteWrite);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  EXPECT_NE(a->rkey, b->rkey) << "never shared";
+  EXPECT_EQ(DeviceRegistrations() - regs, 2u);
+  EXPECT_EQ(Stats().remote_private - s0.remote_private, 2u);
+  EXPECT_EQ(ibv_dereg_mr(a), 0);
+  EXPECT_EQ(ibv_dereg_mr(b), 0);
+}
+
+TEST_F(ShimTest, RkeyOfARemoteAliasDiesAtIbvDeregMr) {
+  ibv_mr* mr = ibv_reg_mr(pd_, buf_ + 100, 100, kRemoteWrite);
+  ASSERT_NE(mr, nullptr);
+  const uint32_t rkey = mr->rkey;
+  EXPECT_EQ(PeerWrite(client_, rkey, buf_ + 100, 100), IBV_WC_SUCCESS);
+  ASSERT_EQ(ibv_dereg_mr(mr), 0);
+  memset(buf_, 0, 4096);
+  EXPECT_EQ(PeerWrite(client_, rkey, buf_ + 100, 100), IBV_WC_REM_ACCESS_ERR);
+  EXPECT_EQ(buf_[100], 0) << "a peer wrote through a deregistered rkey";
+}
+
+TEST_F(ShimTest, RkeyOfARemoteAliasReachesExactlyTheRegisteredBytes) {
+  ibv_mr* mr = ibv_reg_mr(pd_, buf_ + 100, 100, kRemoteWrite);
+  ASSERT_NE(mr, nullptr);
+  EXPECT_EQ(PeerWrite(client_, mr->rkey, buf_ + 99), IBV_WC_REM_ACCESS_ERR) << "one byte before";
+  EXPECT_EQ(PeerWrite(client_, mr->rkey, buf_ + 200), IBV_WC_REM_ACCESS_ERR) << "one byte after";
+  EXPECT_EQ(PeerWrite(client_, mr->rkey, buf_ + 100, 100), IBV_WC_SUCCESS) << "inside";
+  EXPECT_EQ(buf_[99], 0);
+  EXPECT_EQ(buf_[200], 0);
+  EXPECT_EQ(ibv_dereg_mr(mr), 0);
+}
+
+TEST_F(ShimTest, RegistrationOnADeallocatedPdFailsAsWithoutTheShim) {
+  ibv_pd* pd = ibv_alloc_pd(ctx_);
+  ASSERT_NE(pd, nullptr);
+  ibv_mr* mr = ibv_reg_mr(pd, buf_, 4096, IBV_ACCESS_LOCAL_WRITE);  // gives the PD a cache
+  ASSERT_NE(mr, nullptr);
+  ASSERT_EQ(ibv_dereg_mr(mr), 0);
+  ASSERT_EQ(ibv_dealloc_pd(pd), 0);
+  errno = 0;
+  EXPECT_EQ(ibv_reg_mr(pd, buf_, 4096, IBV_ACCESS_LOCAL_WRITE), nullptr);
+  EXPECT_EQ(errno, EINVAL) << "softverbs' answer for an unknown PD";
+  errno = 0;
+  EXPECT_EQ(ibv_reg_mr(pd, buf_, 4096, kRemoteWrite), nullptr);
+  EXPECT_EQ(errno, EINVAL);
+  EXPECT_EQ(ibv_dealloc_pd(pd), EINVAL) << "a second dealloc";
+}
+
+TEST_F(ShimTest, RegistrationOnAForeignPdIsNeverReadByTheShim) {
+  // Not a PD of this library, with a context pointer nobody may dereference.
+  ibv_pd foreign;
+  memset(&foreign, 0, sizeof foreign);
+  foreign.context = reinterpret_cast<ibv_context*>(uintptr_t{16});
+  errno = 0;
+  EXPECT_EQ(ibv_reg_mr(&foreign, buf_, 4096, IBV_ACCESS_LOCAL_WRITE), nullptr);
+  EXPECT_EQ(errno, EINVAL);
+  EXPECT_EQ(ibv_dealloc_pd(&foreign), EINVAL);
+}
+
+TEST_F(ShimTest, RegistrationOnAPdOfAClosedDeviceFailsAsWithoutTheShim) {
+  ibv_context* ctx = ibv_open_device(list_[0]);
+  ASSERT_NE(ctx, nullptr);
+  ibv_pd* pd = ibv_alloc_pd(ctx);
+  ASSERT_NE(pd, nullptr);
+  ASSERT_EQ(ibv_close_device(ctx), 0);  // takes the PD with it
+  errno = 0;
+  EXPECT_EQ(ibv_reg_mr(pd, buf_, 4096, IBV_ACCESS_LOCAL_WRITE), nullptr);
+  EXPECT_EQ(errno, EINVAL);
+}
+
+TEST_F(ShimTest, DeregistrationOfAnAliasTwiceFailsAsWithoutTheShim) {
+  for (int access : {int{IBV_ACCESS_LOCAL_WRITE}, kRemoteWrite}) {
+    ibv_mr* mr = ibv_reg_mr(pd_, buf_, 4096, access);
+    ASSERT_NE(mr, nullptr);
+    ASSERT_EQ(ibv_dereg_mr(mr), 0);
+    EXPECT_EQ(ibv_dereg_mr(mr), EINVAL) << "access " << access;
+  }
+}
+
+// ---- remote_keys=shared (run by shim_shared_keys_test) ----
+
+class SharedRemoteKeysTest : public ShimTest {
+ protected:
+  void SetUp() override {
+    const char* mode = getenv("MRCACHE_REMOTE_KEYS");
+    ASSERT_TRUE(mode != nullptr && std::string(mode) == "shared")
+        << "run with MRCACHE_REMOTE_KEYS=shared (//tests/interpose:shim_shared_keys_test)";
+    ShimTest::SetUp();
+  }
+};
+
+TEST_F(SharedRemoteKeysTest, RkeyReachesNoPageThatNoRemoteRequestNamed) {
+  // Two remote registrations 38 pages apart in one resident buffer: local-only
+  // ones there are bridged (the control), remote ones never are.
+  memset(buf_, 1, kBytes);
+  ibv_mr* local_a = ibv_reg_mr(pd_, buf_ + 2 * page_, 100, IBV_ACCESS_LOCAL_WRITE);
+  ibv_mr* local_b = ibv_reg_mr(pd_, buf_ + 40 * page_, 100, IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_NE(local_a, nullptr);
+  ASSERT_NE(local_b, nullptr);
+  EXPECT_TRUE(WriteLands(local_b, buf_ + 20 * page_)) << "control: local-only requests bridge";
+  ibv_mr* remote_a = ibv_reg_mr(pd_, buf_ + 2 * page_, 100, kRemoteWrite);
+  ibv_mr* remote_b = ibv_reg_mr(pd_, buf_ + 40 * page_, 100, kRemoteWrite);
+  ASSERT_NE(remote_a, nullptr);
+  ASSERT_NE(remote_b, nullptr);
+  EXPECT_GT(Stats().cache_lookups, 0u);
+  EXPECT_EQ(Stats().remote_private, 0u) << "shared mode caches remote registrations";
+  EXPECT_EQ(PeerWrite(client_, remote_b->rkey, buf_ + 20 * page_), IBV_WC_REM_ACCESS_ERR)
+      << "the rkey reaches a page between the two requests";
+  EXPECT_EQ(PeerWrite(client_, remote_b->rkey, buf_ + 2 * page_), IBV_WC_REM_ACCESS_ERR);
+  EXPECT_EQ(PeerWrite(client_, remote_b->rkey, buf_ + 40 * page_, 100), IBV_WC_SUCCESS);
+  for (ibv_mr* mr : {local_a, local_b, remote_a, remote_b}) EXPECT_EQ(ibv_dereg_mr(mr), 0);
+}
+
 }  // namespace

@@ -3,8 +3,11 @@
 #  - identical stdout (every transfer verified: no stale registration, even
 #    though buffers are freed -- glibc's internal munmap -- and reallocated at
 #    the same addresses between rounds; the shim installs monitor=auto);
-#  - softverbs' registration count drops by at least 10x;
-#  - registrations == deregistrations in both runs (nothing leaks).
+#  - with MRCACHE_REMOTE_KEYS=shared, softverbs' registration count drops by
+#    at least 10x;
+#  - by default (remote_keys=private) each of the program's REMOTE_READ
+#    registrations (every 4th) gets its own MR, and only the others are cached;
+#  - registrations == deregistrations in every run (nothing leaks).
 set -euo pipefail
 # Sanitizer builds: the preloaded shim precedes the ASan runtime (harmless here).
 [ -n "${ASAN_OPTIONS:-}" ] && export ASAN_OPTIONS="$ASAN_OPTIONS:verify_asan_link_order=0"
@@ -19,14 +22,23 @@ counter() {  # counter FILE NAME
 }
 
 SOFTVERBS_COUNTERS_FILE="$out/plain.counters" "$app" "${args[@]}" >"$out/plain.out"
-LD_PRELOAD="$shim" MRCACHE_STATS="json:$out/stats.json" \
+LD_PRELOAD="$shim" MRCACHE_STATS="json:$out/stats.json" MRCACHE_REMOTE_KEYS=shared \
   SOFTVERBS_COUNTERS_FILE="$out/shim.counters" "$app" "${args[@]}" >"$out/shim.out"
+LD_PRELOAD="$shim" MRCACHE_STATS="json:$out/private.json" \
+  SOFTVERBS_COUNTERS_FILE="$out/private.counters" "$app" "${args[@]}" >"$out/private.out"
 
-if ! diff -u "$out/plain.out" "$out/shim.out"; then
-  echo "FAIL: output differs with the shim" >&2
-  exit 1
-fi
-grep -q "stale 0 failures 0" "$out/shim.out" || { echo "FAIL: stale or failed transfers" >&2; exit 1; }
+for run in shim private; do
+  if ! diff -u "$out/plain.out" "$out/$run.out"; then
+    echo "FAIL: output differs with the shim ($run)" >&2
+    exit 1
+  fi
+  grep -q "stale 0 failures 0" "$out/$run.out" || { echo "FAIL: stale or failed transfers ($run)" >&2; exit 1; }
+done
+grep -q '"remote_keys": "shared", "remote_private": 0}' "$out/stats.json" ||
+  { echo "FAIL: shared run: $(cat "$out/stats.json")" >&2; exit 1; }
+remote=$((args[0] * args[1] / 4))  # transfers t % 4 == 3 register with REMOTE_READ
+grep -q "\"remote_keys\": \"private\", \"remote_private\": $remote}" "$out/private.json" ||
+  { echo "FAIL: default run: expected $remote private registrations: $(cat "$out/private.json")" >&2; exit 1; }
 
 plain=$(counter "$out/plain.counters" registrations)
 shimmed=$(counter "$out/shim.counters" registrations)
@@ -35,7 +47,13 @@ if [ "$shimmed" -eq 0 ] || [ $((plain)) -lt $((10 * shimmed)) ]; then
   echo "FAIL: expected at least a 10x drop in registrations" >&2
   exit 1
 fi
-for run in plain shim; do
+private=$(counter "$out/private.counters" registrations)
+echo "softverbs registrations with the shim's default (remote_keys=private): $private"
+if [ "$private" -lt "$remote" ] || [ "$private" -ge "$plain" ]; then
+  echo "FAIL: expected $remote private registrations plus a few cached ones" >&2
+  exit 1
+fi
+for run in plain shim private; do
   regs=$(counter "$out/$run.counters" registrations)
   deregs=$(counter "$out/$run.counters" deregistrations)
   live=$(counter "$out/$run.counters" live_mrs)

@@ -129,6 +129,7 @@ class DifferentialTest : public ::testing::Test {
     used_.clear();
     // Sequence numbers restart with the new registrar.
     invalidated_at_.assign(kArenaPages, 0);
+    for (auto& named : remote_named_) named.assign(kArenaPages, false);
   }
 
   void EndPhase() {
@@ -215,6 +216,12 @@ class DifferentialTest : public ::testing::Test {
         must_hit = true;
       }
     }
+    const int remote = access & kAccessRemoteBits;
+    if (expected == 0 && remote != 0) {
+      for (uintptr_t p = start & ~(kPage - 1); p < start + length; p += kPage) {
+        if (InArena(p, p + kPage)) remote_named_[remote >> 1][PageOf(p)] = true;
+      }
+    }
     const uint64_t registered_before = counters_->registered;
     std::map<uint64_t, Registration> live_before;  // a miss may replace some of these
     {
@@ -268,6 +275,10 @@ class DifferentialTest : public ::testing::Test {
           ++foreign_pages_;
           continue;
         }
+        if (remote != 0) {
+          ASSERT_TRUE(remote_named_[remote >> 1][PageOf(p)])
+              << "the rkey reaches page " << PageOf(p) << ", which no request with its rights named";
+        }
         if (invalidated_at_[PageOf(p)] >= seq) {
           ++stale_;
           FAIL() << "stale region: registered (#" << seq << ") before page " << PageOf(p)
@@ -277,9 +288,10 @@ class DifferentialTest : public ::testing::Test {
     }
     if (missed) {
       // Its used bytes: the request, widened by those of the regions it
-      // replaces (all of it when alignment adds whole pages).
+      // replaces (all of it when alignment adds whole pages, which it never
+      // does to a region with remote rights).
       uintptr_t us = start, ue = start + length;
-      if (limits_.alignment > kPage) {
+      if (limits_.alignment > kPage && remote == 0) {
         us = rs;
         ue = re;
       }
@@ -439,6 +451,9 @@ class DifferentialTest : public ::testing::Test {
   uintptr_t arena_ = 0;
   std::vector<bool> mapped_;
   std::vector<uint64_t> invalidated_at_;  // counters_->registered at the last invalidation
+  // Per set of remote rights (index: bits >> 1), the arena pages some request
+  // with exactly those rights named: all a region with them may reach.
+  std::vector<bool> remote_named_[8];
   Limits limits_{};
   std::shared_ptr<RegistrarCounters> counters_;
   std::unique_ptr<Cache> cache_;

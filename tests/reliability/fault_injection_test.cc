@@ -85,8 +85,8 @@ class FaultInjectionTest : public ::testing::Test {
     return 0;
   }
 
-  Region* Get(size_t page, size_t pages = 1) {
-    auto r = cache().Acquire(buf_ + page * kPage, pages * kPage, kRW);
+  Region* Get(size_t page, size_t pages = 1, int access = kRW) {
+    auto r = cache().Acquire(buf_ + page * kPage, pages * kPage, access);
     EXPECT_TRUE(r.ok()) << r.status();
     return r.ok() ? *r : nullptr;
   }
@@ -180,10 +180,10 @@ TEST_F(FaultInjectionTest, EintrIsNotRetriedByTheCache) {
 }
 
 TEST_F(FaultInjectionTest, EfaultOnAWidenedRangeRetriesExactlyTheRequestedPages) {
-  config_.alignment = 16 * kPage;
+  config_.alignment = 16 * kPage;  // widens local-only requests (remote ones stay on their pages)
   state_->fail_errno = EFAULT;
   state_->fail_count = 1;
-  Region* r = Get(17, 1);
+  Region* r = Get(17, 1, kAccessLocalWrite);
   ASSERT_NE(r, nullptr);
   EXPECT_EQ(state_->register_calls.load(), 2);
   RegionInfo info = GetRegionInfo(r);

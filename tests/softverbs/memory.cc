@@ -159,6 +159,46 @@ int ReregInputError(int err) {
   return IBV_REREG_MR_ERR_INPUT;
 }
 
+// A peer's RDMA access through `rkey` (softverbs.h). `to_memory`: WRITE
+// (from `buf` into the MR), else READ (from the MR into `buf`).
+int RemoteAccess(uint32_t rkey, uint64_t addr, void* buf, size_t len, bool to_memory) {
+  if (len == 0) return IBV_WC_SUCCESS;
+  Registry& r = registry();
+  // Held throughout, so the MR (and its slots) cannot be released mid-access.
+  std::lock_guard<std::mutex> lock(r.mu);
+  auto fail = [&r](int status) {
+    ++r.counters.remote_access_errors;
+    return status;
+  };
+  if (buf == nullptr) return fail(IBV_WC_LOC_PROT_ERR);
+  auto it = r.by_lkey.find(rkey);  // softverbs issues one key per MR: lkey == rkey
+  if (it == r.by_lkey.end() || it->second->mr.rkey != rkey) return fail(IBV_WC_REM_ACCESS_ERR);
+  Mr* m = it->second;
+  const unsigned right = to_memory ? IBV_ACCESS_REMOTE_WRITE : IBV_ACCESS_REMOTE_READ;
+  if (!(m->access & right)) return fail(IBV_WC_REM_ACCESS_ERR);
+  if (addr + len < addr || addr < m->iova || addr + len - m->iova > m->mr.length) {
+    return fail(IBV_WC_REM_ACCESS_ERR);
+  }
+  const uintptr_t start = reinterpret_cast<uintptr_t>(m->mr.addr);
+  const uintptr_t target = start + (addr - m->iova);
+  int err = 0;
+  if (m->odp) {
+    // Through the current page tables, faulting pages in like an ODP device.
+    iovec local{buf, len};
+    iovec remote{reinterpret_cast<void*>(target), len};
+    ssize_t n = to_memory ? process_vm_writev(getpid(), &local, 1, &remote, 1, 0)
+                          : process_vm_readv(getpid(), &local, 1, &remote, 1, 0);
+    if (n < 0 || static_cast<size_t>(n) != len) return fail(IBV_WC_REM_ACCESS_ERR);
+  } else if (to_memory) {
+    err = m->pd->ctx->pins.Write(m->slots, start, target, buf, len);
+  } else {
+    err = m->pd->ctx->pins.Read(m->slots, start, target, buf, len);
+  }
+  if (err != 0) return fail(IBV_WC_REM_OP_ERR);
+  ++r.counters.remote_accesses;
+  return IBV_WC_SUCCESS;
+}
+
 }  // namespace
 
 int AdviseMr(ibv_pd* pd, ibv_advise_mr_advice advice, uint32_t flags, ibv_sge* sg_list,
@@ -395,6 +435,14 @@ int softverbs_device_write(uint32_t lkey, uint64_t addr, const void* src, size_t
   }
   if (err == 0) ++r.counters.device_writes;
   return err;
+}
+
+int softverbs_remote_write(uint32_t rkey, uint64_t addr, const void* src, size_t len) {
+  return softverbs::RemoteAccess(rkey, addr, const_cast<void*>(src), len, /*to_memory=*/true);
+}
+
+int softverbs_remote_read(uint32_t rkey, uint64_t addr, void* dst, size_t len) {
+  return softverbs::RemoteAccess(rkey, addr, dst, len, /*to_memory=*/false);
 }
 
 }  // extern "C"

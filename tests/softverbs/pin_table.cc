@@ -70,14 +70,19 @@ void PinTable::Unpin(const std::vector<uint32_t>& slots) {
   free_.insert(free_.end(), slots.begin(), slots.end());
 }
 
-int PinTable::ReadFixed(uint32_t slot, uintptr_t target, size_t len) {
-  // Caller holds mu_. The memfd holds the payload at offset 0.
+int PinTable::Fixed(bool into_buffer, uint32_t slot, uintptr_t target, size_t len) {
+  // Caller holds mu_. The memfd holds (or receives) the payload at offset 0.
   size_t done = 0;
   while (done < len) {
     io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
     if (sqe == nullptr) return EBUSY;
-    io_uring_prep_read_fixed(sqe, memfd_, reinterpret_cast<void*>(target + done),
-                             static_cast<unsigned>(len - done), done, static_cast<int>(slot));
+    if (into_buffer) {
+      io_uring_prep_read_fixed(sqe, memfd_, reinterpret_cast<void*>(target + done),
+                               static_cast<unsigned>(len - done), done, static_cast<int>(slot));
+    } else {
+      io_uring_prep_write_fixed(sqe, memfd_, reinterpret_cast<const void*>(target + done),
+                                static_cast<unsigned>(len - done), done, static_cast<int>(slot));
+    }
     int ret = io_uring_submit(&ring_);
     if (ret < 0) return -ret;
     io_uring_cqe* cqe = nullptr;
@@ -109,9 +114,35 @@ int PinTable::Write(const std::vector<uint32_t>& slots, uintptr_t start, uintptr
       staged += static_cast<size_t>(n);
     }
     if (index >= slots.size()) return ERANGE;
-    int err = ReadFixed(slots[index], target, part);
+    int err = Fixed(/*into_buffer=*/true, slots[index], target, part);
     if (err != 0) return err;
     from += part;
+    target += part;
+    len -= part;
+  }
+  return 0;
+}
+
+int PinTable::Read(const std::vector<uint32_t>& slots, uintptr_t start, uintptr_t target, void* dst,
+                   size_t len) {
+  std::lock_guard<std::mutex> lock(mu_);
+  char* to = static_cast<char*>(dst);
+  while (len > 0) {
+    size_t index = (target - start) / kMaxSlotBytes;
+    uintptr_t slot_end = start + (index + 1) * kMaxSlotBytes;
+    size_t part = std::min<size_t>(len, slot_end - target);
+    if (index >= slots.size()) return ERANGE;
+    // Let the kernel copy the pinned pages out into the memfd, then read it.
+    int err = Fixed(/*into_buffer=*/false, slots[index], target, part);
+    if (err != 0) return err;
+    size_t copied = 0;
+    while (copied < part) {
+      ssize_t n = pread(memfd_, to + copied, part - copied, static_cast<off_t>(copied));
+      if (n < 0) return errno;
+      if (n == 0) return EIO;
+      copied += static_cast<size_t>(n);
+    }
+    to += part;
     target += part;
     len -= part;
   }

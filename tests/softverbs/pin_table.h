@@ -50,10 +50,16 @@ class PinTable {
   // region starts at `start` and was pinned into `slots`. 0 or an errno.
   int Write(const std::vector<uint32_t>& slots, uintptr_t start, uintptr_t target,
             const void* src, size_t len);
+  // The reverse: copies the pinned pages behind [target, target+len) into
+  // dst (IORING_OP_WRITE_FIXED into the memfd, then pread). 0 or an errno.
+  int Read(const std::vector<uint32_t>& slots, uintptr_t start, uintptr_t target, void* dst,
+           size_t len);
 
  private:
   int SetSlot(uint32_t slot, void* addr, size_t len);
-  int ReadFixed(uint32_t slot, uintptr_t target, size_t len);
+  // Moves len bytes between the fixed buffer `slot` at `target` and the
+  // memfd at offset 0: into the buffer (READ_FIXED) or out of it (WRITE_FIXED).
+  int Fixed(bool into_buffer, uint32_t slot, uintptr_t target, size_t len);
 
   std::mutex mu_;  // guards free_ and, for Write, the ring's queues and memfd_
   io_uring ring_{};

@@ -67,6 +67,8 @@ void WriteCountersFile() {
   SOFTVERBS_PRINT(odp_registrations);
   SOFTVERBS_PRINT(advise_calls);
   SOFTVERBS_PRINT(device_writes);
+  SOFTVERBS_PRINT(remote_accesses);
+  SOFTVERBS_PRINT(remote_access_errors);
 #undef SOFTVERBS_PRINT
   fclose(f);
 }

@@ -2,9 +2,9 @@
  * libibverbs.so.1 (see README.md in this directory).
  *
  * Programs built against rdma-core's headers load softverbs instead of the
- * real library (LD_LIBRARY_PATH). These two extra functions let tests look
- * inside: what the "device" has registered, and what a DMA write through a
- * registration does. Resolve them with dlsym(RTLD_DEFAULT, ...) when the
+ * real library (LD_LIBRARY_PATH). These extra functions let tests look
+ * inside: what the "device" has registered, what a DMA write through a
+ * registration does, and what a peer holding an rkey can reach. Resolve them with dlsym(RTLD_DEFAULT, ...) when the
  * program must also run against the real library.
  *
  * Invariants:
@@ -37,6 +37,8 @@ struct softverbs_counters {
   uint64_t odp_registrations;      /* successful IBV_ACCESS_ON_DEMAND registrations */
   uint64_t advise_calls;           /* ibv_advise_mr calls that reached softverbs */
   uint64_t device_writes;          /* successful softverbs_device_write calls */
+  uint64_t remote_accesses;        /* successful softverbs_remote_write/read calls */
+  uint64_t remote_access_errors;   /* softverbs_remote_write/read calls that failed */
 };
 
 /* Copies a consistent snapshot of the process-wide counters. */
@@ -53,6 +55,22 @@ void softverbs_get_counters(struct softverbs_counters* out);
  * IBV_ACCESS_LOCAL_WRITE; EFAULT (ODP) target not mapped writable; EIO the
  * kernel transferred fewer bytes than asked. */
 int softverbs_device_write(uint32_t lkey, uint64_t addr, const void* src, size_t len);
+
+/* What a peer's RDMA WRITE (softverbs_remote_write) or RDMA READ
+ * (softverbs_remote_read) of `len` bytes at `addr` (in the MR's iova space)
+ * with the rkey `rkey` does, checked like an HCA checks it: the MR named by
+ * the rkey must be alive (rkeys die at ibv_dereg_mr and are never reused),
+ * grant IBV_ACCESS_REMOTE_WRITE (resp. REMOTE_READ), and contain
+ * [addr, addr+len) byte for byte. Data moves through the pages pinned at
+ * registration, as softverbs_device_write does (ODP MRs: the current page
+ * tables). Returns IBV_WC_SUCCESS (0) or the completion status the peer would
+ * see (enum ibv_wc_status): IBV_WC_REM_ACCESS_ERR for a dead or unknown rkey,
+ * a missing right, a range outside the MR, or (ODP) memory not mapped;
+ * IBV_WC_LOC_PROT_ERR for a null src/dst; IBV_WC_REM_OP_ERR if the kernel
+ * failed the copy. len == 0 succeeds without any check, as the InfiniBand
+ * specification has zero-length RDMA operations skip the R_Key check. */
+int softverbs_remote_write(uint32_t rkey, uint64_t addr, const void* src, size_t len);
+int softverbs_remote_read(uint32_t rkey, uint64_t addr, void* dst, size_t len);
 
 #ifdef __cplusplus
 }

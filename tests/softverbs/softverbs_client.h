@@ -1,9 +1,10 @@
 // softverbs_client.h: test-side access to softverbs' extra entry points.
 //
 // Test programs link against the real libibverbs (for its headers and symbol
-// versions) and only meet softverbs at run time, so softverbs_get_counters
-// and softverbs_device_write are looked up with dlsym(RTLD_DEFAULT). Both are
-// null when the loaded libibverbs.so.1 is not softverbs.
+// versions) and only meet softverbs at run time, so softverbs_get_counters,
+// softverbs_device_write and softverbs_remote_write/read are looked up with
+// dlsym(RTLD_DEFAULT). All are null when the loaded libibverbs.so.1 is not
+// softverbs.
 #ifndef SOFTVERBS_SOFTVERBS_CLIENT_H_
 #define SOFTVERBS_SOFTVERBS_CLIENT_H_
 
@@ -24,7 +25,17 @@ struct Client {
   DeviceWriteFn device_write =
       reinterpret_cast<DeviceWriteFn>(dlsym(RTLD_DEFAULT, "softverbs_device_write"));
 
-  bool loaded() const { return get_counters != nullptr && device_write != nullptr; }
+  using RemoteWriteFn = int (*)(uint32_t, uint64_t, const void*, size_t);
+  using RemoteReadFn = int (*)(uint32_t, uint64_t, void*, size_t);
+  RemoteWriteFn remote_write =
+      reinterpret_cast<RemoteWriteFn>(dlsym(RTLD_DEFAULT, "softverbs_remote_write"));
+  RemoteReadFn remote_read =
+      reinterpret_cast<RemoteReadFn>(dlsym(RTLD_DEFAULT, "softverbs_remote_read"));
+
+  bool loaded() const {
+    return get_counters != nullptr && device_write != nullptr && remote_write != nullptr &&
+           remote_read != nullptr;
+  }
 
   softverbs_counters Counters() const {
     softverbs_counters c{};
