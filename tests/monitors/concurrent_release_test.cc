@@ -48,8 +48,13 @@ int Iterations() {
 // Rows whose memory stays mapped after the release (the same thread still
 // owns the address), as opposed to rows that unmap it.
 bool StaysMapped(const std::string& way) {
-  return way == "madvise_dontneed" || way == "madvise_free" || way == "madvise_remove" ||
-         way == "mmap_fixed";
+  for (const char* name :
+       {"madvise_dontneed", "madvise_free", "madvise_remove", "mmap_fixed", "shmat_remap",
+        "memfd_ftruncate", "shm_open_ftruncate", "shm_open_truncate", "memfd_punch_hole",
+        "mremap_onto_target", "madvise_dontneed_thp"}) {
+    if (way == name) return true;
+  }
+  return false;
 }
 
 bool Concurrent(const std::string& way) {

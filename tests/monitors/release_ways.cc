@@ -8,6 +8,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -196,7 +197,7 @@ Victim MemfdPrepare() {
   return SharedFile(memfd_create("mrcache-release-way", MFD_CLOEXEC), kLen);
 }
 std::string ShmName() {
-  static int counter = 0;
+  static std::atomic<int> counter{0};  // tests prepare victims from several threads
   return "/mrcache-release-way-" + std::to_string(getpid()) + "-" + std::to_string(++counter);
 }
 Victim ShmOpenPrepare() {
