@@ -5,7 +5,9 @@
 // its errno (StatusToErrno) and never throws.
 #include "mrcache/mrcache.h"
 
+#include <algorithm>
 #include <cerrno>
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -149,23 +151,36 @@ int mrc_region_device_write(mrc_cache_t* cache, mrc_region_t* region, size_t off
   return Report(cache->cache->DeviceWrite(AsRegion(region), offset, src, length));
 }
 
-void mrc_stats(const mrc_cache_t* cache, mrc_stats_t* stats) {
-  if (cache == nullptr || stats == nullptr) return;
+int mrc_stats_sized(const mrc_cache_t* cache, mrc_stats_t* stats, size_t size) {
+  if (cache == nullptr || stats == nullptr || size == 0) return EINVAL;
   mrcache::CacheStats s = cache->cache->stats();
-  stats->hits = s.hits;
-  stats->misses = s.misses;
-  stats->registrations = s.registrations;
-  stats->deregistrations = s.deregistrations;
-  stats->evictions = s.evictions;
-  stats->invalidations = s.invalidations;
-  stats->merges = s.merges;
-  stats->regions = s.regions;
-  stats->pinned_bytes = s.pinned_bytes;
-  stats->registrar_ns = s.registrar_ns;
-  stats->peak_pinned_bytes = s.peak_pinned_bytes;
-  stats->registrar_failures = s.registrar_failures;
-  stats->bypassed = s.bypassed;
-  stats->remote_private = s.remote_private;
+  mrc_stats_t all{};
+  all.hits = s.hits;
+  all.misses = s.misses;
+  all.registrations = s.registrations;
+  all.deregistrations = s.deregistrations;
+  all.evictions = s.evictions;
+  all.invalidations = s.invalidations;
+  all.merges = s.merges;
+  all.regions = s.regions;
+  all.pinned_bytes = s.pinned_bytes;
+  all.registrar_ns = s.registrar_ns;
+  all.peak_pinned_bytes = s.peak_pinned_bytes;
+  all.registrar_failures = s.registrar_failures;
+  all.bypassed = s.bypassed;
+  all.remote_private = s.remote_private;
+  // Whole fields only: a size that ends inside a field leaves that field alone.
+  const size_t known = std::min(size, sizeof all) / sizeof(uint64_t) * sizeof(uint64_t);
+  std::memcpy(stats, &all, known);
+  if (size > sizeof all) std::memset(reinterpret_cast<char*>(stats) + sizeof all, 0, size - sizeof all);
+  return 0;
+}
+
+// The mrc_stats_t of the header that had no sized call ended at remote_private.
+constexpr size_t kUnsizedStatsBytes = offsetof(mrc_stats_t, remote_private) + sizeof(uint64_t);
+
+void(mrc_stats)(const mrc_cache_t* cache, mrc_stats_t* stats) {
+  mrc_stats_sized(cache, stats, kUnsizedStatsBytes);
 }
 
 const char* mrc_strerror(int err) {

@@ -107,14 +107,30 @@ int mrc_cache_create_custom(const mrc_config_t *cfg, const mrc_registrar_ops_t *
                             mrc_cache_t **cache);
 uint64_t mrc_region_handle(const mrc_region_t *region); /* the handle the registrar returned */
 
+/* Counters of one cache. Fields are only ever appended, never reordered: an
+ * application built against an older mrcache.h passes the size of its smaller
+ * struct (see mrc_stats) and the library writes only that many bytes. */
 typedef struct {
   uint64_t hits, misses, registrations, deregistrations, evictions, invalidations, merges, regions,
       pinned_bytes, registrar_ns;
-  /* added after the first release (add fields only at the end) */
   uint64_t peak_pinned_bytes, registrar_failures, bypassed;
   uint64_t remote_private; /* requests with remote rights registered privately (remote_keys=private) */
 } mrc_stats_t;
-void mrc_stats(const mrc_cache_t *cache, mrc_stats_t *stats);
+/* Copies the cache's counters into the first `size` bytes of *stats: the
+ * fields that lie wholly inside `size` bytes are set, bytes past the end of
+ * this library's mrc_stats_t (a caller built against a newer header) are
+ * zeroed, nothing past `size` bytes is written. Returns 0, or EINVAL if cache
+ * or stats is NULL or size is 0. Thread-safe; the counters are read without
+ * stopping other threads, so they need not be mutually consistent. */
+int mrc_stats_sized(const mrc_cache_t *cache, mrc_stats_t *stats, size_t size);
+/* mrc_stats(cache, &stats) passes the size of the mrc_stats_t this
+ * application was compiled with, so that a newer library never writes past
+ * it. */
+#define mrc_stats(cache, stats) mrc_stats_sized((cache), (stats), sizeof(mrc_stats_t))
+/* The entry point that binaries built before mrc_stats_sized existed call:
+ * writes the 14 fields of that header's mrc_stats_t (hits .. remote_private)
+ * and nothing beyond. New code gets it through the macro above. */
+void(mrc_stats)(const mrc_cache_t *cache, mrc_stats_t *stats);
 const char *mrc_strerror(int err);
 
 /* Called once per retired region (invalidated, evicted, merged away, flushed or
