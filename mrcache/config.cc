@@ -11,6 +11,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "mrcache/environment_check.h"
 #include "mrcache/errno_status.h"
 
 namespace mrcache {
@@ -195,6 +196,7 @@ absl::StatusOr<std::string> Config::Get(absl::string_view key) const {
 }
 
 absl::Status Config::ApplyEnvironment() {
+  WarnAboutUnknownVariablesOnce();
   for (const std::string& key : Keys()) {
     std::string name = "MRCACHE_" + absl::AsciiStrToUpper(key);
     const char* value = std::getenv(name.c_str());

@@ -67,6 +67,8 @@ struct Config {
   // The current value of a key in the form Set accepts. NOT_FOUND if unknown.
   absl::StatusOr<std::string> Get(absl::string_view key) const;
   // Applies every MRCACHE_<KEY> variable that is set. The first bad one wins.
+  // The first call in a process also warns on stderr about MRCACHE_* names
+  // that are not mrcache variables (environment_check.h).
   absl::Status ApplyEnvironment();
   // The library's defaults, then the environment.
   static absl::StatusOr<Config> FromEnvironment();
