@@ -1,5 +1,7 @@
 #include "interpose/pd_caches.h"
 
+#include "interpose/timed_registrar.h"
+
 #include <cerrno>
 #include <iterator>
 #include <utility>
@@ -52,7 +54,8 @@ absl::StatusOr<PdCache*> PdCaches::ForPd(ibv_pd* pd) {
   // Build outside the lock: this queries the device and installs monitors.
   auto registrar = mrcache::MakeVerbsRegistrar(pd, config_);
   if (!registrar.ok()) return registrar.status();
-  auto cache = mrcache::Cache::Create(config_, std::move(*registrar));
+  auto cache = mrcache::Cache::Create(
+      config_, std::make_unique<TimedRegistrar>(std::move(*registrar), &costs_));
   if (!cache.ok()) return cache.status();
   auto fresh = std::make_unique<PdCache>();
   fresh->pd = pd;

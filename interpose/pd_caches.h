@@ -37,6 +37,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "mrcache/cache.h"
+#include "interpose/registrar_costs.h"
 #include "mrcache/config.h"
 
 namespace mrcache_preload {
@@ -82,11 +83,16 @@ class PdCaches {
   uint64_t created() const { return created_.load(std::memory_order_relaxed); }
   // The monitor(s) the caches use ("" before the first cache exists).
   std::string monitor_name() const;
+  // Registrar times by size class of every cache's registrations, and the
+  // requests the caches served (the shim records those).
+  RegistrarCosts& costs() { return costs_; }
+  const RegistrarCosts& costs() const { return costs_; }
 
  private:
   void Retire(std::unique_ptr<PdCache> cache);
 
   const mrcache::Config config_;
+  RegistrarCosts costs_;  // before caches_: their registrars record into it until destroyed
   mutable std::mutex mu_;
   std::unordered_map<ibv_pd*, std::unique_ptr<PdCache>> caches_;  // guarded by mu_
   std::unordered_map<ibv_pd*, ibv_context*> adopted_;             // guarded by mu_

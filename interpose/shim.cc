@@ -1,7 +1,9 @@
 #include "interpose/shim.h"
 
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <new>
 
 #include "interpose/real_verbs.h"
@@ -61,7 +63,22 @@ Shim::Shim() {
     return;
   }
   remote_keys_ = mrcache::RemoteKeysName(config->remote_keys);
+  const char* stats = std::getenv("MRCACHE_STATS");
+  sample_costs_ = stats != nullptr && *stats != '\0';
   caches_ = std::make_unique<PdCaches>(*config);
+}
+
+void Shim::SampleRegistrationCost(RegEntry entry, ibv_pd* pd, void* addr, size_t length,
+                                  uint64_t iova, unsigned access) {
+  const int saved_errno = errno;
+  const auto start = std::chrono::steady_clock::now();
+  ibv_mr* mr = Direct(entry, pd, addr, length, iova, access);
+  if (mr != nullptr && Real().dereg_mr != nullptr && Real().dereg_mr(mr) == 0) {
+    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+        std::chrono::steady_clock::now() - start);
+    caches_->costs().AddSample(length, static_cast<uint64_t>(ns.count()));
+  }
+  errno = saved_errno;
 }
 
 ibv_mr* Shim::Direct(RegEntry entry, ibv_pd* pd, void* addr, size_t length, uint64_t iova,
@@ -95,11 +112,13 @@ ibv_mr* Shim::Register(RegEntry entry, ibv_pd* pd, void* addr, size_t length, ui
     return Direct(entry, pd, addr, length, iova, access);
   }
   Relax(lookups_);
+  const bool sample = caches_->costs().AddRequest(length) && sample_costs_;
   auto region = (*cache)->cache->Acquire(addr, length, static_cast<int>(access));
   if (!region.ok()) {
     Relax(fallbacks_);
     return Direct(entry, pd, addr, length, iova, access);
   }
+  if (sample) SampleRegistrationCost(entry, pd, addr, length, iova, access);
   auto* alias = new (std::nothrow) Alias;
   if (alias == nullptr) {
     (void)(*cache)->cache->Put(*region);
@@ -281,6 +300,7 @@ Report Shim::MakeReport() const {
     r.cache = caches_->Totals();
     r.shim.caches = caches_->created();
     r.monitor = caches_->monitor_name();
+    r.uncached = caches_->costs().EstimateUncached();
   }
   r.disabled = disabled_;
   r.remote_keys = remote_keys_;

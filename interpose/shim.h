@@ -90,9 +90,15 @@ class Shim {
                  unsigned access);
   int ReregisterCached(Alias* alias, int flags, ibv_pd* pd, void* addr, size_t length,
                        int access);
+  // Registers and deregisters exactly the request once, outside the cache,
+  // and records the time as a sample of what the cache saves
+  // (registrar_costs.h). A failure just means no sample; errno is kept.
+  void SampleRegistrationCost(RegEntry entry, ibv_pd* pd, void* addr, size_t length,
+                              uint64_t iova, unsigned access);
 
   std::string disabled_;                         // non-empty: pass everything through
   std::string remote_keys_;                      // "shared" | "private" ("" while disabled)
+  bool sample_costs_ = false;                    // MRCACHE_STATS is set: price what is saved
   std::unique_ptr<mrcache::MonitorLease> monitor_;  // keeps the monitor installed all run
   std::unique_ptr<PdCaches> caches_;             // null while disabled
   AliasRegistry aliases_;

@@ -7,10 +7,11 @@
 //  - hit rate = hits / (hits + misses) over cache lookups;
 //  - registrations avoided = application registration calls - registrations
 //    that reached the device (cache misses' registrations + direct ones);
-//  - registrar time saved is an ESTIMATE: hits x the mean registrar time per
-//    registration measured in this run (register + deregister time of the
-//    cache's own registrations / their number), since each hit replaced one
-//    ibv_reg_mr/ibv_dereg_mr pair;
+//  - registrar time saved is an ESTIMATE: what registering and deregistering
+//    each request the caches served at its own size would have cost (priced
+//    per size class from every 64th request registered again just to time
+//    it: registrar_costs.h) minus the registrar time the caches spent; never
+//    below 0;
 //  - peak pinned bytes: the sum of each PD cache's peak (an upper bound when
 //    several PDs are in use);
 //  - remote keys: the remote_keys mode in force and how many requests with a
@@ -23,6 +24,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "interpose/registrar_costs.h"
 #include "mrcache/cache.h"
 
 namespace mrcache_preload {
@@ -46,6 +48,7 @@ struct Report {
   std::string monitor;         // the monitors in effect ("" if no cache was made)
   std::string disabled;        // why the shim passes everything through ("" if it caches)
   std::string remote_keys;     // the remote_keys mode in force ("" while disabled)
+  RegistrarCosts::Estimate uncached;  // the requests served, priced without a cache
 };
 
 std::string FormatText(const Report& report);
