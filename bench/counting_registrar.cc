@@ -12,7 +12,7 @@ uint64_t NowNs() {
 
 absl::StatusOr<mrcache::Registration> CountingRegistrar::Register(void* addr, size_t length, int access) {
   const uint64_t start = NowNs();
-  absl::StatusOr<mrcache::Registration> reg = inner_->Register(addr, length, access);
+  absl::StatusOr<mrcache::Registration> reg = inner().Register(addr, length, access);
   counters_->registrar_ns.fetch_add(NowNs() - start, std::memory_order_relaxed);
   if (!reg.ok()) return reg;
   counters_->registrations.fetch_add(1, std::memory_order_relaxed);
@@ -26,7 +26,7 @@ absl::StatusOr<mrcache::Registration> CountingRegistrar::Register(void* addr, si
 
 absl::Status CountingRegistrar::Deregister(const mrcache::Registration& reg) {
   const uint64_t start = NowNs();
-  absl::Status status = inner_->Deregister(reg);
+  absl::Status status = inner().Deregister(reg);
   counters_->registrar_ns.fetch_add(NowNs() - start, std::memory_order_relaxed);
   // The contract: resources are released even when Deregister reports an error.
   counters_->deregistrations.fetch_add(1, std::memory_order_relaxed);

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "mrcache/forwarding_registrar.h"
 #include "mrcache/registrar.h"
 
 namespace mrbench {
@@ -30,27 +31,17 @@ struct RegistrarCounters {
   std::atomic<uint64_t> peak_pinned_bytes{0};
 };
 
-class CountingRegistrar : public mrcache::Registrar {
+class CountingRegistrar : public mrcache::ForwardingRegistrar {
  public:
   CountingRegistrar(std::unique_ptr<mrcache::Registrar> inner, std::shared_ptr<RegistrarCounters> counters)
-      : inner_(std::move(inner)), counters_(std::move(counters)) {}
+      : ForwardingRegistrar(std::move(inner)), counters_(std::move(counters)) {}
 
-  const char* name() const override { return inner_->name(); }
   absl::StatusOr<mrcache::Registration> Register(void* addr, size_t length, int access) override;
   absl::Status Deregister(const mrcache::Registration& reg) override;
-  absl::Status DeviceWrite(const mrcache::Registration& reg, size_t offset, const void* src,
-                           size_t length) override {
-    return inner_->DeviceWrite(reg, offset, src, length);
-  }
-  mrcache::OdpCapabilities odp_capabilities() const override { return inner_->odp_capabilities(); }
-  absl::Status Prefetch(const mrcache::Registration& reg, void* addr, size_t length) override {
-    return inner_->Prefetch(reg, addr, length);
-  }
 
   const RegistrarCounters& counters() const { return *counters_; }
 
  private:
-  std::unique_ptr<mrcache::Registrar> inner_;
   std::shared_ptr<RegistrarCounters> counters_;
 };
 

@@ -16,14 +16,14 @@ uint64_t NsSince(std::chrono::steady_clock::time_point start) {
 absl::StatusOr<mrcache::Registration> TimedRegistrar::Register(void* addr, size_t length,
                                                                int access) {
   const auto start = std::chrono::steady_clock::now();
-  absl::StatusOr<mrcache::Registration> reg = inner_->Register(addr, length, access);
+  absl::StatusOr<mrcache::Registration> reg = inner().Register(addr, length, access);
   if (reg.ok()) costs_->AddRegistration(reg->length, NsSince(start));
   return reg;
 }
 
 absl::Status TimedRegistrar::Deregister(const mrcache::Registration& reg) {
   const auto start = std::chrono::steady_clock::now();
-  absl::Status s = inner_->Deregister(reg);
+  absl::Status s = inner().Deregister(reg);
   costs_->AddDeregistration(reg.length, NsSince(start));
   return s;
 }

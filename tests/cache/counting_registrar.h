@@ -33,6 +33,7 @@
 #include <unistd.h>
 
 #include "mrcache/errno_status.h"
+#include "mrcache/forwarding_registrar.h"
 #include "mrcache/registrar.h"
 
 namespace mrcache {
@@ -58,12 +59,10 @@ struct RegistrarCounters {
   uint64_t registered = 0;  // guarded by mu
 };
 
-class CountingRegistrar : public Registrar {
+class CountingRegistrar : public ForwardingRegistrar {
  public:
   CountingRegistrar(std::unique_ptr<Registrar> inner, std::shared_ptr<RegistrarCounters> counters)
-      : inner_(std::move(inner)), counters_(std::move(counters)) {}
-
-  const char* name() const override { return inner_->name(); }
+      : ForwardingRegistrar(std::move(inner)), counters_(std::move(counters)) {}
 
   absl::StatusOr<Registration> Register(void* addr, size_t length, int access) override {
     if (counters_->on_register) counters_->on_register(addr, length);
@@ -75,7 +74,7 @@ class CountingRegistrar : public Registrar {
       counters_->faults_injected.fetch_add(1);
       return ErrnoStatus(counters_->fail_errno.load(), "injected registrar failure");
     }
-    absl::StatusOr<Registration> reg = inner_->Register(addr, length, access);
+    absl::StatusOr<Registration> reg = inner().Register(addr, length, access);
     if (reg.ok()) {
       std::lock_guard<std::mutex> lock(counters_->mu);
       counters_->live[reg->handle] = *reg;
@@ -95,21 +94,12 @@ class CountingRegistrar : public Registrar {
       counters_->sequence.erase(reg.handle);
       counters_->deregistrations.fetch_add(1);
     }
-    absl::Status inner = inner_->Deregister(reg);
+    absl::Status status = inner().Deregister(reg);
     if (TakeOne(counters_->fail_deregister)) {
       counters_->faults_injected.fetch_add(1);
       return ErrnoStatus(EIO, "injected deregistration failure");
     }
-    return inner;
-  }
-
-  absl::Status DeviceWrite(const Registration& reg, size_t offset, const void* src,
-                           size_t length) override {
-    return inner_->DeviceWrite(reg, offset, src, length);
-  }
-  OdpCapabilities odp_capabilities() const override { return inner_->odp_capabilities(); }
-  absl::Status Prefetch(const Registration& reg, void* addr, size_t length) override {
-    return inner_->Prefetch(reg, addr, length);
+    return status;
   }
 
  private:
@@ -121,7 +111,6 @@ class CountingRegistrar : public Registrar {
     return n > 0;
   }
 
-  std::unique_ptr<Registrar> inner_;
   std::shared_ptr<RegistrarCounters> counters_;
 };
 
