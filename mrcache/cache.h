@@ -8,19 +8,20 @@
 // max_bytes) evicts it, until the registrar runs out of resources, or until
 // the memory it covers disappears.
 //
-// Region lifecycle (each transition under the cache lock):
-//   kActive  --last put-->            kUnused (on the LRU)
-//   kUnused  --get-->                 kActive
-//   kUnused  --evict/invalidate/flush--> deregistered and freed
-//   kActive  --invalidate/merge-->    kInvalid (out of the index; its holders
-//                                     keep it until their last put, then it is
-//                                     deregistered and freed)
+// Region lifecycle (RegionState in region.h; each transition under the cache
+// lock):
+//   kCached, in use (references > 0) --last put--> kCached, unused (on the LRU)
+//   kCached, unused --get--> kCached, in use
+//   kCached, unused --evict/invalidate/flush--> kDead (deregistered, freed)
+//   kCached, in use --invalidate/merge--> kInvalid (out of the index; its
+//                                         holders keep it until their last
+//                                         put, then it becomes kDead)
 //
-// Locking invariant: no cache lock is held across a registrar call, an
-// allocation that can reach the system allocator's unmapping paths with the
-// lock held... precisely: Register/Deregister/monitor calls happen outside the
-// lock; after registering, the miss path re-validates under the lock and
-// discards its registration if an invalidation touched the range meanwhile.
+// Locking invariant: no cache lock is held across a registrar call, a monitor
+// call, or an allocation that can reach the system allocator's unmapping
+// paths. Register and Deregister happen outside the lock; after registering,
+// the miss path re-validates under the lock and discards its registration if
+// an invalidation touched the range meanwhile.
 //
 // Invalidation (memory hooks): OnMemoryRelease never takes the lock, never
 // allocates, never deregisters; it records the range in a bounded,

@@ -76,7 +76,7 @@ struct Config {
   static absl::StatusOr<Config> FromEnvironment(Config defaults);
   // All keys, in documentation order.
   static const std::vector<std::string>& Keys();
-  // Cross-key checks (alignment a power of two >= page size, ...).
+  // Cross-key checks (alignment 0 or a power of two >= kMinAlignment, ...).
   absl::Status Validate() const;
 };
 

@@ -60,6 +60,7 @@ struct ibv_pd;
  *   sim_mlock        0|1: sim registrar pins pages with mlock (default 0)
  *   sim_odp_page_ns  sim registrar ODP first-touch cost per page
  *   pool_max_bytes, pool_chunk_bytes, pool_hugepages   pool allocator (mrc_pool_*)
+ *   uring_slots      uring registrar's fixed-buffer table size (default 16384)
  */
 typedef struct mrc_config mrc_config_t;
 int mrc_config_create(mrc_config_t **cfg); /* defaults, then MRCACHE_* environment */

@@ -283,8 +283,12 @@ class UringRegistrar final : public Registrar {
     return absl::OkStatus();
   }
 
+  // Gives back the memfd's pages past kMemfdKeepBytes. A failure to shrink
+  // only keeps pages that the next large transfer would use anyway.
   void TrimMemfd(size_t used) {
-    if (static_cast<off_t>(used) > kMemfdKeepBytes) (void)ftruncate(memfd_, kMemfdKeepBytes);
+    if (static_cast<off_t>(used) <= kMemfdKeepBytes) return;
+    const int shrunk = ftruncate(memfd_, kMemfdKeepBytes);
+    (void)shrunk;
   }
 
   // Moves `length` bytes between the memfd (from offset 0) and `buf` inside

@@ -18,7 +18,7 @@ for f in lib/libmrcache.so.0 lib/libmrcache_pool.so.0 lib/libmrcache_preload.so 
     lib/pkgconfig/mrcache-pool.pc lib/cmake/mrcache/mrcacheConfig.cmake \
     lib/cmake/mrcache/mrcacheConfigVersion.cmake share/man/man1/mrcache-run.1 \
     share/man/man1/mrcache-info.1 share/man/man1/mrbench.1 share/man/man3/mrcache.3 \
-    share/man/man7/mrcache.7; do
+    share/man/man7/mrcache.7 share/doc/mrcache/LICENSE; do
   [ -e "$prefix/$f" ] || fail "not installed: $f"
 done
 
