@@ -12,9 +12,11 @@
 
 #include "absl/base/optimization.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "allocator/private_jemalloc.h"
 #include "allocator/thread_tcache.h"
 #include "mrcache/errno_status.h"
+#include "mrcache/log.h"
 
 namespace mrcache {
 namespace {
@@ -176,9 +178,9 @@ absl::Status Pool::Init() {
                                            std::strerror(err)));
     }
   } else {
-    std::fprintf(stderr,
-                 "mrcache pool: jemalloc opt.retain is off (MALLOC_CONF?): every extent jemalloc "
-                 "asks for becomes its own registration\n");
+    Log(LogLevel::kWarning,
+        "pool: jemalloc opt.retain is off (MALLOC_CONF?): every extent jemalloc asks for "
+        "becomes its own registration");
   }
   return absl::OkStatus();
 }
@@ -230,10 +232,10 @@ void* Pool::AllocChunk(size_t size, size_t alignment) {
   bool huge = hugepages_;
   void* p = MapAligned(size, align, huge, &map_length);
   if (p == nullptr && huge) {
-    std::fprintf(stderr,
-                 "mrcache pool: pool_hugepages=1 but a MAP_HUGETLB mapping of %zu bytes failed "
-                 "(%s; see /proc/sys/vm/nr_hugepages): falling back to normal pages\n",
-                 size, std::strerror(errno));
+    Log(LogLevel::kWarning,
+        absl::StrFormat("pool: pool_hugepages=1 but a MAP_HUGETLB mapping of %zu bytes failed "
+                        "(%s; see /proc/sys/vm/nr_hugepages): falling back to normal pages",
+                        size, std::strerror(errno)));
     hugepages_ = huge = false;
     p = MapAligned(size, align, false, &map_length);
   }
@@ -261,8 +263,7 @@ void* Pool::AllocChunk(size_t size, size_t alignment) {
     absl::Status dereg = registrar_.Deregister(*reg);
     ++stats_.deregistrations;
     if (!dereg.ok()) {
-      std::fprintf(stderr, "mrcache pool: deregistering a chunk failed: %s\n",
-                   std::string(dereg.message()).c_str());
+      Log(LogLevel::kError, absl::StrCat("pool: deregistering a chunk failed: ", dereg.message()));
     }
     munmap(p, map_length);
     SetHookError(StatusToErrno(inserted), std::string(inserted.message()));
@@ -437,17 +438,17 @@ void Pool::ReleaseAll() {
   if (arena_created_) {
     const uint64_t live = allocated_buffers();
     if (live != 0) {
-      std::fprintf(stderr,
-                   "mrcache pool: destroyed with %" PRIu64
-                   " buffer(s) still allocated; their chunks are deregistered and unmapped\n",
-                   live);
+      Log(LogLevel::kWarning, absl::StrCat("pool: destroyed with ", live,
+                                           " buffer(s) still allocated; their chunks are "
+                                           "deregistered and unmapped"));
     }
     int err = Mallctl(absl::StrCat("arena.", arena_, ".destroy"), nullptr, nullptr, nullptr, 0);
     if (err != 0) {
       // jemalloc still owns the memory: deregister (no registration may
       // outlive the pool) but leave it mapped rather than pull it away.
-      std::fprintf(stderr, "mrcache pool: jemalloc arena.%u.destroy failed (%s); its chunks stay mapped\n",
-                   arena_, std::strerror(err));
+      Log(LogLevel::kError, absl::StrFormat("pool: jemalloc arena.%u.destroy failed (%s); its "
+                                            "chunks stay mapped",
+                                            arena_, std::strerror(err)));
       unmap = false;
     }
   }
@@ -457,8 +458,8 @@ void Pool::ReleaseAll() {
     absl::Status s = registrar_.Deregister(chunk->registration);
     ++stats_.deregistrations;
     if (!s.ok()) {
-      std::fprintf(stderr, "mrcache pool: deregistering chunk %p failed: %s\n",
-                   reinterpret_cast<void*>(chunk->start), std::string(s.message()).c_str());
+      Log(LogLevel::kError, absl::StrFormat("pool: deregistering chunk %p failed: %s",
+                                            reinterpret_cast<void*>(chunk->start), s.message()));
     }
     if (unmap) munmap(reinterpret_cast<void*>(chunk->start), chunk->map_length);
   }

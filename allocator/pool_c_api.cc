@@ -10,11 +10,14 @@
 #include <new>
 #include <string>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "allocator/pool.h"
 #include "mrcache/c_api_handles.h"
 #include "mrcache/cache.h"
 #include "mrcache/config.h"
 #include "mrcache/errno_status.h"
+#include "mrcache/log.h"
 #include "mrcache/mrcache.h"
 
 // mrc_config_t and mrc_cache_t come from mrcache/c_api_handles.h.
@@ -44,7 +47,7 @@ int mrc_pool_create(mrc_cache_t* cache, const mrc_config_t* cfg, mrc_pool_t** po
   } else {
     absl::StatusOr<mrcache::Config> env = mrcache::Config::FromEnvironment();
     if (!env.ok()) {
-      std::fprintf(stderr, "mrc_pool_create: %s\n", std::string(env.status().message()).c_str());
+      mrcache::Log(mrcache::LogLevel::kError, absl::StrCat("mrc_pool_create: ", env.status().message()));
       return mrcache::StatusToErrno(env.status());
     }
     config = *env;
@@ -52,7 +55,7 @@ int mrc_pool_create(mrc_cache_t* cache, const mrc_config_t* cfg, mrc_pool_t** po
   absl::StatusOr<std::unique_ptr<mrcache::Pool>> p =
       mrcache::Pool::Create(cache->cache->registrar(), config);
   if (!p.ok()) {
-    std::fprintf(stderr, "mrc_pool_create: %s\n", std::string(p.status().message()).c_str());
+    mrcache::Log(mrcache::LogLevel::kError, absl::StrCat("mrc_pool_create: ", p.status().message()));
     return mrcache::StatusToErrno(p.status());
   }
   *pool = new (std::nothrow) mrc_pool{std::move(*p)};
@@ -86,11 +89,11 @@ int mrc_pool_keys(mrc_pool_t* pool, const void* ptr, mrc_region_info_t* keys) {
 void mrc_pool_free(mrc_pool_t* pool, void* ptr) {
   if (ptr == nullptr) return;
   if (pool == nullptr) {
-    std::fprintf(stderr, "mrc_pool_free: pool is NULL; %p not freed\n", ptr);
+    mrcache::Log(mrcache::LogLevel::kError, absl::StrFormat("mrc_pool_free: pool is NULL; %p not freed", ptr));
     return;
   }
   absl::Status s = pool->pool->Free(ptr);
-  if (!s.ok()) std::fprintf(stderr, "mrc_pool_free: %s\n", std::string(s.message()).c_str());
+  if (!s.ok()) mrcache::Log(mrcache::LogLevel::kError, absl::StrCat("mrc_pool_free: ", s.message()));
 }
 
 void mrc_pool_destroy(mrc_pool_t* pool) { delete pool; }

@@ -19,6 +19,7 @@
 #include "interpose/shim.h"
 #include "interpose/shim_scope.h"
 #include "interpose/stats_report.h"
+#include "mrcache/log.h"
 
 // verbs.h turns these into inline dispatchers; here they are the functions.
 #undef ibv_reg_mr
@@ -139,7 +140,7 @@ __attribute__((destructor)) void ReportAtExit() {
   Shim* shim = Shim::IfCreated();
   if (spec == nullptr || *spec == '\0' || std::strcmp(spec, "0") == 0 || shim == nullptr) return;
   absl::Status s = mrcache_preload::EmitReport(spec, shim->MakeReport());
-  if (!s.ok()) std::fprintf(stderr, "mrcache: %s\n", std::string(s.message()).c_str());
+  if (!s.ok()) mrcache::Log(mrcache::LogLevel::kError, s.message());
 }
 
 }  // namespace

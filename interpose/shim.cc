@@ -10,6 +10,7 @@
 #include "interpose/shim_scope.h"
 #include "mrcache/errno_status.h"
 #include "mrcache/registrar.h"
+#include "mrcache/log.h"
 
 namespace mrcache_preload {
 namespace {
@@ -58,8 +59,8 @@ Shim::Shim() {
     }
   }
   if (!disabled_.empty()) {
-    std::fprintf(stderr, "mrcache: libmrcache_preload passes every registration through (%s)\n",
-                 disabled_.c_str());
+    mrcache::Log(mrcache::LogLevel::kWarning,
+                 "libmrcache_preload passes every registration through (" + disabled_ + ")");
     return;
   }
   remote_keys_ = mrcache::RemoteKeysName(config->remote_keys);

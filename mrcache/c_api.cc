@@ -19,6 +19,7 @@
 #include "mrcache/custom_registrar.h"
 #include "mrcache/errno_status.h"
 #include "mrcache/region.h"
+#include "mrcache/log.h"
 
 struct mrc_region : mrcache::Region {};
 
@@ -34,7 +35,7 @@ int ConfigFor(const mrc_config_t* cfg, mrcache::Config* out) {
   }
   auto env = mrcache::Config::FromEnvironment();
   if (!env.ok()) {
-    std::fprintf(stderr, "mrcache: %s\n", std::string(env.status().message()).c_str());
+    mrcache::Log(mrcache::LogLevel::kError, env.status().message());
     return mrcache::StatusToErrno(env.status());
   }
   *out = *env;
@@ -48,7 +49,7 @@ int Report(const absl::Status& s) {
 // Hands a created cache to the C caller, or reports why creation failed.
 int Adopt(absl::StatusOr<std::unique_ptr<mrcache::Cache>> c, mrc_cache_t** cache) {
   if (!c.ok()) {
-    std::fprintf(stderr, "mrcache: %s\n", std::string(c.status().message()).c_str());
+    mrcache::Log(mrcache::LogLevel::kError, c.status().message());
     return Report(c.status());
   }
   *cache = new mrc_cache{std::move(*c)};
@@ -63,7 +64,7 @@ int mrc_config_create(mrc_config_t** cfg) {
   if (cfg == nullptr) return EINVAL;
   auto env = mrcache::Config::FromEnvironment();
   if (!env.ok()) {
-    std::fprintf(stderr, "mrcache: %s\n", std::string(env.status().message()).c_str());
+    mrcache::Log(mrcache::LogLevel::kError, env.status().message());
     return Report(env.status());
   }
   auto* c = new (std::nothrow) mrc_config;
@@ -182,6 +183,8 @@ constexpr size_t kUnsizedStatsBytes = offsetof(mrc_stats_t, remote_private) + si
 void(mrc_stats)(const mrc_cache_t* cache, mrc_stats_t* stats) {
   mrc_stats_sized(cache, stats, kUnsizedStatsBytes);
 }
+
+void mrc_set_log_callback(mrc_log_cb_t fn, void* arg) { mrcache::SetLogCallback(fn, arg); }
 
 const char* mrc_strerror(int err) {
   switch (err) {

@@ -9,6 +9,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "mrcache/config.h"
+#include "mrcache/log.h"
 
 extern char** environ;
 
@@ -80,8 +81,8 @@ std::vector<UnknownVariable> FindUnknownVariables(const char* const* environment
 
 std::string UnknownVariablesWarning(const std::vector<UnknownVariable>& unknown) {
   if (unknown.empty()) return "";
-  std::string line = unknown.size() == 1 ? "mrcache: ignoring unknown environment variable "
-                                         : "mrcache: ignoring unknown environment variables ";
+  std::string line = unknown.size() == 1 ? "ignoring unknown environment variable "
+                                         : "ignoring unknown environment variables ";
   for (size_t i = 0; i < unknown.size(); ++i) {
     if (i > 0) line += ", ";
     line += unknown[i].name;
@@ -94,7 +95,7 @@ void WarnAboutUnknownVariablesOnce() {
   static std::once_flag once;
   std::call_once(once, [] {
     const std::string warning = UnknownVariablesWarning(FindUnknownVariables(environ));
-    if (!warning.empty()) std::fprintf(stderr, "%s\n", warning.c_str());
+    if (!warning.empty()) Log(LogLevel::kWarning, warning);
   });
 }
 

@@ -3,7 +3,8 @@
 // A misspelled variable (MRCACHE_MAX_BYTE, MRCACHE_MONTOR) would otherwise be
 // ignored without a word. Config::ApplyEnvironment calls
 // WarnAboutUnknownVariablesOnce, which writes one line to stderr per process
-// naming every unknown MRCACHE_* variable with the closest known name.
+// naming every unknown MRCACHE_* variable with the closest known name
+// (through the log sink, log.h).
 #ifndef MRCACHE_ENVIRONMENT_CHECK_H_
 #define MRCACHE_ENVIRONMENT_CHECK_H_
 
@@ -30,7 +31,7 @@ const std::vector<std::string>& NonKeyVariables();
 std::vector<UnknownVariable> FindUnknownVariables(const char* const* environment);
 
 // The warning line for `unknown` (without the trailing newline), e.g.
-// "mrcache: ignoring unknown environment variable MRCACHE_MAX_BYTE (did you
+// "ignoring unknown environment variable MRCACHE_MAX_BYTE (did you
 // mean MRCACHE_MAX_BYTES?)"; empty if `unknown` is empty.
 std::string UnknownVariablesWarning(const std::vector<UnknownVariable>& unknown);
 

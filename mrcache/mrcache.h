@@ -134,6 +134,18 @@ int mrc_stats_sized(const mrc_cache_t *cache, mrc_stats_t *stats, size_t size);
 void(mrc_stats)(const mrc_cache_t *cache, mrc_stats_t *stats);
 const char *mrc_strerror(int err);
 
+/* ---- messages -------------------------------------------------------------
+ * Warnings and errors mrcache reports to a person (a cache destroyed with
+ * regions held, a monitor that cannot be installed, a bad MRCACHE_* variable)
+ * go to stderr as "mrcache: <message>" unless a callback is set. */
+typedef enum { MRC_LOG_ERROR = 0, MRC_LOG_WARNING = 1, MRC_LOG_INFO = 2 } mrc_log_level_t;
+typedef void (*mrc_log_cb_t)(void *arg, int level /* mrc_log_level_t */, const char *message);
+/* Sends every later message to fn (one line, no newline; valid only during
+ * the call) instead of stderr; NULL restores stderr. To silence mrcache, pass
+ * a function that does nothing. Process-wide, thread-safe; fn may be called
+ * from any thread, never with a cache lock held and never from a memory hook. */
+void mrc_set_log_callback(mrc_log_cb_t fn, void *arg);
+
 /* Called once per retired region (invalidated, evicted, merged away, flushed or
  * destroyed) when its registration is released, never from inside a memory
  * hook and never with a cache lock held. NULL removes the callback. */

@@ -20,6 +20,7 @@
 #include "absl/strings/str_format.h"
 #include "mrcache/errno_status.h"
 #include "mrcache/registration_checks.h"
+#include "mrcache/log.h"
 
 namespace mrcache {
 namespace {
@@ -98,10 +99,9 @@ class UringRegistrar final : public Registrar {
       for (const Slot& s : slots_) live += s.live;
     }
     if (live != 0) {
-      std::fprintf(stderr,
-                   "mrcache: uring registrar destroyed with %zu buffer(s) still registered "
-                   "(a caller bug); unregistering them\n",
-                   live);
+      Log(LogLevel::kWarning,
+          absl::StrCat("uring registrar destroyed with ", live,
+                       " buffer(s) still registered (a caller bug); unregistering them"));
     }
     if (ring_ready_) {
       io_uring_unregister_buffers(&ring_);

@@ -2,15 +2,13 @@
 // warning, with the variable the user probably meant.
 #include "mrcache/environment_check.h"
 
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <cstdlib>
 #include <string>
 
 #include <gtest/gtest.h>
 
 #include "mrcache/mrcache.h"
+#include "tests/cache/child_stderr.h"
 
 namespace mrcache {
 namespace {
@@ -37,7 +35,7 @@ TEST(EnvironmentCheck, ANameFarFromEveryKnownOneGetsNoSuggestion) {
   ASSERT_EQ(unknown.size(), 1u);
   EXPECT_EQ(unknown[0].suggestion, "");
   EXPECT_EQ(UnknownVariablesWarning(unknown),
-            "mrcache: ignoring unknown environment variable MRCACHE_COMPLETELY_DIFFERENT");
+            "ignoring unknown environment variable MRCACHE_COMPLETELY_DIFFERENT");
 }
 
 TEST(EnvironmentCheck, OtherPrefixesAreNotOurs) {
@@ -49,7 +47,7 @@ TEST(EnvironmentCheck, OneWarningNamesEveryUnknownVariable) {
   std::vector<UnknownVariable> unknown = {{"MRCACHE_MAX_BYTE", "MRCACHE_MAX_BYTES"},
                                           {"MRCACHE_MONTOR", "MRCACHE_MONITOR"}};
   EXPECT_EQ(UnknownVariablesWarning(unknown),
-            "mrcache: ignoring unknown environment variables MRCACHE_MAX_BYTE (did you mean "
+            "ignoring unknown environment variables MRCACHE_MAX_BYTE (did you mean "
             "MRCACHE_MAX_BYTES?), MRCACHE_MONTOR (did you mean MRCACHE_MONITOR?)");
 }
 
@@ -57,14 +55,7 @@ TEST(EnvironmentCheck, OneWarningNamesEveryUnknownVariable) {
 // printed once however many configs are created, and the known variables
 // still apply.
 TEST(EnvironmentCheck, MrcConfigCreateWarnsOncePerProcess) {
-  int fds[2];
-  ASSERT_EQ(pipe(fds), 0);
-  pid_t pid = fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    alarm(30);
-    dup2(fds[1], 2);
-    close(fds[0]);
+  mrcache_test::ChildResult r = mrcache_test::RunInChild([] {
     setenv("MRCACHE_MAX_BYTE", "1G", 1);
     setenv("MRCACHE_MAX_REGIONS", "7", 1);
     for (int i = 0; i < 3; ++i) {
@@ -75,19 +66,9 @@ TEST(EnvironmentCheck, MrcConfigCreateWarnsOncePerProcess) {
         _exit(3);
       mrc_config_destroy(cfg);
     }
-    _exit(0);
-  }
-  close(fds[1]);
-  std::string err;
-  char buf[256];
-  ssize_t n;
-  while ((n = read(fds[0], buf, sizeof buf)) > 0) err.append(buf, static_cast<size_t>(n));
-  close(fds[0]);
-  int status = 0;
-  ASSERT_EQ(waitpid(pid, &status, 0), pid);
-  ASSERT_TRUE(WIFEXITED(status));
-  EXPECT_EQ(WEXITSTATUS(status), 0);
-  EXPECT_EQ(err,
+  });
+  EXPECT_EQ(r.exit_status, 0);
+  EXPECT_EQ(r.stderr_text,
             "mrcache: ignoring unknown environment variable MRCACHE_MAX_BYTE (did you mean "
             "MRCACHE_MAX_BYTES?)\n");
 }
