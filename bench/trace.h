@@ -67,7 +67,7 @@ struct Trace {
   std::string name;  // workload name or file name
   std::vector<TraceOp> ops;
   // Recorded traces only: the format's version (0 = a workload trace) and
-  // the recording shim's configuration (its defaults, then the config line).
+  // the recording shim's configuration (the library's defaults, then the config line).
   int recorded_version = 0;
   mrcache::Config recorded_config;
 

@@ -70,6 +70,12 @@ for config in none mrcache mrcache-nomerge ucx optimal; do
   grep -q "env.trace  *$config " "$out/all.replay" || { echo "FAIL: no $config row:" >&2; cat "$out/all.replay" >&2; exit 1; }
 done
 
+# mrcache-run: --record is documented, and needs a path.
+"$run" --help | grep -q -- "--record PATH" || { echo "FAIL: --record missing from --help" >&2; exit 1; }
+status=0
+"$run" --record= -- "$app" >/dev/null 2>&1 || status=$?
+[ "$status" -eq 2 ] || { echo "FAIL: --record without a path: status $status, expected 2" >&2; exit 1; }
+
 # An unwritable PATH: one line on stderr, same output, status 0.
 MRCACHE_RECORD="$out/no/such/dir/x.trace" "$run" -- "$app" "${args[@]}" >"$out/bad.out" 2>"$out/bad.err"
 diff -u "$out/plain.out" "$out/bad.out" || { echo "FAIL: output changed with an unwritable PATH" >&2; exit 1; }
