@@ -125,6 +125,17 @@ std::vector<CacheEvent> TraceEvents(const Trace& trace) {
         PageAlign(buffers[op.id].first + op.offset, op.length, &e.start, &e.end);
         e.access = op.access;
         break;
+      case TraceOp::kReg:  // recorded: the recorded addresses are the layout
+        PageAlign(reinterpret_cast<void*>(static_cast<uintptr_t>(op.offset)), op.length, &e.start, &e.end);
+        e.access = op.access;
+        break;
+      case TraceOp::kDereg:  // the model holds nothing between accesses
+        continue;
+      case TraceOp::kRelease:
+        e.kind = CacheEvent::kRelease;
+        e.start = static_cast<uintptr_t>(op.offset);
+        e.end = e.start + op.length;
+        break;
     }
     events.push_back(e);
   }

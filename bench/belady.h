@@ -46,6 +46,8 @@ OptimalResult OptimalHits(const std::vector<CacheEvent>& events, size_t max_regi
 
 // The events a trace produces when its buffers come from malloc, as the
 // replayer allocates them (addresses are replayed with malloc/free here).
+// A recorded trace: each reg is an access at its recorded address, each
+// release a release; deregs are not events.
 std::vector<CacheEvent> TraceEvents(const Trace& trace);
 
 }  // namespace mrbench

@@ -15,8 +15,9 @@
 namespace mrbench {
 namespace {
 
-mrcache::Config LimitedConfig(const BenchOptions& options) {
+mrcache::Config LimitedConfig(const BenchOptions& options, const Trace& trace) {
   mrcache::Config config = options.base;
+  if (trace.recorded()) ApplyRecordedConfig(trace.recorded_config, &config);
   config.max_regions = options.max_regions;
   config.max_bytes = options.max_bytes;
   return config;
@@ -36,7 +37,7 @@ void Fill(const ReplayResult& r, bool verified, Row* row) {
 
 absl::StatusOr<ReplayResult> RunInProcess(const std::string& name, const Trace& trace, const BenchOptions& options,
                                           const ReplayOptions& replay) {
-  mrcache::Config config = LimitedConfig(options);
+  mrcache::Config config = LimitedConfig(options, trace);
   absl::StatusOr<std::unique_ptr<mrcache::Registrar>> inner = MakeBenchRegistrar(config);
   if (!inner.ok()) return inner.status();
   auto counters = std::make_shared<RegistrarCounters>();
@@ -52,6 +53,13 @@ absl::StatusOr<ReplayResult> RunInProcess(const std::string& name, const Trace& 
 }
 
 }  // namespace
+
+void ApplyRecordedConfig(const mrcache::Config& recorded, mrcache::Config* config) {
+  config->max_merge_bytes = recorded.max_merge_bytes;
+  config->bridge_bytes = recorded.bridge_bytes;
+  config->alignment = recorded.alignment;
+  config->remote_keys = recorded.remote_keys;
+}
 
 const std::vector<std::string>& ConfigNames() {
   static const auto* names = new std::vector<std::string>{"none", "mrcache", "mrcache-nomerge", "ucx", "optimal"};
@@ -80,7 +88,7 @@ Row RunConfig(const std::string& name, const Trace& trace, const BenchOptions& o
   absl::StatusOr<ReplayResult> result;
   if (name == "ucx") {
     UcxPeerSpec spec;
-    spec.make_registrar = [&options] { return MakeBenchRegistrar(LimitedConfig(options)); };
+    spec.make_registrar = [&options, &trace] { return MakeBenchRegistrar(LimitedConfig(options, trace)); };
     spec.max_regions = options.max_regions;
     spec.max_bytes = options.max_bytes;
     spec.options = replay;

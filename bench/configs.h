@@ -33,6 +33,13 @@ struct BenchOptions {
 // none mrcache mrcache-nomerge ucx optimal.
 const std::vector<std::string>& ConfigNames();
 
+// A recorded trace (trace.h) replays with the recording's max_merge_bytes,
+// bridge_bytes, alignment and remote_keys (what decides which requests share a
+// registration); mrbench takes its max_regions and max_bytes too unless
+// --max-regions/--max-bytes are given. The registrar, monitor and ODP mode
+// stay mrbench's: the replay runs without the live device and process.
+void ApplyRecordedConfig(const mrcache::Config& recorded, mrcache::Config* config);
+
 Row RunConfig(const std::string& config, const Trace& trace, const BenchOptions& options);
 
 }  // namespace mrbench

@@ -37,7 +37,10 @@ registrar time) and stale registrations found by --verify.
   --workload LIST      comma-separated built-in workloads (default: all):
                        pingpong, ring, churn, zipf, kv
   --trace FILE         replay a trace file instead (lines: alloc ID BYTES |
-                       free ID | xfer ID OFFSET LENGTH [ACCESS]; # comments)
+                       free ID | xfer ID OFFSET LENGTH [ACCESS]; # comments),
+                       or a recording of an application (mrcache-run --record
+                       FILE -- CMD), replayed in its recorded address layout with
+                       its recorded configuration (see mrbench(1))
   --seed N             workload seed (default 1)
   --ops N              transfers per workload (default 20000)
   --max-regions N      cache limit on regions, all configurations (default 256; 0 = unlimited)
@@ -65,6 +68,7 @@ struct Flags {
   std::string json, plot, save_trace;
   bool sweep = false;
   uint64_t max_bytes = 0;
+  bool limits_given = false;  // --max-regions or --max-bytes
 };
 
 int Fail(const std::string& message) {
@@ -131,9 +135,11 @@ std::string ParseFlags(int argc, char** argv, Flags* flags, bool* help) {
       if ((error = number(&n)).empty() && n == 0) error = "--ops must be at least 1";
       flags->params.ops = n;
     } else if (arg == "--max-regions") {
+      flags->limits_given = true;
       error = number(&n);
       flags->params.max_regions = n;
     } else if (arg == "--max-bytes") {
+      flags->limits_given = true;
       if (!next()) return "--max-bytes needs a value";
       absl::StatusOr<uint64_t> size = mrcache::ParseSize(value);
       if (!size.ok()) return absl::StrCat("--max-bytes: '", value, "' is not a size (e.g. 4096, 64M, 1G)");
@@ -203,6 +209,18 @@ int Main(int argc, char** argv) {
   options.max_regions = flags.params.max_regions;
   options.max_bytes = flags.max_bytes;
   options.verify = flags.verify < 0 ? flags.registrar == "uring" : flags.verify == 1;
+  if (traces[0].recorded()) {
+    const mrcache::Config& recorded = traces[0].recorded_config;
+    if (!flags.limits_given) {
+      options.max_regions = flags.params.max_regions = recorded.max_regions;
+      options.max_bytes = recorded.max_bytes;
+    }
+    std::printf("mrbench: %s is a recording: mrcache replays with its max_merge_bytes %zu, bridge_bytes %zu, "
+                "alignment %zu, remote_keys %s%s; the registrar, monitor and odp are mrbench's\n",
+                traces[0].name.c_str(), recorded.max_merge_bytes, recorded.bridge_bytes, recorded.alignment,
+                mrcache::RemoteKeysName(recorded.remote_keys),
+                flags.limits_given ? "" : ", max_regions and max_bytes");
+  }
   {
     // Fail before running anything if the registrar cannot work here.
     absl::StatusOr<std::unique_ptr<mrcache::Registrar>> probe = MakeBenchRegistrar(options.base);

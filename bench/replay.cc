@@ -9,6 +9,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "bench/recorded_layout.h"
 #include "mrcache/errno_status.h"
 
 namespace mrbench {
@@ -87,12 +88,96 @@ absl::StatusOr<bool> VerifyTransfer(Driver& driver, const Driver::Lease& lease, 
   return std::memcmp(addr, token, n) == 0;
 }
 
+// Fills in the figures every replay reports once the driver finished.
+absl::StatusOr<ReplayResult> Conclude(ReplayResult result, const CallTimer& timer,
+                                      const RegistrarCounters& counters) {
+  result.cache_ns = timer.cache_ns();
+  result.registrations = counters.registrations.load();
+  result.registered_bytes = counters.registered_bytes.load();
+  result.registrar_ns = counters.registrar_ns.load();
+  result.peak_pinned_bytes = counters.peak_pinned_bytes.load();
+  if (counters.deregistrations.load() != result.registrations) {
+    return ErrnoStatus(EIO, absl::StrCat("leak: ", result.registrations, " registrations but ",
+                                         counters.deregistrations.load(), " deregistrations"));
+  }
+  return result;
+}
+
+// Get through the driver (counted as a transfer, a hit if it registered
+// nothing), with the optional verification.
+absl::StatusOr<Driver::Lease> CountedGet(Driver& driver, CallTimer& timer, const RegistrarCounters& counters,
+                                         const ReplayOptions& options, size_t total, char* addr,
+                                         uint64_t length, int access, ReplayResult* result) {
+  const uint64_t regs_before = counters.registrations.load(std::memory_order_relaxed);
+  absl::StatusOr<Driver::Lease> lease = timer([&] { return driver.Get(addr, length, access); });
+  if (!lease.ok()) return lease.status();
+  result->hits += counters.registrations.load(std::memory_order_relaxed) == regs_before;
+  ++result->transfers;
+  if (options.verify) {
+    absl::StatusOr<bool> seen = VerifyTransfer(driver, *lease, addr, length, result->transfers);
+    if (!seen.ok()) {
+      (void)driver.Put(*lease);
+      return seen.status();
+    }
+    ++result->verified;
+    result->stale += !*seen;
+  }
+  if (options.progress && (result->transfers & 1023) == 0) options.progress(result->transfers, total);
+  return lease;
+}
+
+// A recorded trace: registrations held from reg to dereg, releases replayed
+// in the address layout of the recording (recorded_layout.h).
+absl::StatusOr<ReplayResult> ReplayRecorded(const Trace& trace, Driver& driver, const RegistrarCounters& counters,
+                                            const ReplayOptions& options) {
+  absl::StatusOr<RecordedLayout> layout = RecordedLayout::Map(trace);
+  if (!layout.ok()) return layout.status();
+  ReplayResult result;
+  absl::flat_hash_map<uint32_t, Driver::Lease> held;
+  CallTimer timer(counters);
+  const size_t total = trace.transfers();
+  absl::Status status;
+  for (const TraceOp& op : trace.ops) {
+    if (op.kind == TraceOp::kReg) {
+      char* addr = layout->Translate(op.offset);
+      layout->Touch(addr, op.length);
+      absl::StatusOr<Driver::Lease> lease =
+          CountedGet(driver, timer, counters, options, total, addr, op.length, op.access, &result);
+      if (!lease.ok()) {
+        status = lease.status();
+        break;
+      }
+      held[op.id] = *lease;
+    } else if (op.kind == TraceOp::kDereg) {
+      auto it = held.find(op.id);
+      status = timer([&] { return driver.Put(it->second); });
+      held.erase(it);
+    } else if (op.kind == TraceOp::kRelease) {
+      for (const RecordedLayout::Piece& piece : layout->Clip(op.offset, op.length)) {
+        status = timer([&] { return driver.Release(piece.addr, piece.length); });
+        if (!status.ok()) break;
+        layout->Discard(piece);
+      }
+    }
+    if (!status.ok()) break;
+  }
+  for (auto& entry : held) {
+    absl::Status put = timer([&] { return driver.Put(entry.second); });
+    if (status.ok()) status = put;
+  }
+  absl::Status finished = driver.Finish();  // before the layout is unmapped
+  if (status.ok()) status = finished;
+  if (!status.ok()) return status;
+  return Conclude(result, timer, counters);
+}
+
 }  // namespace
 
 absl::StatusOr<ReplayResult> Replay(const Trace& trace, Driver& driver, const RegistrarCounters& counters,
                                     const ReplayOptions& options) {
   absl::Status valid = ValidateTrace(trace);
   if (!valid.ok()) return valid;
+  if (trace.recorded()) return ReplayRecorded(trace, driver, counters, options);
   ReplayResult result;
   absl::flat_hash_map<uint32_t, Buffer> buffers;
   CallTimer timer(counters);
@@ -118,27 +203,14 @@ absl::StatusOr<ReplayResult> Replay(const Trace& trace, Driver& driver, const Re
       continue;
     }
     char* addr = buffer.data + op.offset;
-    const uint64_t regs_before = counters.registrations.load(std::memory_order_relaxed);
-    absl::StatusOr<Driver::Lease> lease = timer([&] { return driver.Get(addr, op.length, op.access); });
+    absl::StatusOr<Driver::Lease> lease =
+        CountedGet(driver, timer, counters, options, total, addr, op.length, op.access, &result);
     if (!lease.ok()) {
       status = lease.status();
       break;
     }
-    result.hits += counters.registrations.load(std::memory_order_relaxed) == regs_before;
-    ++result.transfers;
-    if (options.verify) {
-      absl::StatusOr<bool> seen = VerifyTransfer(driver, *lease, addr, op.length, result.transfers);
-      if (!seen.ok()) {
-        status = seen.status();
-        (void)driver.Put(*lease);
-        break;
-      }
-      ++result.verified;
-      result.stale += !*seen;
-    }
     status = timer([&] { return driver.Put(*lease); });
     if (!status.ok()) break;
-    if (options.progress && (result.transfers & 1023) == 0) options.progress(result.transfers, total);
   }
   for (auto& entry : buffers) {
     absl::Status freed = FreeBuffer(driver, timer, entry.second);
@@ -147,16 +219,7 @@ absl::StatusOr<ReplayResult> Replay(const Trace& trace, Driver& driver, const Re
   absl::Status finished = driver.Finish();
   if (status.ok()) status = finished;
   if (!status.ok()) return status;
-  result.cache_ns = timer.cache_ns();
-  result.registrations = counters.registrations.load();
-  result.registered_bytes = counters.registered_bytes.load();
-  result.registrar_ns = counters.registrar_ns.load();
-  result.peak_pinned_bytes = counters.peak_pinned_bytes.load();
-  if (counters.deregistrations.load() != result.registrations) {
-    return ErrnoStatus(EIO, absl::StrCat("leak: ", result.registrations, " registrations but ",
-                                         counters.deregistrations.load(), " deregistrations"));
-  }
-  return result;
+  return Conclude(result, timer, counters);
 }
 
 }  // namespace mrbench

@@ -53,7 +53,7 @@ size_t ReadAll(int fd, void* data, size_t n) {
 int UnionAccess(const Trace& trace) {
   int access = 0;
   for (const TraceOp& op : trace.ops) {
-    if (op.kind == TraceOp::kXfer) access |= op.access;
+    if (op.kind == TraceOp::kXfer || op.kind == TraceOp::kReg) access |= op.access;
   }
   return access == 0 ? kDefaultAccess : access;
 }

@@ -27,7 +27,7 @@ struct UcxPeerSpec {
   ReplayOptions options;
 };
 
-// The union of the access flags of the trace's transfers (what a UCX memory
+// The union of the access flags of the trace's transfers (or registrations) (what a UCX memory
 // domain would register every region with).
 int UnionAccess(const Trace& trace);
 

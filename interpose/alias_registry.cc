@@ -30,13 +30,14 @@ Alias* AliasRegistry::Remove(const ibv_mr* mr) {
   return alias;
 }
 
-std::vector<mrcache::Region*> AliasRegistry::OrphanAll(const PdCache* cache) {
-  std::vector<mrcache::Region*> held;
+std::vector<AliasRegistry::Orphaned> AliasRegistry::OrphanAll(const PdCache* cache) {
+  std::vector<Orphaned> held;
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& entry : aliases_) {
     Alias* alias = entry.second;
     if (alias->kind == AliasKind::kCached && alias->cache == cache) {
-      held.push_back(alias->region);
+      held.push_back({alias->region, alias->record_id});
+      alias->record_id = 0;
       alias->kind = AliasKind::kOrphaned;
       alias->cache = nullptr;
       alias->region = nullptr;

@@ -26,6 +26,7 @@
 #include <infiniband/verbs.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <mutex>
 #include <unordered_map>
 #include <vector>
@@ -45,6 +46,7 @@ struct Alias {
   mrcache::Region* region = nullptr; // kCached: the referenced region
   ibv_mr* real = nullptr;            // kDedicated: the registration it fronts
   int access = 0;                    // the access flags the application asked for
+  uint64_t record_id = 0;            // kCached: its ID in MRCACHE_RECORD's stream (0: none)
 
   // Copies context/pd/handle/lkey/rkey from `from`, keeping addr/length.
   void TakeKeys(const ibv_mr& from);
@@ -62,9 +64,13 @@ class AliasRegistry {
   Alias* Find(const ibv_mr* mr) const;
   // Like Find, and removes it: the caller owns the Alias afterwards.
   Alias* Remove(const ibv_mr* mr);
+  struct Orphaned {
+    mrcache::Region* region;  // the reference the alias held
+    uint64_t record_id;       // its Alias::record_id
+  };
   // Turns every kCached alias of `cache` into kOrphaned (the cache is about
-  // to be destroyed) and returns the regions they held, for the caller to put.
-  std::vector<mrcache::Region*> OrphanAll(const PdCache* cache);
+  // to be destroyed) and returns the references they held, for the caller to put.
+  std::vector<Orphaned> OrphanAll(const PdCache* cache);
   size_t size() const;
 
  private:

@@ -47,6 +47,10 @@ constexpr char kUsage[] =
     "                        an rkey then reaches every page registered with the same remote\n"
     "                        rights nearby, until the cache deregisters it\n"
     "                        (MRCACHE_REMOTE_KEYS)\n"
+    "  --record PATH         write the registration stream (each registration the caches\n"
+    "                        serve, each deregistration, each release of memory the\n"
+    "                        monitors see) and the configuration to PATH, for\n"
+    "                        mrbench --trace PATH (MRCACHE_RECORD; %p in PATH = the pid)\n"
     "  --shim PATH           the preload library to use (default: $MRCACHE_PRELOAD_LIB, else\n"
     "                        libmrcache_preload.so next to mrcache-run or in ../lib)\n"
     "  -h, --help            this text\n"
@@ -119,7 +123,7 @@ bool TakeValue(int argc, char** argv, int* i, const char* name, std::string* val
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string stats, max_bytes, monitor, remote_keys, shim_flag, value;
+  std::string stats, max_bytes, monitor, remote_keys, record, shim_flag, value;
   int i = 1;
   for (; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -153,6 +157,9 @@ int main(int argc, char** argv) {
       absl::Status s = check.Set("remote_keys", value);
       if (!s.ok()) UsageError("--remote-keys: " + std::string(s.message()));
       remote_keys = value;
+    } else if (TakeValue(argc, argv, &i, "--record", &value)) {
+      if (value.empty()) UsageError("--record needs a path");
+      record = value;
     } else if (TakeValue(argc, argv, &i, "--shim", &value)) {
       shim_flag = value;
     } else if (absl::StartsWith(arg, "-")) {
@@ -171,6 +178,7 @@ int main(int argc, char** argv) {
   if (!max_bytes.empty()) setenv("MRCACHE_MAX_BYTES", max_bytes.c_str(), 1);
   if (!monitor.empty()) setenv("MRCACHE_MONITOR", monitor.c_str(), 1);
   if (!remote_keys.empty()) setenv("MRCACHE_REMOTE_KEYS", remote_keys.c_str(), 1);
+  if (!record.empty()) setenv("MRCACHE_RECORD", record.c_str(), 1);
 
   execvp(argv[i], argv + i);
   const int err = errno;

@@ -67,6 +67,8 @@ Shim::Shim() {
   const char* stats = std::getenv("MRCACHE_STATS");
   sample_costs_ = stats != nullptr && *stats != '\0';
   caches_ = std::make_unique<PdCaches>(*config);
+  const char* record = std::getenv("MRCACHE_RECORD");
+  if (record != nullptr && *record != '\0') recorder_ = Recorder::Open(record, *config);
 }
 
 void Shim::SampleRegistrationCost(RegEntry entry, ibv_pd* pd, void* addr, size_t length,
@@ -134,6 +136,8 @@ ibv_mr* Shim::Register(RegEntry entry, ibv_pd* pd, void* addr, size_t length, ui
   alias->cache = *cache;
   alias->region = *region;
   alias->access = static_cast<int>(access);
+  // Recorded before the application can deregister it: "reg" precedes "dereg".
+  if (recorder_ != nullptr) alias->record_id = recorder_->Register(addr, length, access);
   (*cache)->aliases.fetch_add(1);
   aliases_.Add(alias);
   return &alias->mr;
@@ -158,6 +162,7 @@ int Shim::Deregister(ibv_mr* mr) {
   int ret = 0;
   switch (alias->kind) {
     case AliasKind::kCached: {
+      if (recorder_ != nullptr) recorder_->Deregister(alias->record_id);
       absl::Status put = alias->cache->cache->Put(alias->region);
       alias->cache->aliases.fetch_sub(1);
       ret = put.ok() ? 0 : mrcache::StatusToErrno(put);
@@ -227,6 +232,8 @@ int Shim::ReregisterCached(Alias* alias, int flags, ibv_pd* pd, void* addr, size
                                      reinterpret_cast<uintptr_t>(new_addr),
                                      static_cast<unsigned>(new_access));
   if (real == nullptr) return IBV_REREG_MR_ERR_INPUT;  // errno from libibverbs; alias untouched
+  if (recorder_ != nullptr) recorder_->Deregister(alias->record_id);
+  alias->record_id = 0;
   (void)alias->cache->cache->Put(alias->region);
   alias->cache->aliases.fetch_sub(1);
   alias->kind = AliasKind::kDedicated;
@@ -277,8 +284,9 @@ int Shim::CloseDevice(ibv_context* context) {
     // The device takes every MR with it: aliases still held become orphans,
     // and their references are dropped so the cache goes down cleanly.
     caches_->ReleaseContext(context, [this](PdCache* cache) {
-      for (mrcache::Region* region : aliases_.OrphanAll(cache)) {
-        (void)cache->cache->Put(region);
+      for (const AliasRegistry::Orphaned& orphan : aliases_.OrphanAll(cache)) {
+        if (recorder_ != nullptr) recorder_->Deregister(orphan.record_id);
+        (void)cache->cache->Put(orphan.region);
         cache->aliases.fetch_sub(1);
       }
     });

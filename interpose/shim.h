@@ -37,6 +37,10 @@
 //   aliases still held become orphans (dereg -> EINVAL, like the real
 //   library's registry after close).
 //
+// MRCACHE_RECORD=PATH: every request a PD cache serves, its deregistration,
+// and every release the monitors report are written to PATH (recorder.h);
+// nothing is recorded while caching is disabled.
+//
 // Caching is disabled (everything passes through, with one warning on
 // stderr) when the MRCACHE_* configuration is invalid, or when no memory
 // monitor can be installed although the configuration relies on one
@@ -55,6 +59,7 @@
 
 #include "interpose/alias_registry.h"
 #include "interpose/pd_caches.h"
+#include "interpose/recorder.h"
 #include "interpose/shim_defaults.h"
 #include "interpose/stats_report.h"
 #include "mrcache/config.h"
@@ -101,6 +106,7 @@ class Shim {
   bool sample_costs_ = false;                    // MRCACHE_STATS is set: price what is saved
   std::unique_ptr<mrcache::MonitorLease> monitor_;  // keeps the monitor installed all run
   std::unique_ptr<PdCaches> caches_;             // null while disabled
+  std::unique_ptr<Recorder> recorder_;           // MRCACHE_RECORD (null: not recording)
   AliasRegistry aliases_;
 
   std::atomic<uint64_t> calls_{0}, lookups_{0}, bypassed_{0}, fallbacks_{0}, alias_deregs_{0},

@@ -49,6 +49,7 @@ const std::vector<std::string>& NonKeyVariables() {
   static const auto* names = new std::vector<std::string>{
       "MRCACHE_STATS",            // the shim's summary at exit (interpose/stats_report.h)
       "MRCACHE_PRELOAD_LIB",      // the shim mrcache-run preloads
+      "MRCACHE_RECORD",           // the shim's registration stream (interpose/recorder.h)
       // Knobs of mrcache's own test suites and scripts (tests/, scripts/).
       "MRCACHE_TEST_DEVICE", "MRCACHE_RACE_ITERATIONS", "MRCACHE_DIFF_OPS", "MRCACHE_DIFF_SEED",
       "MRCACHE_FUZZ_SECONDS", "MRCACHE_MATRIX_PASSES", "MRCACHE_SOAK_SECONDS",

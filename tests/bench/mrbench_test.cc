@@ -119,6 +119,42 @@ TEST(Mrbench, TraceFileIsReplayed) {
   EXPECT_NE(o.output.find(trace), std::string::npos) << o.output;
 }
 
+// A recording (mrcache-run --record): three registrations of one buffer, the
+// last after a release of it.
+const char kRecording[] =
+    "# mrcache-record 1\n"
+    "config max_regions=3 max_bytes=1M bridge_bytes=0 remote_keys=shared\n"
+    "reg 1 0x7f0000010000 65536 1\ndereg 1\nreg 2 0x7f0000010000 65536 1\ndereg 2\n"
+    "release 0x7f0000010000 65536\nreg 3 0x7f0000010000 65536 1\n";
+
+TEST(Mrbench, RecordingIsReplayedWithItsLimits) {
+  const std::string trace = ::testing::TempDir() + "/recording.trace";
+  std::ofstream(trace) << kRecording;
+  Outcome o = RunMrbench("--registrar sim --configs none,mrcache --trace " + trace);
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  EXPECT_NE(o.output.find("is a recording"), std::string::npos) << o.output;
+  EXPECT_NE(o.output.find("max_regions 3, max_bytes 1.0 MiB"), std::string::npos) << o.output;
+}
+
+TEST(Mrbench, RecordingLimitsGiveWayToTheCommandLine) {
+  const std::string trace = ::testing::TempDir() + "/recording2.trace";
+  std::ofstream(trace) << kRecording;
+  Outcome o = RunMrbench("--registrar sim --configs mrcache --max-regions 7 --trace " + trace);
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  EXPECT_NE(o.output.find("max_regions 7, max_bytes unlimited"), std::string::npos) << o.output;
+}
+
+TEST(Mrbench, RecordingReleaseMakesMrcacheRegisterAgain) {
+  const std::string trace = ::testing::TempDir() + "/recording3.trace";
+  const std::string json = ::testing::TempDir() + "/recording3.json";
+  std::ofstream(trace) << kRecording;
+  Outcome o = RunMrbench("--registrar sim --configs mrcache --json " + json + " --trace " + trace);
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  const std::string out = ReadFile(json);
+  EXPECT_EQ(Field(out, "transfers"), "3") << out;
+  EXPECT_EQ(Field(out, "registrations"), "2") << out;  // the first, and the one after the release
+}
+
 TEST(Mrbench, HelpAndBadFlags) {
   Outcome help = RunMrbench("--help");
   EXPECT_EQ(help.exit_code, 0);

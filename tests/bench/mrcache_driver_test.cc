@@ -67,5 +67,63 @@ TEST(ReplayMrcache, FreeInvalidatesAndNothingLeaks) {
   EXPECT_EQ(r->registrations, 2u);
 }
 
+// Recorded traces (mrcache-run --record): registrations held from reg to
+// dereg, releases at the recorded addresses.
+
+Trace Recorded(const std::string& events) { return Parse("# mrcache-record 1\n" + events); }
+
+TEST(ReplayRecorded, HeldRegistrationServesTheRequestsInsideIt) {
+  absl::StatusOr<ReplayResult> r = ReplayThroughMrcache(
+      Recorded("reg 1 0x7f0000010000 65536 1\nreg 2 0x7f0000012000 4096 1\ndereg 2\ndereg 1\n"), 1 << 30);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->transfers, 2u);
+  EXPECT_EQ(r->registrations, 1u);
+  EXPECT_EQ(r->hits, 1u);
+  EXPECT_EQ(r->stale, 0u);
+  EXPECT_EQ(r->verified, 2u);
+}
+
+TEST(ReplayRecorded, ReleaseMakesTheNextRegistrationThereMiss) {
+  const std::string reg = "reg 1 0x7f0000010000 65536 1\ndereg 1\n";
+  absl::StatusOr<ReplayResult> kept = ReplayThroughMrcache(Recorded(reg + reg), 1 << 30);
+  absl::StatusOr<ReplayResult> released =
+      ReplayThroughMrcache(Recorded(reg + "release 0x7f0000018000 4096\n" + reg), 1 << 30);
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  ASSERT_TRUE(released.ok()) << released.status();
+  EXPECT_EQ(kept->registrations, 1u);
+  EXPECT_EQ(released->registrations, 2u);
+  EXPECT_EQ(released->stale, 0u);
+}
+
+TEST(ReplayRecorded, ReleaseElsewhereChangesNothing) {
+  const std::string reg = "reg 1 0x7f0000010000 65536 1\ndereg 1\n";
+  absl::StatusOr<ReplayResult> r =
+      ReplayThroughMrcache(Recorded(reg + "release 0x7f0000020000 4096\nrelease 0x1000 4096\n" + reg), 1 << 30);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->registrations, 1u);
+}
+
+// Two overlapping requests, then their union: merging sees the recorded
+// overlap, so the union is one region only with merging on.
+TEST(ReplayRecorded, RelativeLayoutIsKeptSoOverlapsMerge) {
+  const char kEvents[] =
+      "reg 1 0x7f0000010000 8192 1\nreg 2 0x7f0000011000 8192 1\ndereg 1\ndereg 2\n"
+      "reg 3 0x7f0000010000 12288 1\ndereg 3\n";
+  absl::StatusOr<ReplayResult> merged = ReplayThroughMrcache(Recorded(kEvents), 1 << 30);
+  absl::StatusOr<ReplayResult> unmerged = ReplayThroughMrcache(Recorded(kEvents), 0);
+  ASSERT_TRUE(merged.ok()) << merged.status();
+  ASSERT_TRUE(unmerged.ok()) << unmerged.status();
+  EXPECT_EQ(merged->hits, 1u);
+  EXPECT_EQ(unmerged->hits, 0u);
+}
+
+TEST(ReplayRecorded, RegistrationsLiveAtTheEndAreDeregistered) {
+  // Replay fails on registrations != deregistrations.
+  absl::StatusOr<ReplayResult> r =
+      ReplayThroughMrcache(Recorded("reg 1 0x555500001000 100 1\nreg 2 0x7f0000010000 4096 1\n"), 1 << 30);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->registrations, 2u);
+}
+
 }  // namespace
 }  // namespace mrbench

@@ -115,5 +115,117 @@ TEST(TraceValidate, NamesTheOperationIndex) {
   EXPECT_EQ(s.message(), "w: operation 1: free of buffer 4, which is not allocated (Invalid argument)");
 }
 
+// Recorded traces: the shim's MRCACHE_RECORD stream (interpose/recorder.h).
+
+constexpr char kRecorded[] =
+    "# mrcache-record 1\n"
+    "config max_regions=64 bridge_bytes=0 remote_keys=private\n"
+    "reg 5 0x7f0000001000 8192 1\n"
+    "reg 9 0x7f0000004000 100 7   # held across the release\n"
+    "release 0x7f0000000000 65536\n"
+    "dereg 5\n"
+    "reg 5 0x7F0000001000 8192 1\n"
+    "dereg 9\n";
+
+TEST(RecordedTraceParse, AcceptsHeaderConfigAndEvents) {
+  absl::StatusOr<Trace> t = ParseTrace(kRecorded, "r");
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_TRUE(t->recorded());
+  EXPECT_EQ(t->recorded_config.max_regions, 64u);
+  EXPECT_EQ(t->recorded_config.bridge_bytes, 0u);
+  EXPECT_EQ(t->recorded_config.remote_keys, mrcache::RemoteKeys::kPrivate);
+  ASSERT_EQ(t->ops.size(), 6u);
+  EXPECT_EQ(t->ops[0].kind, TraceOp::kReg);
+  EXPECT_EQ(t->ops[0].offset, 0x7f0000001000u);
+  EXPECT_EQ(t->ops[0].length, 8192u);
+  EXPECT_EQ(t->ops[0].access, 1);
+  EXPECT_EQ(t->ops[2].kind, TraceOp::kRelease);
+  EXPECT_EQ(t->ops[2].length, 65536u);
+  EXPECT_EQ(t->transfers(), 3u);  // the registrations
+}
+
+TEST(RecordedTraceParse, RenumbersIdsSoAReusedIdIsANewRegistration) {
+  absl::StatusOr<Trace> t = ParseTrace(kRecorded, "r");
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->ops[0].id, 1u);  // reg 5
+  EXPECT_EQ(t->ops[1].id, 2u);  // reg 9
+  EXPECT_EQ(t->ops[3].id, 1u);  // dereg 5
+  EXPECT_EQ(t->ops[4].id, 3u);  // reg 5 again
+  EXPECT_EQ(t->ops[5].id, 2u);  // dereg 9
+}
+
+TEST(RecordedTraceParse, WithoutConfigLineUsesTheLibraryDefaults) {
+  absl::StatusOr<Trace> t = ParseTrace("# mrcache-record 1\nreg 1 0x1000 10 1\n", "r");
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->recorded_config.max_regions, mrcache::Config().max_regions);
+}
+
+TEST(RecordedTraceParse, FormatRoundTrips) {
+  absl::StatusOr<Trace> t = ParseTrace(kRecorded, "r");
+  ASSERT_TRUE(t.ok()) << t.status();
+  absl::StatusOr<Trace> again = ParseTrace(FormatTrace(*t), "r");
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_TRUE(again->recorded());
+  EXPECT_EQ(again->recorded_config.max_regions, 64u);
+  ASSERT_EQ(again->ops.size(), t->ops.size());
+  for (size_t i = 0; i < t->ops.size(); ++i) {
+    EXPECT_EQ(again->ops[i].kind, t->ops[i].kind);
+    EXPECT_EQ(again->ops[i].id, t->ops[i].id);
+    EXPECT_EQ(again->ops[i].offset, t->ops[i].offset);
+    EXPECT_EQ(again->ops[i].length, t->ops[i].length);
+    EXPECT_EQ(again->ops[i].access, t->ops[i].access);
+  }
+}
+
+TEST(RecordedTraceParse, RejectsAnUnknownVersion) {
+  EXPECT_EQ(ErrorOf("# mrcache-record 2\nreg 1 0x1000 10 1\n"),
+            "t:1: unsupported mrcache-record version '2' (this mrbench reads version 1)");
+}
+
+TEST(RecordedTraceParse, RejectsBadLinesNamingThem) {
+  const std::string h = "# mrcache-record 1\n";
+  EXPECT_EQ(ErrorOf(h + "xfer 1 0 10\n"),
+            "t:2: unknown operation 'xfer' (a recorded trace has config, reg, dereg and release)");
+  EXPECT_EQ(ErrorOf(h + "reg 1 0x1000 10\n"), "t:2: 'reg' takes reg ID ADDR LENGTH ACCESS, got 3 argument(s)");
+  EXPECT_EQ(ErrorOf(h + "reg 1 4096 10 1\n"), "t:2: bad address '4096' (expected 0x...)");
+  EXPECT_EQ(ErrorOf(h + "reg 1 0x10g0 10 1\n"), "t:2: bad address '0x10g0' (expected 0x...)");
+  EXPECT_EQ(ErrorOf(h + "reg 1 0x11112222333344445 10 1\n"), "t:2: bad address '0x11112222333344445' (expected 0x...)");
+  EXPECT_EQ(ErrorOf(h + "reg x 0x1000 10 1\n"), "t:2: bad registration ID 'x'");
+  EXPECT_EQ(ErrorOf(h + "reg 1 0x1000 -1 1\n"), "t:2: bad length '-1'");
+  EXPECT_EQ(ErrorOf(h + "reg 1 0x1000 0 1\n"), "t:2: reg of 0 bytes");
+  EXPECT_EQ(ErrorOf(h + "reg 1 0xffffffffffffffff 2 1\n"), "t:2: reg range wraps around the address space");
+  EXPECT_EQ(ErrorOf(h + "release 0x1000 0\n"), "t:2: release of 0 bytes");
+  EXPECT_EQ(ErrorOf(h + "release 0x1000\n"), "t:2: 'release' takes release ADDR LENGTH, got 1 argument(s)");
+  std::string access = ErrorOf(h + "reg 1 0x1000 10 2\n");  // REMOTE_WRITE without LOCAL_WRITE
+  EXPECT_EQ(access.rfind("t:2: bad access 2: ", 0), 0u) << access;
+}
+
+TEST(RecordedTraceParse, RejectsRegistrationLifecycleErrors) {
+  const std::string h = "# mrcache-record 1\n";
+  EXPECT_EQ(ErrorOf(h + "reg 1 0x1000 10 1\nreg 1 0x2000 10 1\n"), "t:3: registration 1 is already registered");
+  EXPECT_EQ(ErrorOf(h + "dereg 4\n"), "t:2: dereg of registration 4, which is not registered");
+  EXPECT_EQ(ErrorOf(h + "reg 1 0x1000 10 1\ndereg 1\ndereg 1\n"),
+            "t:4: dereg of registration 1, which is not registered");
+}
+
+TEST(RecordedTraceParse, RejectsBadOrMisplacedConfigLines) {
+  const std::string h = "# mrcache-record 1\n";
+  EXPECT_EQ(ErrorOf(h + "config max_regions\n"), "t:2: bad configuration entry 'max_regions' (expected KEY=VALUE)");
+  std::string unknown = ErrorOf(h + "config no_such_key=1\n");
+  EXPECT_EQ(unknown.rfind("t:2: ", 0), 0u) << unknown;
+  EXPECT_NE(unknown.find("no_such_key"), std::string::npos) << unknown;
+  EXPECT_EQ(ErrorOf(h + "config max_regions=1\nconfig max_regions=2\n"), "t:3: a second config line");
+  EXPECT_EQ(ErrorOf(h + "release 0x1000 4096\nconfig max_regions=2\n"), "t:3: the config line comes after events");
+}
+
+TEST(RecordedTraceValidate, RejectsWorkloadOperationsInARecordedTrace) {
+  Trace t;
+  t.name = "w";
+  t.recorded_version = 1;
+  t.ops.push_back({TraceOp::kAlloc, 1, 0, 0, 4096});
+  absl::Status s = ValidateTrace(t);
+  EXPECT_EQ(s.message(), "w: operation 1: a workload operation in a recorded trace (Invalid argument)");
+}
+
 }  // namespace
 }  // namespace mrbench

@@ -1,0 +1,138 @@
+#include "interpose/recorder.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "interpose/record_format.h"
+
+namespace mrcache_preload {
+namespace {
+
+// Appends decimal or hexadecimal digits of `v` at `*p` (no allocation).
+char* PutDecimal(char* p, uint64_t v) {
+  char digits[20];
+  int n = 0;
+  do {
+    digits[n++] = static_cast<char>('0' + v % 10);
+    v /= 10;
+  } while (v != 0);
+  while (n > 0) *p++ = digits[--n];
+  return p;
+}
+
+char* PutHex(char* p, uint64_t v) {
+  *p++ = '0';
+  *p++ = 'x';
+  char digits[16];
+  int n = 0;
+  do {
+    digits[n++] = "0123456789abcdef"[v & 15];
+    v >>= 4;
+  } while (v != 0);
+  while (n > 0) *p++ = digits[--n];
+  return p;
+}
+
+char* PutText(char* p, const char* text) {
+  while (*text != '\0') *p++ = *text++;
+  return p;
+}
+
+// Longest line: "release " + 18 + " " + 20 + "\n", "reg " + 20 + " " + 18 + " " + 20 + " " + 10 + "\n".
+constexpr size_t kLineMax = 128;
+
+}  // namespace
+
+std::unique_ptr<Recorder> Recorder::Open(const std::string& path, const mrcache::Config& config) {
+  const std::string name = absl::StrReplaceAll(path, {{"%p", absl::StrCat(getpid())}});
+  const int fd = open(name.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    std::fprintf(stderr, "mrcache: MRCACHE_RECORD=%s: %s; not recording\n", name.c_str(), std::strerror(errno));
+    return nullptr;
+  }
+  const std::string head = absl::StrCat(kRecordHeader, "\n", RecordConfigLine(config), "\n");
+  if (write(fd, head.data(), head.size()) != static_cast<ssize_t>(head.size())) {
+    std::fprintf(stderr, "mrcache: MRCACHE_RECORD=%s: cannot write: %s; not recording\n", name.c_str(),
+                 std::strerror(errno));
+    close(fd);
+    return nullptr;
+  }
+  std::unique_ptr<Recorder> recorder(new Recorder(fd));
+  absl::Status added = mrcache::AddMemoryEventListener(recorder.get());
+  if (!added.ok()) {
+    std::fprintf(stderr, "mrcache: MRCACHE_RECORD=%s: %s; not recording\n", name.c_str(),
+                 std::string(added.message()).c_str());
+    return nullptr;  // the destructor closes fd
+  }
+  recorder->listening_ = true;
+  return recorder;
+}
+
+Recorder::~Recorder() {
+  if (listening_) mrcache::RemoveMemoryEventListener(this);
+  const int fd = fd_.exchange(-1);
+  if (fd >= 0) close(fd);
+}
+
+void Recorder::WriteLine(const char* line, size_t length) noexcept {
+  const int fd = fd_.load(std::memory_order_acquire);
+  if (fd < 0) return;
+  const int saved_errno = errno;
+  // O_APPEND: one write(2) places the whole line at the end of the file.
+  ssize_t n;
+  do {
+    n = write(fd, line, length);
+  } while (n < 0 && errno == EINTR);
+  errno = saved_errno;
+}
+
+uint64_t Recorder::Register(const void* addr, size_t length, unsigned access) noexcept {
+  if (fd_.load(std::memory_order_acquire) < 0) return 0;
+  const uint64_t id = next_id_.fetch_add(1, std::memory_order_relaxed);
+  char line[kLineMax];
+  char* p = PutText(line, "reg ");
+  p = PutDecimal(p, id);
+  *p++ = ' ';
+  p = PutHex(p, reinterpret_cast<uintptr_t>(addr));
+  *p++ = ' ';
+  p = PutDecimal(p, length);
+  *p++ = ' ';
+  p = PutDecimal(p, access);
+  *p++ = '\n';
+  WriteLine(line, static_cast<size_t>(p - line));
+  return id;
+}
+
+void Recorder::Deregister(uint64_t id) noexcept {
+  if (id == 0) return;
+  char line[kLineMax];
+  char* p = PutText(line, "dereg ");
+  p = PutDecimal(p, id);
+  *p++ = '\n';
+  WriteLine(line, static_cast<size_t>(p - line));
+}
+
+void Recorder::OnMemoryRelease(uintptr_t start, uintptr_t end) noexcept {
+  if (end <= start) return;
+  char line[kLineMax];
+  char* p = PutText(line, "release ");
+  p = PutHex(p, start);
+  *p++ = ' ';
+  p = PutDecimal(p, end - start);
+  *p++ = '\n';
+  WriteLine(line, static_cast<size_t>(p - line));
+}
+
+void Recorder::OnForkChild() noexcept {
+  // The child shares the file offset and would reuse the parent's IDs.
+  const int fd = fd_.exchange(-1);
+  if (fd >= 0) close(fd);
+}
+
+}  // namespace mrcache_preload
