@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "interpose/record_format.h"
+#include "mrcache/log.h"
 
 namespace mrcache_preload {
 namespace {
@@ -53,21 +54,22 @@ std::unique_ptr<Recorder> Recorder::Open(const std::string& path, const mrcache:
   const std::string name = absl::StrReplaceAll(path, {{"%p", absl::StrCat(getpid())}});
   const int fd = open(name.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
   if (fd < 0) {
-    std::fprintf(stderr, "mrcache: MRCACHE_RECORD=%s: %s; not recording\n", name.c_str(), std::strerror(errno));
+    mrcache::Log(mrcache::LogLevel::kError,
+                 absl::StrCat("MRCACHE_RECORD=", name, ": ", std::strerror(errno), "; not recording"));
     return nullptr;
   }
   const std::string head = absl::StrCat(kRecordHeader, "\n", RecordConfigLine(config), "\n");
   if (write(fd, head.data(), head.size()) != static_cast<ssize_t>(head.size())) {
-    std::fprintf(stderr, "mrcache: MRCACHE_RECORD=%s: cannot write: %s; not recording\n", name.c_str(),
-                 std::strerror(errno));
+    mrcache::Log(mrcache::LogLevel::kError, absl::StrCat("MRCACHE_RECORD=", name, ": cannot write: ",
+                                                         std::strerror(errno), "; not recording"));
     close(fd);
     return nullptr;
   }
   std::unique_ptr<Recorder> recorder(new Recorder(fd));
   absl::Status added = mrcache::AddMemoryEventListener(recorder.get());
   if (!added.ok()) {
-    std::fprintf(stderr, "mrcache: MRCACHE_RECORD=%s: %s; not recording\n", name.c_str(),
-                 std::string(added.message()).c_str());
+    mrcache::Log(mrcache::LogLevel::kError,
+                 absl::StrCat("MRCACHE_RECORD=", name, ": ", added.message(), "; not recording"));
     return nullptr;  // the destructor closes fd
   }
   recorder->listening_ = true;
