@@ -2,17 +2,19 @@
 // expected to report in this environment (glibc 2.36, Linux 6.18, root).
 // Derived from how each monitor works (DESIGN.md sections 4 and 5):
 //  - symbols sees calls that go through symbol lookup: not glibc's internal
-//    munmap in free(), not raw syscall(2).
+//    munmap in free(), not glibc's syscall() function (not interposed: see
+//    symbols_monitor.h), not an inline `syscall` instruction.
 //  - patch sees every call that enters libc's entry points, including
-//    glibc-internal ones; not raw syscall(2).
-//  - uffd sees what the kernel does to registered ranges, raw syscalls
-//    included; SysV shm attachments cannot be registered and shmdt sends no
+//    glibc-internal ones and syscall(); not an inline `syscall` instruction.
+//  - uffd sees what the kernel does to registered ranges, inline system
+//    calls included; SysV shm attachments cannot be registered and shmdt sends no
 //    event. The kernel sends no event either when shmat(SHM_REMAP) replaces a
 //    registered range (do_shmat maps without the unmap-event list), nor when
 //    truncation or fallocate drops a shared file's pages under a registered
 //    mapping (only madvise sends UFFD_EVENT_REMOVE).
 //  - jemalloc sees only jemalloc's own extent operations.
-//  - auto is patch+uffd(+jemalloc) here and must cover every row.
+//  - auto is patch(+jemalloc) here and must cover every row that goes
+//    through libc: all but raw_munmap. auto+uffd covers every row.
 #ifndef TESTS_MONITORS_MONITOR_EXPECTATIONS_H_
 #define TESTS_MONITORS_MONITOR_EXPECTATIONS_H_
 
@@ -39,14 +41,28 @@ inline bool UffdSendsNoEvent(const std::string& way) {
 
 inline bool ExpectReported(const std::string& monitor, const std::string& way) {
   if (monitor == "none") return false;
-  if (monitor == "auto") return true;
+  if (monitor == "auto+uffd") return true;
+  if (monitor == "auto") return way != "raw_munmap";
   if (monitor == "symbols") {
-    return way != "glibc_free" && way != "raw_munmap";
+    return way != "glibc_free" && way != "syscall_munmap" && way != "raw_munmap";
   }
   if (monitor == "patch") return way != "raw_munmap";
   if (monitor == "uffd") return !UffdSendsNoEvent(way);
   if (monitor == "jemalloc") return way == "jemalloc_purge";
   return false;
+}
+
+// A monitor name as a test name part ('+' is not allowed there).
+inline std::string MonitorTestName(const std::string& monitor) {
+  std::string out;
+  for (char c : monitor) {
+    if (c == '+') {
+      out += "_plus_";
+    } else {
+      out += c;
+    }
+  }
+  return out;
 }
 
 }  // namespace testing
