@@ -158,9 +158,10 @@ class Lease : public MonitorLease {
 // `auto`: `patch` (every release that goes through libc, its own internal
 // calls and syscall() included), else `symbols`; plus `jemalloc` when it is
 // the allocator. `uffd` is not in it: it costs every miss a userfaultfd
-// registration (8 us against 1.4 us, bench/RESULTS.md) and watches memory
-// by range, which changes the application's own memory map; the one row
-// only it covers, an inline `syscall` instruction, is `auto+uffd`'s.
+// registration (a miss at zero registrar cost took 8.3 us with it; without
+// it, what `none` costs: bench/RESULTS.md) and watches memory by range,
+// which changes the application's own memory map; the one row only it
+// covers, an inline `syscall` instruction, is `auto+uffd`'s.
 std::vector<std::string> AutoNames() {
   return {"patch", "jemalloc"};
 }
