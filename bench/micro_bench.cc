@@ -16,14 +16,19 @@
 //                                   cache with monitor=patch: a miss plus the
 //                                   bridging probe (the gap is not resident)
 //
+//   BM_MrcacheHitDefaultMonitor,    the same with the default monitor (`auto`:
+//   BM_MrcacheMissDefaultMonitor    patch here) instead of none
+//
 // The registrar is `sim` with sim_base_ns = sim_page_ns = 0. mrcache runs with
-// monitor=none; UCX is loaded with UCX_MEM_MMAP_HOOK_MODE=none (ucs_api.h),
-// which main() checks before any benchmark runs.
+// monitor=none unless the name says DefaultMonitor; UCX is loaded with
+// UCX_MEM_MMAP_HOOK_MODE=none (ucs_api.h), which main() checks before any
+// benchmark runs.
 #include <sys/mman.h>
 
 #include <chrono>
 #include <cstdio>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "benchmark/benchmark.h"
@@ -53,18 +58,24 @@ char* Arena() {
 }
 char* Range(size_t i) { return Arena() + 2 * i * kPage; }
 
-mrcache::Config ZeroCostConfig(size_t max_regions) {
+// The monitor of the default configuration (mrcache::Config's, i.e. `auto`).
+const std::string& DefaultMonitor() {
+  static const std::string* name = new std::string(mrcache::Config().monitor);
+  return *name;
+}
+
+mrcache::Config ZeroCostConfig(size_t max_regions, const std::string& monitor = "none") {
   mrcache::Config config;
   config.registrar = "sim";
   config.sim_base_ns = 0;
   config.sim_page_ns = 0;
-  config.monitor = "none";
+  config.monitor = monitor;
   config.max_regions = max_regions;
   return config;
 }
 
-std::unique_ptr<mrcache::Cache> MakeCache(size_t max_regions) {
-  mrcache::Config config = ZeroCostConfig(max_regions);
+std::unique_ptr<mrcache::Cache> MakeCache(size_t max_regions, const std::string& monitor = "none") {
+  mrcache::Config config = ZeroCostConfig(max_regions, monitor);
   auto cache = mrcache::Cache::Create(config, mrcache::MakeSimRegistrar(config));
   if (!cache.ok()) {
     std::fprintf(stderr, "micro_bench: %s\n", cache.status().ToString().c_str());
@@ -97,12 +108,16 @@ Ucx MakeUcx(size_t max_regions) {
 std::unique_ptr<mrcache::Cache> g_cache;
 Ucx g_ucx;
 
-void SetUpMrcacheHit(const benchmark::State& state) {
-  g_cache = MakeCache(0);
+void FillMrcache(const benchmark::State& state, const std::string& monitor) {
+  g_cache = MakeCache(0, monitor);
   for (int64_t i = 0; i < state.range(0); ++i) {
     auto region = g_cache->Acquire(Range(i), kPage, kAccess);
     if (!region.ok() || !g_cache->Put(*region).ok()) std::abort();
   }
+}
+void SetUpMrcacheHit(const benchmark::State& state) { FillMrcache(state, "none"); }
+void SetUpMrcacheHitDefaultMonitor(const benchmark::State& state) {
+  FillMrcache(state, DefaultMonitor());
 }
 void TearDownMrcache(const benchmark::State&) { g_cache.reset(); }
 
@@ -119,6 +134,7 @@ void BM_MrcacheHit(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations());
   if (state.thread_index() == 0) state.counters["misses"] = double(cache.stats().misses);
 }
+void BM_MrcacheHitDefaultMonitor(benchmark::State& state) { BM_MrcacheHit(state); }
 
 void SetUpUcxHit(const benchmark::State& state) {
   g_ucx = MakeUcx(0);
@@ -152,8 +168,8 @@ void BM_UcxHit(benchmark::State& state) {
 }
 
 // ---- misses: 4,096 ranges through 64 regions, so every get misses ------------
-void BM_MrcacheMiss(benchmark::State& state) {
-  std::unique_ptr<mrcache::Cache> cache = MakeCache(64);
+void MrcacheMiss(benchmark::State& state, const std::string& monitor) {
+  std::unique_ptr<mrcache::Cache> cache = MakeCache(64, monitor);
   size_t i = 0;
   for (auto _ : state) {
     absl::StatusOr<mrcache::Region*> region = cache->Acquire(Range(i), kPage, kAccess);
@@ -167,6 +183,8 @@ void BM_MrcacheMiss(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations());
   state.counters["hits"] = double(cache->stats().hits);
 }
+void BM_MrcacheMiss(benchmark::State& state) { MrcacheMiss(state, "none"); }
+void BM_MrcacheMissDefaultMonitor(benchmark::State& state) { MrcacheMiss(state, DefaultMonitor()); }
 
 void BM_UcxMiss(benchmark::State& state) {
   Ucx ucx = MakeUcx(64);
@@ -243,8 +261,13 @@ void HitArgs(benchmark::internal::Benchmark* b) {
 }
 
 BENCHMARK(BM_MrcacheHit)->Apply(HitArgs)->Setup(SetUpMrcacheHit)->Teardown(TearDownMrcache);
+BENCHMARK(BM_MrcacheHitDefaultMonitor)
+    ->Apply(HitArgs)
+    ->Setup(SetUpMrcacheHitDefaultMonitor)
+    ->Teardown(TearDownMrcache);
 BENCHMARK(BM_UcxHit)->Apply(HitArgs)->Setup(SetUpUcxHit)->Teardown(TearDownUcx);
 BENCHMARK(BM_MrcacheMiss);
+BENCHMARK(BM_MrcacheMissDefaultMonitor);
 BENCHMARK(BM_UcxMiss);
 BENCHMARK(BM_MrcacheMissAfterInvalidate);
 BENCHMARK(BM_MrcacheFirstMissBesideARegion)->UseManualTime();

@@ -147,20 +147,29 @@ void PrintDevices(const mrcache::Config& config) {
 
 void PrintMonitors(const mrcache::Config& config) {
   std::printf("\nMemory monitors (installed and released again in this process):\n");
-  for (const char* name : {"none", "symbols", "patch", "uffd", "jemalloc", "auto"}) {
+  for (const char* name : {"none", "symbols", "patch", "uffd", "jemalloc", "auto", "auto+uffd"}) {
     auto lease = mrcache::AcquireMonitor(name);
-    if (lease.ok()) {
-      std::printf("  %-9s available%s%s\n", name,
-                  std::strcmp(name, "auto") == 0 ? ": " : "",
-                  std::strcmp(name, "auto") == 0 ? (*lease)->name().c_str() : "");
-    } else {
+    if (!lease.ok()) {
       std::printf("  %-9s unavailable: %s\n", name, std::string(lease.status().message()).c_str());
+      continue;
+    }
+    bool combined = std::strncmp(name, "auto", 4) == 0;
+    std::printf("  %-9s available%s%s\n", name, combined ? ": " : "",
+                combined ? (*lease)->name().c_str() : "");
+    if (!(*lease)->shortfall().empty()) {
+      std::printf("  %-9s incomplete: %s\n", "", (*lease)->shortfall().c_str());
     }
   }
   auto chosen = mrcache::AcquireMonitor(config.monitor);
   std::printf("  monitor=%s gives: %s\n", config.monitor.c_str(),
               chosen.ok() ? (*chosen)->name().c_str()
                           : std::string(chosen.status().message()).c_str());
+  // What a cache created with this configuration reports as
+  // mrc_stats_t.monitor_incomplete (auto unavailable altogether counts too).
+  bool incomplete = chosen.ok() ? !(*chosen)->shortfall().empty() : config.monitor == "auto";
+  std::printf("  monitor_incomplete: %d%s%s\n", incomplete ? 1 : 0,
+              chosen.ok() && incomplete ? " -- " : "",
+              chosen.ok() && incomplete ? (*chosen)->shortfall().c_str() : "");
 }
 
 }  // namespace

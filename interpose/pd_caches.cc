@@ -27,6 +27,7 @@ void AddStats(mrcache::CacheStats* a, const mrcache::CacheStats& b) {
   a->registrar_failures += b.registrar_failures;
   a->bypassed += b.bypassed;
   a->remote_private += b.remote_private;
+  a->monitor_incomplete += b.monitor_incomplete;
 }
 
 void PdCaches::Adopt(ibv_pd* pd, ibv_context* context) {

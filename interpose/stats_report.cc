@@ -73,6 +73,8 @@ std::string FormatText(const Report& r) {
                         "EBUSY deallocs %u; PD caches %u; monitor %s\n",
                         r.shim.alias_deregs, r.shim.passthrough_deregs, r.shim.rereg_conversions,
                         r.shim.busy_deallocs, r.shim.caches, r.monitor.empty() ? "-" : r.monitor);
+  absl::StrAppendFormat(&out, "  monitor incomplete:      %u PD cache(s) (covering less than monitor=auto promises; the cause was logged at creation)\n",
+                        r.cache.monitor_incomplete);
   return out;
 }
 
@@ -90,7 +92,7 @@ std::string FormatJson(const Report& r) {
       "\"peak_pinned_bytes\": %u, "
       "\"alias_deregs\": %u, \"passthrough_deregs\": %u, \"rereg_conversions\": %u, "
       "\"busy_deallocs\": %u, \"pd_caches\": %u, \"monitor\": \"%s\", \"disabled\": \"%s\", "
-      "\"remote_keys\": \"%s\", \"remote_private\": %u}\n",
+      "\"remote_keys\": \"%s\", \"remote_private\": %u, \"monitor_incomplete\": %u}\n",
       r.shim.calls, r.shim.cache_lookups, r.shim.bypassed, r.shim.fallbacks, r.cache.hits,
       r.cache.misses, d.hit_rate, d.device_registrations, r.cache.registrations, d.avoided,
       r.cache.deregistrations, r.cache.invalidations, r.cache.evictions, r.cache.merges,
@@ -98,7 +100,7 @@ std::string FormatJson(const Report& r) {
       r.uncached.samples, r.cache.peak_pinned_bytes,
       r.shim.alias_deregs, r.shim.passthrough_deregs, r.shim.rereg_conversions,
       r.shim.busy_deallocs, r.shim.caches, r.monitor, r.disabled, r.remote_keys,
-      r.cache.remote_private);
+      r.cache.remote_private, r.cache.monitor_incomplete);
 }
 
 absl::Status EmitReport(absl::string_view spec, const Report& report) {

@@ -15,7 +15,10 @@
 //  - peak pinned bytes: the sum of each PD cache's peak (an upper bound when
 //    several PDs are in use);
 //  - remote keys: the remote_keys mode in force and how many requests with a
-//    remote right it registered privately (cache.remote_private).
+//    remote right it registered privately (cache.remote_private);
+//  - monitor incomplete: how many PD caches run with less monitor coverage
+//    than `auto` promises (cache.monitor_incomplete; each one logged its
+//    cause on stderr when it was created).
 #ifndef INTERPOSE_STATS_REPORT_H_
 #define INTERPOSE_STATS_REPORT_H_
 

@@ -71,6 +71,9 @@ struct CacheStats {
            invalidations = 0, merges = 0, regions = 0, pinned_bytes = 0, registrar_ns = 0;
   uint64_t peak_pinned_bytes = 0, registrar_failures = 0, bypassed = 0;
   uint64_t remote_private = 0;  // requests that took the remote_keys=private path
+  // 1 if the monitor in effect reports less than its name promised (`auto`
+  // without patch); the cause was logged on stderr at creation.
+  uint64_t monitor_incomplete = 0;
 };
 
 // The registered range and keys of a region the caller holds.

@@ -129,10 +129,17 @@ absl::StatusOr<std::unique_ptr<CacheImpl>> CacheImpl::Create(const Config& confi
   if (!lease.ok() && monitor == "auto") {
     std::fprintf(stderr, "mrcache: monitor 'auto' unavailable (%s); using 'none'\n",
                  std::string(lease.status().message()).c_str());
+    cache->monitor_incomplete_ = true;
     lease = AcquireMonitor("none");
   }
   if (!lease.ok()) return lease.status();
   cache->monitor_ = std::move(*lease);
+  std::string shortfall = cache->monitor_->shortfall();
+  if (!shortfall.empty()) {
+    std::fprintf(stderr, "mrcache: warning: monitor '%s' is incomplete, using '%s': %s\n",
+                 monitor.c_str(), cache->monitor_->name().c_str(), shortfall.c_str());
+    cache->monitor_incomplete_ = true;
+  }
   cache->bridging_safe_ = cache->odp_ == OdpMode::kExplicit || cache->monitor_->complete();
 
   absl::Status listen = AddMemoryEventListener(cache.get());
@@ -792,6 +799,7 @@ CacheStats CacheImpl::stats() {
   s.registrar_failures = registrar_failures_.load();
   s.bypassed = bypassed_.load();
   s.remote_private = remote_private_.load();
+  s.monitor_incomplete = monitor_incomplete_ ? 1 : 0;
   return s;
 }
 

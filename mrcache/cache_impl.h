@@ -210,6 +210,7 @@ class CacheImpl : public MemoryEventListener {
   bool listening_ = false;
   OdpMode odp_ = OdpMode::kOff;
   bool bridging_safe_ = false;  // see PlanMissLocked
+  bool monitor_incomplete_ = false;  // auto's coverage is not all in effect (stats)
   // odp=implicit: whole-address-space MRs, one per set of remote rights
   // (index: remote access bits >> 1), registered on first use.
   std::atomic<Region*> implicit_odp_[8] = {};

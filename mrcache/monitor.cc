@@ -118,7 +118,8 @@ const bool g_fork_handlers_set = [] {
 
 class Lease : public MonitorLease {
  public:
-  explicit Lease(std::vector<int> components) : components_(std::move(components)) {}
+  Lease(std::vector<int> components, std::string shortfall)
+      : components_(std::move(components)), shortfall_(std::move(shortfall)) {}
   ~Lease() override {
     std::lock_guard<std::mutex> lock(InstallMutex());
     for (int i : components_) ReleaseComponentLocked(i);
@@ -140,6 +141,7 @@ class Lease : public MonitorLease {
     }
   }
   bool blind() const override { return components_.empty(); }
+  std::string shortfall() const override { return shortfall_; }
   bool complete() const override {
     for (int i : components_) {
       absl::string_view n = g_components[i].name;
@@ -150,12 +152,18 @@ class Lease : public MonitorLease {
 
  private:
   const std::vector<int> components_;
+  const std::string shortfall_;
 };
 
-// `auto`: every monitor that can be installed here, preferring `patch` over
-// `symbols` (patch sees everything symbols sees, plus libc-internal calls).
+// `auto`: `patch` (every release that goes through libc, its own internal
+// calls and syscall() included), else `symbols`; plus `jemalloc` when it is
+// the allocator. `uffd` is not in it: it costs every miss a userfaultfd
+// registration (a miss at zero registrar cost took 8.3 us with it; without
+// it, what `none` costs: bench/RESULTS.md) and watches memory by range,
+// which changes the application's own memory map; the one row only it
+// covers, an inline `syscall` instruction, is `auto+uffd`'s.
 std::vector<std::string> AutoNames() {
-  return {"patch", "uffd", "jemalloc"};
+  return {"patch", "jemalloc"};
 }
 
 }  // namespace
@@ -196,11 +204,13 @@ absl::StatusOr<std::unique_ptr<MonitorLease>> AcquireMonitor(absl::string_view n
     }
     acquired.push_back(i);
   }
+  std::string shortfall;
   if (want_auto) {
-    bool have_instruction_level = false;  // patch or symbols in effect
+    bool have_patch = false, have_symbols = false;
     for (int i : acquired) {
       absl::string_view n = g_components[i].name;
-      have_instruction_level |= n == "patch" || n == "symbols";
+      have_patch |= n == "patch";
+      have_symbols |= n == "symbols";
     }
     for (const std::string& n : AutoNames()) {
       int i = FindComponent(n);
@@ -208,22 +218,38 @@ absl::StatusOr<std::unique_ptr<MonitorLease>> AcquireMonitor(absl::string_view n
       bool already = false;
       for (int a : acquired) already |= a == i;
       if (already) continue;
-      if (AcquireComponentLocked(i).ok()) {
+      absl::Status s = AcquireComponentLocked(i);
+      if (s.ok()) {
         acquired.push_back(i);
-        have_instruction_level |= n == "patch";
+        have_patch |= n == "patch";
+      } else if (n == "patch") {
+        // jemalloc's purges reach madvise, which patch or symbols see:
+        // only patch's absence costs coverage.
+        shortfall = "patch: " + std::string(s.message()) + " (errno " +
+                    std::to_string(StatusToErrno(s)) + ")";
       }
     }
-    if (!have_instruction_level) {
+    if (!have_patch && !have_symbols) {
       int i = FindComponent("symbols");
       absl::Status s = AcquireComponentLocked(i);
       if (!s.ok() && acquired.empty()) {
-        return ErrnoStatus(ENOTSUP, "monitor 'auto': no monitor can be installed here; "
-                                    "symbols: " + std::string(s.message()));
+        return ErrnoStatus(ENOTSUP, "monitor 'auto': no monitor can be installed here; " +
+                                        (shortfall.empty() ? "" : shortfall + "; ") + "symbols: " + std::string(s.message()));
       }
-      if (s.ok()) acquired.push_back(i);
+      if (s.ok()) {
+        acquired.push_back(i);
+        have_symbols = true;
+      } else {
+        shortfall += "; symbols: " + std::string(s.message());
+      }
+    }
+    if (!have_patch) {
+      shortfall += have_symbols ? "; using symbols, which misses libc's internal calls (free, "
+                                  "realloc, trim) and syscall()"
+                                : "; nothing reports releases made through libc";
     }
   }
-  return std::unique_ptr<MonitorLease>(new Lease(std::move(acquired)));
+  return std::unique_ptr<MonitorLease>(new Lease(std::move(acquired), std::move(shortfall)));
 }
 
 }  // namespace mrcache

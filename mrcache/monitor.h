@@ -1,14 +1,18 @@
 // monitor.h: selecting and installing memory monitors.
 //
-// A monitor watches the ways memory can disappear (DESIGN.md section 5) and
+// A monitor watches the ways memory can disappear (the rows of tests/monitors/README.md) and
 // reports them through ReportMemoryRelease (memory_events.h). Installation is
 // process-wide and reference-counted: several caches that ask for the same
 // monitor share one installation; it is uninstalled (where uninstallable) when
 // the last lease is released.
 //
 // Names (config key `monitor`, env MRCACHE_MONITOR): none, symbols, patch,
-// uffd, jemalloc, auto (the safest available combination). A '+'-separated
-// list selects several (e.g. "patch+uffd").
+// uffd, jemalloc, auto. A '+'-separated list selects several (e.g.
+// "patch+uffd", "auto+uffd"). `auto` is patch (else symbols) plus jemalloc
+// when it is the allocator: every release that goes through libc. `uffd` is
+// opt-in (`auto+uffd`): it alone sees an inline `syscall` instruction.
+// Monitors named explicitly must install (else the error); `auto`'s are best
+// effort, and what it could not install is the lease's shortfall().
 #ifndef MRCACHE_MONITOR_H_
 #define MRCACHE_MONITOR_H_
 
@@ -37,6 +41,11 @@ class MonitorLease {
   // or `uffd` (every watched range). Registering memory nobody asked for
   // (bridging, cache_impl.cc) is safe only then.
   virtual bool complete() const { return false; }
+  // Empty when the monitors in effect give every coverage the name promised;
+  // otherwise which monitor of `auto` is missing, its real cause (message
+  // and errno) and what that leaves unreported. Only `auto` promises more
+  // than what was installed.
+  virtual std::string shortfall() const { return std::string(); }
 };
 
 // EINVAL for an unknown name; ENOTSUP (with the reason) when the monitor

@@ -53,7 +53,9 @@ struct ibv_pd;
  *                    needs monitor patch or uffd, or odp explicit)
  *   alignment        region granularity, a power of two >= 8 (default 0 = the page size)
  *   remote_keys      shared|private: what an rkey reaches (default shared; see below)
- *   monitor          none|symbols|patch|uffd|jemalloc|auto (default auto)
+ *   monitor          none|symbols|patch|uffd|jemalloc|auto, or a '+'-joined list (default auto:
+ *                    patch, else symbols, plus jemalloc when it is the allocator; auto+uffd
+ *                    adds userfaultfd, the only monitor that sees an inline syscall instruction)
  *   odp              off|explicit|implicit|auto (default off)
  *   odp_prefetch_bytes  prefetch ODP ranges at least this large (default 0 = never)
  *   sim_base_ns, sim_page_ns   sim registrar cost model (defaults match io_uring)
@@ -116,6 +118,7 @@ typedef struct {
       pinned_bytes, registrar_ns;
   uint64_t peak_pinned_bytes, registrar_failures, bypassed;
   uint64_t remote_private; /* requests with remote rights registered privately (remote_keys=private) */
+  uint64_t monitor_incomplete; /* 1: the monitor reports less than `auto` promises (cause logged at creation) */
 } mrc_stats_t;
 /* Copies the cache's counters into the first `size` bytes of *stats: the
  * fields that lie wholly inside `size` bytes are set, bytes past the end of

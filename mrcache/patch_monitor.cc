@@ -14,6 +14,7 @@
 
 #include "mrcache/errno_status.h"
 #include "mrcache/memory_events.h"
+#include "mrcache/raw_syscall.h"
 #include "mrcache/release_ranges.h"
 
 extern "C" void* __curbrk;
@@ -34,30 +35,39 @@ inline bool Reporting() noexcept { return g_enabled.load(std::memory_order_relax
 
 // Each handler that releases memory holds a ReleaseFence across its system
 // call (memory_events.h): reported before, marked in flight, reported after.
+// The system calls are raw (raw_syscall.h): glibc's syscall() is patched too.
+
+// The system call, with glibc's errno convention.
+inline long Sys(long nr, long a1 = 0, long a2 = 0, long a3 = 0, long a4 = 0, long a5 = 0,
+                long a6 = 0) noexcept {
+  return SyscallResult(RawSyscall(nr, a1, a2, a3, a4, a5, a6));
+}
+
+inline long L(const void* p) noexcept { return reinterpret_cast<long>(p); }
 
 int HandleMunmap(void* addr, size_t length) noexcept {
   ReleaseFence fence;
   if (Reporting()) ReportMunmap(addr, length);
-  return static_cast<int>(syscall(SYS_munmap, addr, length));
+  return static_cast<int>(Sys(SYS_munmap, L(addr), static_cast<long>(length)));
 }
 
 int HandleMadvise(void* addr, size_t length, int advice) noexcept {
   ReleaseFence fence;
   if (Reporting()) ReportMadvise(addr, length, advice);
-  return static_cast<int>(syscall(SYS_madvise, addr, length, advice));
+  return static_cast<int>(Sys(SYS_madvise, L(addr), static_cast<long>(length), advice));
 }
 
 int HandleShmdt(const void* addr) noexcept {
   ReleaseFence fence;
   if (Reporting()) ReportShmdt(addr);
-  return static_cast<int>(syscall(SYS_shmdt, addr));
+  return static_cast<int>(Sys(SYS_shmdt, L(addr)));
 }
 
 // glibc 2.36 brk: __curbrk = syscall(brk, addr); ENOMEM if it stayed below addr.
 int HandleBrk(void* addr) noexcept {
   ReleaseFence fence;
   if (Reporting()) ReportBrk(addr);
-  void* new_break = reinterpret_cast<void*>(syscall(SYS_brk, addr));
+  void* new_break = reinterpret_cast<void*>(RawSyscall(SYS_brk, L(addr)));
   __curbrk = new_break;
   if (new_break < addr) {
     errno = ENOMEM;
@@ -73,7 +83,8 @@ void* HandleMmap(void* addr, size_t length, int prot, int flags, int fd, off_t o
   }
   ReleaseFence fence;
   if (Reporting()) ReportMmap(addr, length, flags);
-  return reinterpret_cast<void*>(syscall(SYS_mmap, addr, length, prot, flags, fd, offset));
+  return reinterpret_cast<void*>(
+      Sys(SYS_mmap, L(addr), static_cast<long>(length), prot, flags, fd, offset));
 }
 
 // mremap is variadic; on x86-64 the fifth argument (new_address, read only with
@@ -83,9 +94,14 @@ void* HandleMremap(void* old_address, size_t old_size, size_t new_size, int flag
   ReleaseFence fence;
   bool reporting = Reporting();
   if (reporting) ReportMremapBefore(old_address, old_size, new_size, flags, new_address);
-  void* result = reinterpret_cast<void*>(
-      syscall(SYS_mremap, old_address, old_size, new_size, flags, new_address));
-  if (reporting) ReportMremapMoved(old_address, old_size, result);
+  void* result = reinterpret_cast<void*>(Sys(SYS_mremap, L(old_address),
+                                             static_cast<long>(old_size),
+                                             static_cast<long>(new_size), flags, L(new_address)));
+  if (reporting) {
+    int saved = errno;
+    ReportMremapMoved(old_address, old_size, result);
+    errno = saved;
+  }
   return result;
 }
 
@@ -93,7 +109,7 @@ void* HandleMremap(void* old_address, size_t old_size, size_t new_size, int flag
 void* HandleShmat(int shmid, const void* addr, int shmflg) noexcept {
   ReleaseFence fence;
   if (Reporting()) ReportShmat(shmid, addr, shmflg);
-  return reinterpret_cast<void*>(syscall(SYS_shmat, shmid, addr, shmflg));
+  return reinterpret_cast<void*>(Sys(SYS_shmat, shmid, L(addr), shmflg));
 }
 
 // Shrinking, punching or shifting a file drops the pages its mappings show.
@@ -101,13 +117,13 @@ void* HandleShmat(int shmid, const void* addr, int shmflg) noexcept {
 int HandleFtruncate(int fd, off_t length) noexcept {
   ReleaseFence fence;
   if (Reporting()) ReportFtruncate(fd, length);
-  return static_cast<int>(syscall(SYS_ftruncate, fd, length));
+  return static_cast<int>(Sys(SYS_ftruncate, fd, length));
 }
 
 int HandleTruncate(const char* path, off_t length) noexcept {
   ReleaseFence fence;
   if (Reporting()) ReportTruncate(path, length);
-  return static_cast<int>(syscall(SYS_truncate, path, length));
+  return static_cast<int>(Sys(SYS_truncate, L(path), length));
 }
 
 // glibc's fallocate is a cancellation point; the handler makes the plain
@@ -115,8 +131,139 @@ int HandleTruncate(const char* path, off_t length) noexcept {
 int HandleFallocate(int fd, int mode, off_t offset, off_t len) noexcept {
   ReleaseFence fence;
   if (Reporting()) ReportFallocate(fd, mode, offset, len);
-  return static_cast<int>(syscall(SYS_fallocate, fd, mode, offset, len));
+  return static_cast<int>(Sys(SYS_fallocate, fd, mode, offset, len));
 }
+
+// What system call `nr` of glibc's syscall() releases, reported before it
+// runs, exactly as the entry point of the same name reports it. brk is the
+// raw system call here (glibc's __curbrk is not involved), so the break it
+// lowers is the kernel's.
+void ReportSyscallBefore(long nr, long a1, long a2, long a3, long a4, long a5) noexcept {
+  void* p1 = reinterpret_cast<void*>(a1);
+  switch (nr) {
+    case SYS_munmap:
+      ReportMunmap(p1, static_cast<size_t>(a2));
+      break;
+    case SYS_mremap:
+      ReportMremapBefore(p1, static_cast<size_t>(a2), static_cast<size_t>(a3),
+                         static_cast<int>(a4), reinterpret_cast<void*>(a5));
+      break;
+    case SYS_madvise:
+      ReportMadvise(p1, static_cast<size_t>(a2), static_cast<int>(a3));
+      break;
+    case SYS_brk: {
+      uintptr_t current = static_cast<uintptr_t>(RawSyscall(SYS_brk, 0));
+      uintptr_t wanted = static_cast<uintptr_t>(a1);
+      if (wanted != 0 && wanted < current) ReportMemoryRelease(p1, current - wanted);
+      break;
+    }
+    case SYS_shmdt:
+      ReportShmdt(p1);
+      break;
+    case SYS_mmap:
+      ReportMmap(p1, static_cast<size_t>(a2), static_cast<int>(a4));
+      break;
+    case SYS_shmat:
+      ReportShmat(static_cast<int>(a1), reinterpret_cast<void*>(a2), static_cast<int>(a3));
+      break;
+    case SYS_ftruncate:
+      ReportFtruncate(static_cast<int>(a1), static_cast<off_t>(a2));
+      break;
+    case SYS_truncate:
+      ReportTruncate(static_cast<const char*>(p1), static_cast<off_t>(a2));
+      break;
+    case SYS_fallocate:
+      ReportFallocate(static_cast<int>(a1), static_cast<int>(a2), static_cast<off_t>(a3),
+                      static_cast<off_t>(a4));
+      break;
+    default:
+      break;
+  }
+}
+
+}  // namespace
+}  // namespace patch_monitor
+}  // namespace mrcache
+
+// ---- glibc's syscall() ----
+//
+// The patched syscall entry jumps (through its trampoline slot) to
+// mrcache_patch_syscall_entry, which keeps every register and the stack as
+// the caller left them. Numbers that release memory go on to
+// mrcache_patch_syscall_release, a C++ handler entered by a jump, so it sees
+// syscall()'s own arguments (the sixth on the stack) and returns to
+// syscall()'s caller. Every other number executes the instruction the patch
+// displaced (`mov %rdi, %rax`) and jumps back into glibc's syscall() right
+// after it: no frame, no register or errno touched, so clone/vfork and
+// everything else behave exactly as unpatched.
+extern "C" {
+// glibc's syscall + 3, set before the entry is patched.
+__attribute__((visibility("hidden"))) void* mrcache_patch_syscall_resume = nullptr;
+__attribute__((visibility("hidden"))) void mrcache_patch_syscall_entry();
+
+__attribute__((visibility("hidden"), used)) long mrcache_patch_syscall_release(
+    long nr, long a1, long a2, long a3, long a4, long a5, long a6) noexcept {
+  using namespace mrcache;
+  ReleaseFence fence;
+  bool reporting = patch_monitor::Reporting();
+  if (reporting) patch_monitor::ReportSyscallBefore(nr, a1, a2, a3, a4, a5);
+  long result = SyscallResult(RawSyscall(nr, a1, a2, a3, a4, a5, a6));
+  if (reporting && nr == SYS_mremap) {
+    int saved = errno;
+    ReportMremapMoved(reinterpret_cast<void*>(a1), static_cast<size_t>(a2),
+                      reinterpret_cast<void*>(result));
+    errno = saved;
+  }
+  return result;
+}
+}  // extern "C"
+
+#if defined(__x86_64__)
+// The numbers are checked against <sys/syscall.h> below.
+asm(R"(
+  .text
+  .p2align 4
+  .globl mrcache_patch_syscall_entry
+  .hidden mrcache_patch_syscall_entry
+  .type mrcache_patch_syscall_entry, @function
+mrcache_patch_syscall_entry:
+  cmpq $9, %rdi      # mmap (MAP_FIXED replaces)
+  je 1f
+  cmpq $11, %rdi     # munmap
+  je 1f
+  cmpq $12, %rdi     # brk
+  je 1f
+  cmpq $25, %rdi     # mremap
+  je 1f
+  cmpq $28, %rdi     # madvise
+  je 1f
+  cmpq $30, %rdi     # shmat (SHM_REMAP replaces)
+  je 1f
+  cmpq $67, %rdi     # shmdt
+  je 1f
+  cmpq $76, %rdi     # truncate
+  je 1f
+  cmpq $77, %rdi     # ftruncate
+  je 1f
+  cmpq $285, %rdi    # fallocate
+  je 1f
+  movq %rdi, %rax
+  jmpq *mrcache_patch_syscall_resume(%rip)
+1:
+  jmp mrcache_patch_syscall_release
+  .size mrcache_patch_syscall_entry, .-mrcache_patch_syscall_entry
+)");
+static_assert(SYS_mmap == 9 && SYS_munmap == 11 && SYS_brk == 12 && SYS_mremap == 25 &&
+                  SYS_madvise == 28 && SYS_shmat == 30 && SYS_shmdt == 67 &&
+                  SYS_truncate == 76 && SYS_ftruncate == 77 && SYS_fallocate == 285,
+              "the numbers mrcache_patch_syscall_entry tests");
+#else
+extern "C" void mrcache_patch_syscall_entry() {}
+#endif
+
+namespace mrcache {
+namespace patch_monitor {
+namespace {
 
 // ---- trampolines ----
 
@@ -147,9 +294,11 @@ bool WithinRel32(const void* from_next, const void* to) {
 }
 
 // Maps a page within reach of `entry`, searching outwards in 16 MiB steps.
+// nullptr with errno from the last mmap if no place was free.
 uint8_t* MapPageNear(void* entry) {
   long page = getpagesize();
   uintptr_t e = reinterpret_cast<uintptr_t>(entry) & ~static_cast<uintptr_t>(page - 1);
+  int last_error = EEXIST;
   for (uintptr_t d = uintptr_t{16} << 20; d < (uintptr_t{1} << 31) - (uintptr_t{64} << 20);
        d += uintptr_t{16} << 20) {
     for (int sign = -1; sign <= 1; sign += 2) {
@@ -157,7 +306,10 @@ uint8_t* MapPageNear(void* entry) {
       uintptr_t want = sign < 0 ? e - d : e + d;
       void* p = mmap(reinterpret_cast<void*>(want), page, PROT_READ | PROT_WRITE,
                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
-      if (p == MAP_FAILED) continue;
+      if (p == MAP_FAILED) {
+        last_error = errno;
+        continue;
+      }
       if (p != reinterpret_cast<void*>(want)) {  // kernels without NOREPLACE
         munmap(p, page);
         continue;
@@ -165,25 +317,35 @@ uint8_t* MapPageNear(void* entry) {
       return static_cast<uint8_t*>(p);
     }
   }
+  errno = last_error;
   return nullptr;
 }
 
-// A slot that jumps to `handler`, reachable from `entry`. Requires PatchMutex.
-uint8_t* SlotFor(void* entry, void* handler) {
+// A slot that jumps to `handler`, reachable by a rel32 jump that ends at
+// `jump_end`; one per (entry, handler), reused by every later installation
+// (the library stays loaded once it has patched libc: PinLibrary). Requires
+// PatchMutex.
+absl::Status SlotFor(const char* name, void* entry, uint8_t* jump_end, void* handler,
+                     uint8_t** out) {
   for (int i = 0; i < g_num_slot_owners; ++i) {
     if (g_slot_owners[i].entry == entry) {
       uint64_t target;
       memcpy(&target, g_slot_owners[i].slot + 6, 8);
-      if (target == reinterpret_cast<uint64_t>(handler)) return g_slot_owners[i].slot;
+      if (target == reinterpret_cast<uint64_t>(handler)) {
+        *out = g_slot_owners[i].slot;
+        return absl::OkStatus();
+      }
     }
   }
-  if (g_num_slot_owners == kMaxSlots) return nullptr;
+  std::string what = std::string("patch monitor: no trampoline for ") + name + ": ";
+  if (g_num_slot_owners == kMaxSlots) {
+    return ErrnoStatus(ENOSPC, what + "all " + std::to_string(kMaxSlots) + " slots are in use");
+  }
   size_t page = static_cast<size_t>(getpagesize());
-  uint8_t* next = reinterpret_cast<uint8_t*>(entry) + 5;
   TrampolinePage* tp = nullptr;
   for (TrampolinePage& p : g_pages) {
-    if (p.base != nullptr && p.used + kSlotSize <= page && WithinRel32(next, p.base) &&
-        WithinRel32(next, p.base + page)) {
+    if (p.base != nullptr && p.used + kSlotSize <= page && WithinRel32(jump_end, p.base) &&
+        WithinRel32(jump_end, p.base + page)) {
       tp = &p;
       break;
     }
@@ -192,24 +354,38 @@ uint8_t* SlotFor(void* entry, void* handler) {
     for (TrampolinePage& p : g_pages) {
       if (p.base == nullptr) {
         p.base = MapPageNear(entry);
-        if (p.base == nullptr) return nullptr;
+        if (p.base == nullptr) {
+          int err = errno;
+          return ErrnoStatus(err, what + "no page can be mapped within 2 GiB of it (last mmap: " +
+                                      strerror(err) + ")");
+        }
         tp = &p;
         break;
       }
     }
   }
-  if (tp == nullptr) return nullptr;
+  if (tp == nullptr) {
+    return ErrnoStatus(ENOSPC, what + "all " + std::to_string(kMaxTrampolinePages) +
+                                   " trampoline pages are in use");
+  }
   uint8_t* slot = tp->base + tp->used;
-  if (mprotect(tp->base, page, PROT_READ | PROT_WRITE) != 0) return nullptr;
+  if (mprotect(tp->base, page, PROT_READ | PROT_WRITE) != 0) {
+    int err = errno;
+    return ErrnoStatus(err, what + "mprotect(RW) of its trampoline page failed: " + strerror(err));
+  }
   static const uint8_t kJmpRipIndirect[6] = {0xff, 0x25, 0, 0, 0, 0};
   memcpy(slot, kJmpRipIndirect, 6);
   uint64_t target = reinterpret_cast<uint64_t>(handler);
   memcpy(slot + 6, &target, 8);
   slot[14] = slot[15] = 0xcc;
-  mprotect(tp->base, page, PROT_READ | PROT_EXEC);
+  if (mprotect(tp->base, page, PROT_READ | PROT_EXEC) != 0) {
+    int err = errno;
+    return ErrnoStatus(err, what + "mprotect(RX) of its trampoline page failed: " + strerror(err));
+  }
   tp->used += kSlotSize;
   g_slot_owners[g_num_slot_owners++] = {entry, slot};
-  return slot;
+  *out = slot;
+  return absl::OkStatus();
 }
 
 std::string Hex(const uint8_t* p, int n) {
@@ -289,6 +465,102 @@ const Target kTargets[] = {
 constexpr int kNumTargets = sizeof(kTargets) / sizeof(kTargets[0]);
 PatchSite g_sites[kNumTargets];  // guarded by the installation in monitor.cc
 
+// glibc 2.36's syscall(): the whole function (0x00-0x32, ending in `ret`),
+// then the first 5 bytes of the nop padding after it. Its first instruction
+// (`mov %rdi, %rax`) is 3 bytes, too short for a 5-byte jump that would not
+// tear the next one; so the entry gets a 2-byte `jmp rel8` to the padding at
+// kSyscallHop, which nothing executes, and the padding gets the `jmp rel32`
+// to the trampoline. A thread that has executed the first instruction sees
+// unchanged code from offset 3 on. The displacement at 0x25 is this build's
+// (errno's TLS offset); another build is refused, never mispatched.
+constexpr int kSyscallHop = 0x33;
+constexpr uint8_t kSyscallCode[kSyscallHop + 5] = {
+    0x48, 0x89, 0xf8, 0x48, 0x89, 0xf7, 0x48, 0x89, 0xd6, 0x48, 0x89, 0xca, 0x4d, 0x89, 0xc2,
+    0x4d, 0x89, 0xc8, 0x4c, 0x8b, 0x4c, 0x24, 0x08, 0x0f, 0x05, 0x48, 0x3d, 0x01, 0xf0, 0xff,
+    0xff, 0x73, 0x01, 0xc3, 0x48, 0x8b, 0x0d, 0xa7, 0x15, 0x0d, 0x00, 0xf7, 0xd8, 0x64, 0x89,
+    0x01, 0x48, 0x83, 0xc8, 0xff, 0xc3, 0x66, 0x2e, 0x0f, 0x1f, 0x84};
+static_assert(kSyscallHop % 8 + 5 <= 8, "the padding jump must fit in one aligned word");
+PatchSite g_syscall_site;  // guarded by the installation in monitor.cc
+
+// Keeps this library loaded for the life of the process once it has patched
+// libc: trampolines and handlers stay where the patched code jumps (a thread
+// may still be on its way through one), and a later dlopen of the library
+// reuses its trampoline slots instead of mapping new pages near libc.
+void PinLibrary() {
+  static bool pinned = false;  // under the installation lock of monitor.cc
+  if (pinned) return;
+  Dl_info info;
+  if (dladdr(reinterpret_cast<void*>(&PinLibrary), &info) != 0 && info.dli_fname != nullptr &&
+      info.dli_fname[0] != '\0') {
+    // NOLOAD: never loads anything; NODELETE: the object is never unloaded.
+    // The main executable is not found by name (nothing to pin there).
+    dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
+  }
+  pinned = true;
+}
+
+// Patches glibc's syscall() as kSyscallCode describes: `jmp rel32` from the
+// padding to the trampoline first, then `jmp rel8` at the entry. The padding
+// jump of an earlier installation is accepted and rewritten (it is only
+// reached through the entry's jump, which was removed).
+absl::Status ApplySyscallPatch(void* entry, void* handler, PatchSite* site) {
+  const char* name = "syscall";
+  std::lock_guard<std::mutex> lock(PatchMutex());
+  if (entry == nullptr) {
+    return ErrnoStatus(ENOTSUP, "patch monitor: syscall not found in libc");
+  }
+  if (reinterpret_cast<uintptr_t>(entry) % 8 != 0) {
+    return ErrnoStatus(ENOTSUP, "patch monitor: syscall entry is not 8-byte aligned; refusing a "
+                                "non-atomic patch");
+  }
+  uint8_t* code = static_cast<uint8_t*>(entry);
+  uint8_t current[sizeof(kSyscallCode) + 8];
+  for (size_t i = 0; i < sizeof(current); i += 8) {
+    uint64_t w = ReadCodeWord(code + i);
+    memcpy(current + i, &w, 8);
+  }
+  bool padding_ok = memcmp(current + kSyscallHop, kSyscallCode + kSyscallHop, 5) == 0 ||
+                    current[kSyscallHop] == 0xe9;
+  if (memcmp(current, kSyscallCode, kSyscallHop) != 0 || !padding_ok) {
+    std::string why = StartsWithJump(current)
+                          ? " already starts with a jump (patched by another library, or "
+                            "patched twice)"
+                          : " is not the expected glibc 2.36 code";
+    return ErrnoStatus(ENOTSUP, std::string("patch monitor: refusing to patch syscall: entry") +
+                                    why + " (found " + Hex(current, sizeof(kSyscallCode)) +
+                                    ", expected " + Hex(kSyscallCode, sizeof(kSyscallCode)) +
+                                    ")");
+  }
+  uint8_t* hop = code + kSyscallHop;
+  uint8_t* slot = nullptr;
+  absl::Status got = SlotFor(name, entry, hop + 5, handler, &slot);
+  if (!got.ok()) return got;
+  uint8_t* word_at = code + (kSyscallHop & ~7);
+  uint8_t word[8];
+  memcpy(word, current + (kSyscallHop & ~7), 8);
+  int32_t rel = static_cast<int32_t>(reinterpret_cast<intptr_t>(slot) -
+                                     reinterpret_cast<intptr_t>(hop + 5));
+  word[kSyscallHop % 8] = 0xe9;
+  memcpy(word + kSyscallHop % 8 + 1, &rel, 4);
+  uint64_t value;
+  memcpy(&value, word, 8);
+  absl::Status s = StoreCode(name, word_at, value);
+  if (!s.ok()) return s;
+  uint8_t patched[8];
+  memcpy(patched, current, 8);
+  patched[0] = 0xeb;
+  patched[1] = static_cast<uint8_t>(kSyscallHop - 2);
+  memcpy(&value, patched, 8);
+  s = StoreCode(name, entry, value);
+  if (!s.ok()) return s;
+  site->name = name;
+  site->entry = entry;
+  memcpy(site->original, current, 8);
+  site->hop = kSyscallHop;
+  site->applied = true;
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status ApplyPatch(const char* name, void* entry, const uint8_t (&expected)[8],
@@ -316,11 +588,9 @@ absl::Status ApplyPatch(const char* name, void* entry, const uint8_t (&expected)
                                     why + " (found " + Hex(current, 8) + ", expected " +
                                     Hex(expected, 8) + ")");
   }
-  uint8_t* slot = SlotFor(entry, handler);
-  if (slot == nullptr) {
-    return ErrnoStatus(ENOTSUP, std::string("patch monitor: no trampoline within 2 GiB of ") +
-                                    name);
-  }
+  uint8_t* slot = nullptr;
+  absl::Status got = SlotFor(name, entry, static_cast<uint8_t*>(entry) + 5, handler, &slot);
+  if (!got.ok()) return got;
   uint8_t patched[8];
   memcpy(patched, current, 8);
   int32_t rel = static_cast<int32_t>(reinterpret_cast<intptr_t>(slot) -
@@ -334,6 +604,7 @@ absl::Status ApplyPatch(const char* name, void* entry, const uint8_t (&expected)
   site->name = name;
   site->entry = entry;
   memcpy(site->original, current, 8);
+  site->hop = 0;
   site->applied = true;
   return absl::OkStatus();
 }
@@ -344,7 +615,11 @@ absl::Status RemovePatch(PatchSite* site) {
   uint8_t code[8];
   uint64_t word = ReadCodeWord(site->entry);
   memcpy(code, &word, 8);
-  if (code[0] != 0xe9 || memcmp(code + 5, site->original + 5, 3) != 0) {
+  bool ours = site->hop == 0
+                  ? code[0] == 0xe9 && memcmp(code + 5, site->original + 5, 3) == 0
+                  : code[0] == 0xeb && code[1] == site->hop - 2 &&
+                        memcmp(code + 2, site->original + 2, 6) == 0;
+  if (!ours) {
     return ErrnoStatus(EBUSY, std::string("patch monitor: ") + site->name +
                                   " was patched over by someone else; leaving it (found " +
                                   Hex(code, 8) + ")");
@@ -373,21 +648,30 @@ absl::Status Enable() {
     status = ApplyPatch(t.name, dlsym(libc, t.name), t.expected, t.handler, &g_sites[applied]);
     if (!status.ok()) break;
   }
+  if (status.ok()) {
+    void* entry = dlsym(libc, "syscall");
+    mrcache_patch_syscall_resume = entry == nullptr ? nullptr : static_cast<uint8_t*>(entry) + 3;
+    status = ApplySyscallPatch(entry, reinterpret_cast<void*>(&mrcache_patch_syscall_entry),
+                               &g_syscall_site);
+  }
   dlclose(libc);
   if (!status.ok()) {
     while (applied-- > 0) RemovePatch(&g_sites[applied]).IgnoreError();
     return status;
   }
+  PinLibrary();
   g_enabled.store(true, std::memory_order_seq_cst);
   return absl::OkStatus();
 }
 
 void Disable() {
   g_enabled.store(false, std::memory_order_seq_cst);
-  for (PatchSite& site : g_sites) {
-    absl::Status s = RemovePatch(&site);
+  auto remove = [](PatchSite* site) {
+    absl::Status s = RemovePatch(site);
     if (!s.ok()) fprintf(stderr, "mrcache: %s\n", std::string(s.message()).c_str());
-  }
+  };
+  remove(&g_syscall_site);
+  for (PatchSite& site : g_sites) remove(&site);
 }
 
 bool Enabled() { return g_enabled.load(std::memory_order_relaxed); }

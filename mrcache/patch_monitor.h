@@ -1,15 +1,28 @@
 // patch_monitor.h: the `patch` monitor, by patching libc's entry points.
 //
 // Enable() overwrites the first 5 bytes of libc's munmap, mremap, madvise,
-// shmdt, brk, mmap, shmat, ftruncate, truncate and fallocate (found with dlsym on libc.so.6's own handle, so an
-// interposer in the executable does not hide them) with a relative jump to a
+// shmdt, brk, mmap, shmat, ftruncate, truncate and fallocate (found with dlsym
+// on libc.so.6's own handle, so an interposer in the executable does not hide
+// them) with a relative jump to a
 // trampoline slot allocated within +-2 GiB of libc; the slot holds an absolute
 // jump (`jmp [rip+0]; .quad handler`) to a handler that reports the released
 // range (release_ranges.h) and performs the system call itself. Calls inside
 // glibc (free() of a large chunk -> internal munmap, malloc trim -> madvise,
 // realloc -> mremap, sbrk -> brk) enter the same code and are seen too. The
 // brk handler updates glibc's __curbrk exactly as glibc's brk does, so sbrk
-// keeps a consistent notion of the break.
+// keeps a consistent notion of the break. The handlers make their system
+// calls with an inline `syscall` instruction (raw_syscall.h).
+//
+// glibc's syscall() function is patched too (through a 2-byte jump to its
+// padding, see ApplySyscallPatch in patch_monitor.cc): syscall(SYS_munmap,
+// SYS_mremap, SYS_madvise, SYS_brk, SYS_shmdt, and SYS_mmap with MAP_FIXED,
+// SYS_shmat with SHM_REMAP, SYS_ftruncate, SYS_truncate, SYS_fallocate) is
+// reported exactly as the entry point of the same name (brk: the kernel's
+// break is lowered; glibc's __curbrk is not touched, as with glibc's
+// syscall()). Every other number is filtered in assembly and resumes glibc's
+// own code with every register and the stack untouched (clone and vfork
+// through syscall() included). An inline `syscall` instruction that bypasses
+// libc is not seen: only `uffd` (opt-in, `auto+uffd`) or ODP covers it.
 //
 // Safety rules:
 //  - An entry is patched only if its first 8 bytes are exactly the glibc 2.36
@@ -29,12 +42,17 @@
 //    at the very moment of the store would decode a torn instruction. (The
 //    kernel's own text_poke avoids this with an int3 protocol, which needs a
 //    SIGTRAP handler; we do not install one.)
-//  - Disable() restores the original 8 bytes with the same single store.
+//  - Disable() restores the original 8 bytes with the same single store
+//    (syscall's padding keeps its jump: only the entry's jump leads there).
 //    Trampoline pages are kept for the life of the process (a thread may
 //    still be jumping through one) and reused by later installations.
+//  - Once Enable() has succeeded, the library that holds the handlers is
+//    never unloaded (dlopen RTLD_NODELETE of itself): a dlclose() cannot pull
+//    a handler from under a thread, and a later dlopen() finds the same
+//    trampolines instead of mapping new pages near libc.
 //  - The handlers make the plain system call: a patched fallocate is no
 //    longer a pthread cancellation point (glibc's is).
-//  - Trampoline budget: one 16-byte slot per entry (10 today) on pages
+//  - Trampoline budget: one 16-byte slot per entry (11 today) on pages
 //    mapped near libc; kMaxSlots (256) and 16 pages leave ample room, and a
 //    re-installation reuses the slots of the first.
 //  - x86-64 only: ENOTSUP elsewhere, and under ThreadSanitizer (glibc's
@@ -60,14 +78,17 @@ struct PatchSite {
   const char* name = nullptr;
   void* entry = nullptr;
   uint8_t original[8] = {};
+  // 0: the entry holds `jmp rel32` to the trampoline. Otherwise it holds
+  // `jmp rel8` to entry + hop, where `jmp rel32` to the trampoline is (syscall).
+  int hop = 0;
   bool applied = false;
 };
 
 // Patches `entry` (named `name` in messages) to jump to `handler`, provided
 // its first 8 bytes equal `expected`. ENOTSUP (naming the function) if they do
 // not, if the entry already starts with a jump, if it is not 8-byte aligned,
-// or if no trampoline can be placed within reach; errno of mprotect/mmap
-// otherwise.
+// or if no trampoline can be placed within reach (the errno of the failing
+// mmap/mprotect, ENOSPC when the slots or pages are used up).
 absl::Status ApplyPatch(const char* name, void* entry, const uint8_t (&expected)[8],
                         void* handler, PatchSite* site);
 // Restores the original bytes. EBUSY if the entry no longer holds our jump

@@ -19,7 +19,17 @@
 //    system call instead, keeping glibc's break (__curbrk) consistent for
 //    brk/sbrk exactly as glibc does.
 //  - Calls inside libc (free() of a large chunk calls glibc's internal
-//    munmap) and raw syscall(2) are NOT seen: use `patch` or `uffd` for those.
+//    munmap) and syscall(2) are NOT seen: use `patch` (both) or `uffd`.
+//  - syscall() is deliberately not interposed. A definition here would be
+//    in effect for every caller in every process that links libmrcache.so,
+//    monitor enabled or not (futex waits, gettid, clone, ... of every
+//    library), before our own lazy resolution could run, and a C-level
+//    variadic forwarder cannot pass clone/vfork through as glibc's does.
+//    `patch` covers syscall() only while it is installed, filters the
+//    numbers in assembly and resumes glibc's own code for every other one;
+//    `symbols` is the fallback where `patch` cannot be installed, and a cache
+//    whose `auto` falls back to it says so (mrc_stats_t.monitor_incomplete).
+//    The matrix row `syscall_munmap` pins this: stale with `symbols`.
 //  - posix_madvise never releases memory in glibc (POSIX_MADV_DONTNEED is a
 //    no-op there), so it forwards without reporting.
 #ifndef MRCACHE_SYMBOLS_MONITOR_H_

@@ -25,6 +25,14 @@ for m in none symbols patch uffd jemalloc auto; do
   grep -Eq "^  $m +(available|unavailable)" "$out/info" || fail "monitor $m missing"
 done
 grep -Eq "^  auto +available: " "$out/info" || fail "auto not installable here"
+grep -Eq "^  auto\+uffd +(available|unavailable)" "$out/info" || fail "monitor auto+uffd missing"
+# auto's coverage as a cache would report it (mrc_stats_t.monitor_incomplete):
+# complete where auto installed patch, incomplete (with the cause) otherwise.
+if grep -Eq "^  auto +available: patch" "$out/info"; then
+  grep -Eq "^  monitor_incomplete: 0$" "$out/info" || fail "auto with patch: $(cat "$out/info")"
+else
+  grep -Eq "^  monitor_incomplete: 1 -- patch: " "$out/info" || fail "auto without patch: $(cat "$out/info")"
+fi
 
 SOFTVERBS_ODP=implicit MRCACHE_ODP=auto "$info" >"$out/odp" 2>&1 || fail "odp run"
 grep -q "ODP_SUPPORT ODP_SUPPORT_IMPLICIT" "$out/odp" || fail "implicit ODP caps: $(cat "$out/odp")"

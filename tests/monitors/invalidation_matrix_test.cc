@@ -10,7 +10,8 @@
 // (also written to $TEST_UNDECLARED_OUTPUTS_DIR/invalidation_matrix.txt);
 // tests/monitors/matrix_table.py turns those lines into the README table.
 // The test fails if a cell that monitor_expectations.h says is covered is
-// not (`auto` must cover every row).
+// not (`auto` must cover every row that goes through libc, `auto+uffd`
+// every row).
 #include <sys/mman.h>
 
 #include <cerrno>
@@ -240,7 +241,7 @@ TEST_F(PagesStayTest, TruncationToAnUnalignedSizeKeepsThePageHoldingTheNewEnd) {
 }
 
 std::vector<Cell> AllCells() {
-  std::vector<std::string> monitors = {"none", "symbols", "patch", "uffd", "auto"};
+  std::vector<std::string> monitors = {"none", "symbols", "patch", "uffd", "auto", "auto+uffd"};
   if (JemallocIsAllocator()) monitors.push_back("jemalloc");
   std::vector<Cell> cells;
   for (const ReleaseWay& w : AllReleaseWays()) {
@@ -251,7 +252,7 @@ std::vector<Cell> AllCells() {
 
 INSTANTIATE_TEST_SUITE_P(Matrix, InvalidationMatrixTest, ::testing::ValuesIn(AllCells()),
                          [](const ::testing::TestParamInfo<Cell>& info) {
-                           return info.param.way + "_" + info.param.monitor;
+                           return info.param.way + "_" + MonitorTestName(info.param.monitor);
                          });
 
 }  // namespace

@@ -15,8 +15,8 @@ ROWS = ["munmap", "mremap_move", "mremap_shrink", "madvise_dontneed", "madvise_f
         "madvise_remove", "brk_shrink", "shmdt", "mmap_fixed", "shmat_remap",
         "memfd_ftruncate", "shm_open_ftruncate", "shm_open_truncate", "memfd_punch_hole",
         "mremap_onto_target", "madvise_dontneed_thp", "glibc_free", "jemalloc_purge",
-        "raw_munmap"]
-COLUMNS = ["none", "symbols", "patch", "uffd", "jemalloc", "auto"]
+        "syscall_munmap", "raw_munmap"]
+COLUMNS = ["none", "symbols", "patch", "uffd", "jemalloc", "auto", "auto+uffd"]
 LINE = re.compile(r"^matrix (\S+) (\S+) (covered|stale) (\d+)$")
 
 

@@ -2,17 +2,21 @@
 // expected to report in this environment (glibc 2.36, Linux 6.18, root).
 // Derived from how each monitor works (DESIGN.md sections 4 and 5):
 //  - symbols sees calls that go through symbol lookup: not glibc's internal
-//    munmap in free(), not raw syscall(2).
+//    munmap in free(), not glibc's syscall() function (not interposed: see
+//    symbols_monitor.h), not an inline `syscall` instruction.
 //  - patch sees every call that enters libc's entry points, including
-//    glibc-internal ones; not raw syscall(2).
-//  - uffd sees what the kernel does to registered ranges, raw syscalls
-//    included; SysV shm attachments cannot be registered and shmdt sends no
+//    glibc-internal ones and syscall(); not an inline `syscall` instruction.
+//  - uffd sees what the kernel does to registered ranges, inline system
+//    calls included; SysV shm attachments cannot be registered and shmdt sends no
 //    event. The kernel sends no event either when shmat(SHM_REMAP) replaces a
 //    registered range (do_shmat maps without the unmap-event list), nor when
 //    truncation or fallocate drops a shared file's pages under a registered
 //    mapping (only madvise sends UFFD_EVENT_REMOVE).
 //  - jemalloc sees only jemalloc's own extent operations.
-//  - auto is patch+uffd(+jemalloc) here and must cover every row.
+//  - auto is patch(+jemalloc) here and must cover every row that goes
+//    through libc: all but raw_munmap. auto+uffd covers every row. (Under
+//    ThreadSanitizer patch cannot install: auto is symbols, auto+uffd
+//    symbols+uffd, and they are expected to cover what those cover.)
 #ifndef TESTS_MONITORS_MONITOR_EXPECTATIONS_H_
 #define TESTS_MONITORS_MONITOR_EXPECTATIONS_H_
 
@@ -37,16 +41,40 @@ inline bool UffdSendsNoEvent(const std::string& way) {
          way == "shm_open_ftruncate" || way == "shm_open_truncate" || way == "memfd_punch_hole";
 }
 
+// False where `patch` refuses to install in every process (ThreadSanitizer
+// builds, patch_monitor.h); `auto` is then `symbols`.
+inline bool PatchInThisBuild() {
+#if defined(__SANITIZE_THREAD__)
+  return false;
+#else
+  return true;
+#endif
+}
+
 inline bool ExpectReported(const std::string& monitor, const std::string& way) {
   if (monitor == "none") return false;
-  if (monitor == "auto") return true;
+  if (monitor == "auto") return ExpectReported(PatchInThisBuild() ? "patch" : "symbols", way);
+  if (monitor == "auto+uffd") return ExpectReported("auto", way) || ExpectReported("uffd", way);
   if (monitor == "symbols") {
-    return way != "glibc_free" && way != "raw_munmap";
+    return way != "glibc_free" && way != "syscall_munmap" && way != "raw_munmap";
   }
   if (monitor == "patch") return way != "raw_munmap";
   if (monitor == "uffd") return !UffdSendsNoEvent(way);
   if (monitor == "jemalloc") return way == "jemalloc_purge";
   return false;
+}
+
+// A monitor name as a test name part ('+' is not allowed there).
+inline std::string MonitorTestName(const std::string& monitor) {
+  std::string out;
+  for (char c : monitor) {
+    if (c == '+') {
+      out += "_plus_";
+    } else {
+      out += c;
+    }
+  }
+  return out;
 }
 
 }  // namespace testing

@@ -46,13 +46,30 @@ TEST(MonitorSelectionTest, PlusListInstallsEachMonitorOnce) {
   EXPECT_EQ((*lease)->name(), "symbols+uffd");
 }
 
-TEST(MonitorSelectionTest, AutoPrefersPatchAndAddsUffdWhereAvailable) {
+TEST(MonitorSelectionTest, AutoIsPatchWithoutUffd) {
   bool patch_available = !testing::MonitorUnavailable(AcquireMonitor("patch").status());
   auto lease = AcquireMonitor("auto");
   ASSERT_TRUE(lease.ok()) << lease.status();
-  // Root on Linux 6.18 with glibc 2.36: patch and uffd can be installed here
-  // (patch not under ThreadSanitizer, where auto falls back to symbols).
-  EXPECT_EQ((*lease)->name(), patch_available ? "patch+uffd" : "uffd+symbols");
+  // glibc 2.36: patch can be installed here (not under ThreadSanitizer, where
+  // auto falls back to symbols and says so).
+  EXPECT_EQ((*lease)->name(), patch_available ? "patch" : "symbols");
+  EXPECT_EQ((*lease)->shortfall().empty(), patch_available) << (*lease)->shortfall();
+  EXPECT_TRUE((*lease)->complete() || !patch_available);
+}
+
+TEST(MonitorSelectionTest, AutoPlusUffdAddsUffd) {
+  bool patch_available = !testing::MonitorUnavailable(AcquireMonitor("patch").status());
+  auto lease = AcquireMonitor("auto+uffd");
+  ASSERT_TRUE(lease.ok()) << lease.status();
+  EXPECT_EQ((*lease)->name(), patch_available ? "uffd+patch" : "uffd+symbols");
+}
+
+TEST(MonitorSelectionTest, ExplicitMonitorsPromiseNoMoreThanTheyInstall) {
+  for (const char* name : {"none", "symbols", "uffd", "symbols+uffd"}) {
+    auto lease = AcquireMonitor(name);
+    ASSERT_TRUE(lease.ok()) << name << ": " << lease.status();
+    EXPECT_EQ((*lease)->shortfall(), "") << name;
+  }
 }
 
 TEST(MonitorSelectionTest, JemallocIsEnotsupWhenJemallocIsNotTheAllocator) {

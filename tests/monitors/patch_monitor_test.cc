@@ -4,6 +4,8 @@
 
 #include <dlfcn.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -197,6 +199,110 @@ TEST(PatchMonitorTest, GlibcFreeOfALargeChunkIsReported) {
     free(p);
     EXPECT_TRUE(listener.SawAddress(where, 64 << 20)) << "free number " << i;
   }
+}
+
+// glibc's syscall(): a 2-byte jump at the entry while patched (the 5-byte
+// jump goes into the padding after the function), the original code after.
+TEST(PatchMonitorTest, SyscallEntryIsPatchedWhileInstalledAndRestoredAfter) {
+  uint8_t before[8];
+  memcpy(before, LibcEntry("syscall"), 8);
+  {
+    auto lease = AcquireMonitor("patch");
+    if (MonitorUnavailable(lease.status())) GTEST_SKIP() << lease.status();
+    ASSERT_TRUE(lease.ok()) << lease.status();
+    EXPECT_EQ(LibcEntry("syscall")[0], 0xeb);
+    EXPECT_EQ(memcmp(LibcEntry("syscall") + 2, before + 2, 6), 0) << "only 2 bytes change";
+  }
+  EXPECT_EQ(memcmp(LibcEntry("syscall"), before, 8), 0);
+}
+
+TEST(PatchMonitorTest, SyscallMunmapIsReportedLikeMunmap) {
+  auto lease = AcquireMonitor("patch");
+  if (MonitorUnavailable(lease.status())) GTEST_SKIP() << lease.status();
+  ASSERT_TRUE(lease.ok()) << lease.status();
+  RecordingListener listener;
+  constexpr size_t kLen = 64 << 10;
+  void* p = mmap(nullptr, kLen, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(p, MAP_FAILED);
+  uintptr_t where = reinterpret_cast<uintptr_t>(p);
+  listener.Clear();
+  ASSERT_EQ(syscall(SYS_munmap, p, kLen), 0);
+  EXPECT_TRUE(listener.SawAddress(where, kLen));
+}
+
+TEST(PatchMonitorTest, SyscallMadviseAndMremapAreReportedLikeTheCalls) {
+  auto lease = AcquireMonitor("patch");
+  if (MonitorUnavailable(lease.status())) GTEST_SKIP() << lease.status();
+  ASSERT_TRUE(lease.ok()) << lease.status();
+  RecordingListener listener;
+  constexpr size_t kLen = 64 << 10;
+  char* p = static_cast<char*>(
+      mmap(nullptr, 2 * kLen, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  ASSERT_NE(p, MAP_FAILED);
+  listener.Clear();
+  ASSERT_EQ(syscall(SYS_madvise, p, kLen, MADV_DONTNEED), 0);
+  EXPECT_TRUE(listener.Saw(p, kLen));
+  listener.Clear();
+  ASSERT_EQ(syscall(SYS_madvise, p, kLen, MADV_WILLNEED), 0);
+  EXPECT_FALSE(listener.Saw(p, kLen)) << "WILLNEED keeps the pages";
+  listener.Clear();
+  ASSERT_EQ(syscall(SYS_mremap, p, 2 * kLen, kLen, 0), reinterpret_cast<long>(p));
+  EXPECT_TRUE(listener.Saw(p + kLen, kLen)) << "the shrunk tail";
+  munmap(p, kLen);
+}
+
+TEST(PatchMonitorTest, SyscallBrkReportsTheBreakItLowers) {
+  auto lease = AcquireMonitor("patch");
+  if (MonitorUnavailable(lease.status())) GTEST_SKIP() << lease.status();
+  ASSERT_TRUE(lease.ok()) << lease.status();
+  RecordingListener listener;
+  char* start = static_cast<char*>(sbrk(0));
+  ASSERT_EQ(sbrk(8192), start);
+  listener.Clear();
+  // The raw system call's result (the new break), not glibc brk()'s 0.
+  EXPECT_EQ(syscall(SYS_brk, start), reinterpret_cast<long>(start));
+  EXPECT_TRUE(listener.Saw(start, 8192));
+  ASSERT_EQ(brk(start), 0);  // glibc's __curbrk follows again
+  EXPECT_EQ(sbrk(0), start);
+}
+
+TEST(PatchMonitorTest, SyscallSetsErrnoLikeGlibc) {
+  auto lease = AcquireMonitor("patch");
+  if (MonitorUnavailable(lease.status())) GTEST_SKIP() << lease.status();
+  ASSERT_TRUE(lease.ok()) << lease.status();
+  errno = 0;
+  EXPECT_EQ(syscall(SYS_munmap, 4097, 4096), -1) << "a reported number";
+  EXPECT_EQ(errno, EINVAL);
+  errno = 0;
+  EXPECT_EQ(syscall(SYS_close, -1), -1) << "a number that passes through";
+  EXPECT_EQ(errno, EBADF);
+  EXPECT_EQ(syscall(SYS_getpid), getpid());
+}
+
+// process_vm_readv takes six arguments: the copy proves the first five, and
+// flags (the sixth, on syscall()'s stack) must be 0 or EINVAL.
+TEST(PatchMonitorTest, SyscallPassesAllSixArgumentsThrough) {
+  auto lease = AcquireMonitor("patch");
+  if (MonitorUnavailable(lease.status())) GTEST_SKIP() << lease.status();
+  ASSERT_TRUE(lease.ok()) << lease.status();
+  char from[16] = "six arguments";
+  char to[16] = {};
+  struct iovec local = {to, sizeof(to)};
+  struct iovec remote = {from, sizeof(from)};
+  EXPECT_EQ(syscall(SYS_process_vm_readv, getpid(), &local, 1, &remote, 1, 0),
+            static_cast<long>(sizeof(from)));
+  EXPECT_STREQ(to, "six arguments");
+  errno = 0;
+  EXPECT_EQ(syscall(SYS_process_vm_readv, getpid(), &local, 1, &remote, 1, 1), -1);
+  EXPECT_EQ(errno, EINVAL);
+  // A reported number with six arguments: mmap MAP_FIXED over p, offset 0.
+  void* p = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(p, MAP_FAILED);
+  RecordingListener listener;
+  EXPECT_EQ(syscall(SYS_mmap, p, 4096, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0),
+            reinterpret_cast<long>(p));
+  EXPECT_TRUE(listener.Saw(p, 4096));
+  munmap(p, 4096);
 }
 
 }  // namespace

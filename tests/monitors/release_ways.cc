@@ -270,8 +270,23 @@ Victim ThpPrepare() {
   return v;
 }
 
-// raw syscall(SYS_munmap), which no libc entry point sees.
-void RawMunmap(Victim& v) { syscall(SYS_munmap, v.gone, v.gone_len); }
+// munmap through glibc's syscall() function (patched by `patch`).
+void SyscallMunmap(Victim& v) { syscall(SYS_munmap, v.gone, v.gone_len); }
+
+// munmap by an inline `syscall` instruction, which no libc code sees (as a
+// runtime with its own system-call stubs, or Go, would make it).
+void RawMunmap(Victim& v) {
+#if defined(__x86_64__)
+  long ret;
+  asm volatile("syscall"
+               : "=a"(ret)
+               : "0"(static_cast<long>(SYS_munmap)), "D"(v.gone), "S"(v.gone_len)
+               : "rcx", "r11", "memory");
+  (void)ret;
+#else
+  syscall(SYS_munmap, v.gone, v.gone_len);
+#endif
+}
 
 }  // namespace
 
@@ -339,6 +354,12 @@ std::vector<ReleaseWay> AllReleaseWays() {
   } else if (GlibcMallocIsAllocator()) {  // not under a sanitizer's allocator
     ways.push_back({"glibc_free", &GlibcFreePrepare, &GlibcFree, &NoCleanup});
   }
+  ways.push_back({"syscall_munmap", &Anonymous,
+                  [](Victim& v) {
+                    SyscallMunmap(v);
+                    v.released = true;
+                  },
+                  &UnmapAll});
   ways.push_back(
       {"raw_munmap", &Anonymous, [](Victim& v) { RawMunmap(v); v.released = true; }, &UnmapAll});
   return ways;

@@ -44,7 +44,9 @@ struct ReleaseWay {
 // again. Where the range is no longer mapped (munmap, mremap, brk, shmdt,
 // free, raw munmap) fresh anonymous memory is mapped at the same address
 // (MAP_FIXED_NOREPLACE); where it still is (madvise, mmap MAP_FIXED, jemalloc
-// purge) it is left as the release made it. False if the address was taken
+// purge) it is left as the release made it. (Rows `syscall_munmap`: munmap
+// through glibc's syscall() function; `raw_munmap`: an inline `syscall`
+// instruction that no libc code sees.) False if the address was taken
 // by someone else meanwhile. Cleanup() unmaps the refill.
 bool RefillSameAddress(Victim& v);
 void CleanupVictim(const ReleaseWay& way, Victim& v);

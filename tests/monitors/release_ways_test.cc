@@ -97,7 +97,7 @@ TEST(ReleaseWayVictims, DontneedThpRangeIsInsideATransparentHugePage) {
 
 std::vector<Cell> AllCells() {
   std::vector<Cell> cells;
-  std::vector<std::string> monitors = {"none", "symbols", "patch", "uffd", "auto"};
+  std::vector<std::string> monitors = {"none", "symbols", "patch", "uffd", "auto", "auto+uffd"};
   if (JemallocIsAllocator()) monitors.push_back("jemalloc");
   for (const std::string& m : monitors) {
     for (const ReleaseWay& w : AllReleaseWays()) cells.push_back({m, w.name});
@@ -107,7 +107,7 @@ std::vector<Cell> AllCells() {
 
 INSTANTIATE_TEST_SUITE_P(AllMonitors, ReleaseWaysTest, ::testing::ValuesIn(AllCells()),
                          [](const ::testing::TestParamInfo<Cell>& info) {
-                           return info.param.monitor + "_" + info.param.way +
+                           return MonitorTestName(info.param.monitor) + "_" + info.param.way +
                                   (ExpectReported(info.param.monitor, info.param.way)
                                        ? "_reported"
                                        : "_not_reported");
