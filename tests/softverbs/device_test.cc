@@ -56,11 +56,18 @@ TEST_F(SoftverbsTest, QueryPortReportsAnActiveInfinibandPort) {
   EXPECT_EQ(ibv_query_port(ctx_, 2, &port), EINVAL);
 }
 
-TEST_F(SoftverbsTest, QueryGidGivesLinkLocalPrefixAndGuid) {
+// Each process is its own port on the fabric: the GID is the node GUID with
+// the port's LID in its low 16 bits.
+TEST_F(SoftverbsTest, QueryGidGivesLinkLocalPrefixGuidAndPortLid) {
   ibv_gid gid;
   ASSERT_EQ(ibv_query_gid(ctx_, 1, 0, &gid), 0);
+  ibv_port_attr port;
+  ASSERT_EQ(ibv_query_port(ctx_, 1, &port), 0);
+  ASSERT_NE(port.lid, 0);
+  EXPECT_LT(port.lid, 0xc000);  // a unicast LID
   EXPECT_EQ(be64toh(gid.global.subnet_prefix), 0xfe80000000000000ULL);
-  EXPECT_EQ(gid.global.interface_id, ibv_get_device_guid(list_[0]));
+  EXPECT_EQ(be64toh(gid.global.interface_id),
+            (be64toh(ibv_get_device_guid(list_[0])) & ~0xffffULL) | port.lid);
   EXPECT_EQ(ibv_query_gid(ctx_, 1, 1, &gid), -1);
 }
 

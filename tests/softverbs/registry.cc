@@ -69,6 +69,9 @@ void WriteCountersFile() {
   SOFTVERBS_PRINT(device_writes);
   SOFTVERBS_PRINT(remote_accesses);
   SOFTVERBS_PRINT(remote_access_errors);
+  SOFTVERBS_PRINT(live_cqs);
+  SOFTVERBS_PRINT(live_qps);
+  SOFTVERBS_PRINT(packets_sent);
 #undef SOFTVERBS_PRINT
   fclose(f);
 }
