@@ -26,7 +26,7 @@
 namespace softverbs {
 namespace {
 
-constexpr uint64_t kGuid = 0x5f7665726273aa01ULL;  // "_verbs" + 0xaa01
+constexpr uint64_t kGuid = kNodeGuid;
 constexpr unsigned kDefaultSlots = 16384;
 
 ibv_device* TheDevice() {
@@ -289,8 +289,7 @@ int softverbs_ibv_query_gid_1_1(ibv_context* context, uint8_t port_num, int inde
     errno = EINVAL;
     return -1;
   }
-  gid->global.subnet_prefix = htobe64(0xfe80000000000000ULL);
-  gid->global.interface_id = htobe64((softverbs::kGuid & ~0xffffULL) | softverbs::LocalLid());
+  *gid = softverbs::LocalGid();
   return 0;
 }
 

@@ -101,6 +101,7 @@ case "$kind" in
   rc)
     both rc "${n[@]}" -c
     both rc_events "${n[@]}" -c -e
+    both rc_gid "${n[@]}" -c -g 0  # a GRH in the address vector
     both rc_wr_api "${n[@]}" -c -N
     both rc_multipacket -n 20 -c -s 200000  # 4 packets per message
     SOFTVERBS_ODP=explicit both rc_odp "${n[@]}" -c -o
@@ -115,6 +116,7 @@ case "$kind" in
   ud)
     both ud "${n[@]}" -c
     both ud_events "${n[@]}" -c -e
+    both ud_gid "${n[@]}" -c -g 0  # global AHs: receives flagged IBV_WC_GRH
     ;;
   srq)
     both srq "${n[@]}" -c

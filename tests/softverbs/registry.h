@@ -28,6 +28,9 @@ namespace softverbs {
 
 struct Transport;  // transport.cc: a context's queues and progress thread
 
+// The node GUID; a port's GID is fe80::<this GUID with the LID in its low 16 bits>.
+constexpr uint64_t kNodeGuid = 0x5f7665726273aa01ULL;  // "_verbs" + 0xaa01
+
 // ODP support, from SOFTVERBS_ODP=none|explicit|implicit at ibv_open_device.
 enum class OdpLevel { kNone, kExplicit, kImplicit };
 
@@ -112,8 +115,12 @@ void InitTransportOps(Context* ctx);
 void CloseTransport(Context* ctx);
 
 // The port's LID, unique among live processes sharing SOFTVERBS_FABRIC_DIR
-// (0 if the fabric directory is unusable; a message says why).
+// (0 if the fabric directory is unusable; a message says why). A child made
+// by fork() gets a LID of its own at its first use.
 uint16_t LocalLid();
+
+// The port's GID (fe80:: + kNodeGuid with the LID in its low 16 bits).
+ibv_gid LocalGid();
 
 }  // namespace softverbs
 

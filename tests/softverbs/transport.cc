@@ -231,6 +231,7 @@ Queues& queues() {
 struct Port {
   std::string dir;
   uint16_t lid = 0;
+  pid_t pid = 0;  // the process holding the LID's lock
 };
 
 std::string FabricDir() {
@@ -241,34 +242,43 @@ std::string FabricDir() {
   return "/tmp/softverbs-fabric-" + std::to_string(getuid());
 }
 
-const Port& ThePort() {
-  static const Port port = [] {
-    Port p;
-    p.dir = FabricDir();
-    if (mkdir(p.dir.c_str(), 0700) != 0 && errno != EEXIST) {
-      fprintf(stderr, "softverbs: cannot create SOFTVERBS_FABRIC_DIR %s: %s\n", p.dir.c_str(),
-              strerror(errno));
+// Takes a free LID: the first lid-<n> file in the fabric directory this
+// process can flock. The descriptor stays open, so the lock lives as long as
+// the process (a forked child shares it, and takes a LID of its own).
+Port AcquirePort() {
+  Port p;
+  p.pid = getpid();
+  p.dir = FabricDir();
+  if (mkdir(p.dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    fprintf(stderr, "softverbs: cannot create SOFTVERBS_FABRIC_DIR %s: %s\n", p.dir.c_str(),
+            strerror(errno));
+    return p;
+  }
+  // Unicast LIDs are 1..0xbfff; start from the pid to avoid contention.
+  const unsigned first = static_cast<unsigned>(p.pid) % 0xbfff;
+  for (unsigned i = 0; i < 0xbfff; ++i) {
+    const uint16_t lid = static_cast<uint16_t>((first + i) % 0xbfff + 1);
+    const std::string lock = p.dir + "/lid-" + std::to_string(lid);
+    int fd = open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0) {
+      fprintf(stderr, "softverbs: cannot open %s: %s\n", lock.c_str(), strerror(errno));
       return p;
     }
-    // Unicast LIDs are 1..0xbfff; start from the pid to avoid contention.
-    const unsigned first = static_cast<unsigned>(getpid()) % 0xbfff;
-    for (unsigned i = 0; i < 0xbfff; ++i) {
-      const uint16_t lid = static_cast<uint16_t>((first + i) % 0xbfff + 1);
-      const std::string lock = p.dir + "/lid-" + std::to_string(lid);
-      int fd = open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-      if (fd < 0) {
-        fprintf(stderr, "softverbs: cannot open %s: %s\n", lock.c_str(), strerror(errno));
-        return p;
-      }
-      if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
-        p.lid = lid;  // fd stays open: the lock lives as long as the process
-        return p;
-      }
-      close(fd);
+    if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
+      p.lid = lid;
+      return p;
     }
-    fprintf(stderr, "softverbs: no free LID in %s\n", p.dir.c_str());
-    return p;
-  }();
+    close(fd);
+  }
+  fprintf(stderr, "softverbs: no free LID in %s\n", p.dir.c_str());
+  return p;
+}
+
+Port ThePort() {
+  static std::mutex mu;
+  static Port port;
+  std::lock_guard<std::mutex> lock(mu);
+  if (port.pid != getpid()) port = AcquirePort();
   return port;
 }
 
@@ -538,9 +548,7 @@ void SendUdLocked(Registry& r, Qp* qp, const SendWqe& w) {
   // A remote Q_Key with the high bit set means "use the QP's own".
   h.qkey = (w.remote_qkey & 0x80000000u) ? qp->attr.qkey : w.remote_qkey;
   h.total = h.length = static_cast<uint32_t>(qp->total);
-  ibv_gid gid;
-  gid.global.subnet_prefix = htobe64(0xfe80000000000000ULL);
-  gid.global.interface_id = 0;
+  const ibv_gid gid = LocalGid();
   memcpy(h.sgid, &gid, sizeof h.sgid);
   std::vector<char> payload(qp->total);
   int status = IBV_WC_SUCCESS;
@@ -698,6 +706,8 @@ void HandleUdLocked(Registry& r, Qp* qp, const PacketHeader& h, const char* payl
   if (h.flags & kGlobal) {
     data[0] = 0x60;  // IPv6 version
     memcpy(&data[8], h.sgid, 16);
+    const ibv_gid dgid = LocalGid();
+    memcpy(&data[24], &dgid, 16);
   }
   if (len != 0) memcpy(&data[kGrhBytes], payload, len);
   int status = SgeCopyLocked(r, qp->pd, w.sges, 0, data.data(), data.size(), true);
@@ -1604,6 +1614,13 @@ void CloseTransport(Context* ctx) {
 }
 
 uint16_t LocalLid() { return ThePort().lid; }
+
+ibv_gid LocalGid() {
+  ibv_gid gid;
+  gid.global.subnet_prefix = htobe64(0xfe80000000000000ULL);
+  gid.global.interface_id = htobe64((kNodeGuid & ~0xffffULL) | LocalLid());
+  return gid;
+}
 
 }  // namespace softverbs
 
