@@ -63,6 +63,7 @@ struct Mr {
 
 struct Registry {
   std::mutex mu;
+  std::mutex port_mu;  // guards transport.cc's port (LID); taken after mu, never before
   std::unordered_map<ibv_context*, Context*> contexts;
   std::unordered_map<ibv_pd*, Pd*> pds;
   std::unordered_map<ibv_mr*, Mr*> mrs;

@@ -275,9 +275,8 @@ Port AcquirePort() {
 }
 
 Port ThePort() {
-  static std::mutex mu;
   static Port port;
-  std::lock_guard<std::mutex> lock(mu);
+  std::lock_guard<std::mutex> lock(registry().port_mu);
   if (port.pid != getpid()) port = AcquirePort();
   return port;
 }
