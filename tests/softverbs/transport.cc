@@ -1113,7 +1113,8 @@ int PostSend(ibv_qp* qp_in, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
     }
     SendWqe w;
     err = MakeSendWqeLocked(qp, wr, &w);
-    if (err == 0) wqes.push_back(std::move(w));
+    if (err != 0) break;  // *bad_wr is this WR
+    wqes.push_back(std::move(w));
   }
   // WRs before the bad one are posted, as on hardware.
   if (qp != nullptr && !wqes.empty()) QueueSendsLocked(r, qp, &wqes);

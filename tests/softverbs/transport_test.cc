@@ -60,10 +60,11 @@ class Transport : public SoftverbsTest {
   static constexpr int kAllAccess =
       IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
 
-  ibv_qp* NewQp(ibv_qp_type type) {
+  ibv_qp* NewQp(ibv_qp_type type, ibv_cq* send_cq = nullptr, uint32_t max_inline = 0) {
     ibv_qp_init_attr a{};
-    a.send_cq = cq_;
+    a.send_cq = send_cq != nullptr ? send_cq : cq_;
     a.recv_cq = cq_;
+    a.cap.max_inline_data = max_inline;
     a.cap.max_send_wr = 16;
     a.cap.max_recv_wr = 16;
     a.cap.max_send_sge = 2;
@@ -619,6 +620,115 @@ TEST_F(Transport, WrApiPostsSendsLikePostSend) {
   ASSERT_EQ(ibv_wr_complete(qpx), 0);
   EXPECT_EQ(Wait(9).status, IBV_WC_SUCCESS);
   EXPECT_EQ(memcmp(buf_[0], buf_[1], 128), 0);
+}
+
+TEST_F(Transport, InlineSendNeedsNoLkey) {
+  qp_[0] = NewQp(IBV_QPT_RC, nullptr, /*max_inline=*/64);
+  qp_[1] = NewQp(IBV_QPT_RC);
+  ASSERT_NE(qp_[0], nullptr);
+  ibv_qp_attr q{};
+  ibv_qp_init_attr init{};
+  ASSERT_EQ(ibv_query_qp(qp_[0], &q, IBV_QP_CAP, &init), 0);
+  EXPECT_EQ(init.cap.max_inline_data, 64u);
+  ASSERT_EQ(Connect(qp_[0], lid_, qp_[1]->qp_num), 0);
+  ASSERT_EQ(Connect(qp_[1], lid_, qp_[0]->qp_num), 0);
+  char unregistered[48];
+  Fill(unregistered, sizeof unregistered, 8);
+  ASSERT_EQ(PostRecv(qp_[1], 7, buf_[1], kBuf, mr_[1]->lkey), 0);
+  ibv_sge sge{reinterpret_cast<uintptr_t>(unregistered), sizeof unregistered, 0};
+  ibv_send_wr wr{};
+  wr.wr_id = 8;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.opcode = IBV_WR_SEND;
+  wr.send_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE;
+  ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(ibv_post_send(qp_[0], &wr, &bad), 0);
+  memset(unregistered, 0, sizeof unregistered);  // copied at post time
+  EXPECT_EQ(Wait(7).status, IBV_WC_SUCCESS);
+  char expected[48];
+  Fill(expected, sizeof expected, 8);
+  EXPECT_EQ(memcmp(buf_[1], expected, sizeof expected), 0);
+  sge.length = 65;  // more than max_inline_data
+  EXPECT_EQ(ibv_post_send(qp_[0], &wr, &bad), EINVAL);
+  EXPECT_EQ(bad, &wr);
+}
+
+TEST_F(Transport, PostSendBeyondMaxSendWrIsEnomemAtTheFirstExtraWr) {
+  Pair(IBV_QPT_RC);  // no receives: the first SEND stays in flight (RNR, forever)
+  std::vector<ibv_sge> sges(17, ibv_sge{reinterpret_cast<uintptr_t>(buf_[0]), 8, mr_[0]->lkey});
+  std::vector<ibv_send_wr> wrs(17);
+  for (size_t i = 0; i < wrs.size(); ++i) {
+    wrs[i].wr_id = i;
+    wrs[i].sg_list = &sges[i];
+    wrs[i].num_sge = 1;
+    wrs[i].opcode = IBV_WR_SEND;
+    wrs[i].next = i + 1 < wrs.size() ? &wrs[i + 1] : nullptr;
+  }
+  ibv_send_wr* bad = nullptr;
+  EXPECT_EQ(ibv_post_send(qp_[0], &wrs[0], &bad), ENOMEM);
+  EXPECT_EQ(bad, &wrs[16]);  // max_send_wr is 16
+}
+
+TEST_F(Transport, CompletionQueueOverrunMakesPollFail) {
+  ibv_cq* tiny = ibv_create_cq(ctx_, 1, nullptr, nullptr, 0);
+  ASSERT_NE(tiny, nullptr);
+  qp_[0] = NewQp(IBV_QPT_RC, tiny);
+  qp_[1] = NewQp(IBV_QPT_RC);
+  ASSERT_EQ(Connect(qp_[0], lid_, qp_[1]->qp_num), 0);
+  ASSERT_EQ(Connect(qp_[1], lid_, qp_[0]->qp_num), 0);
+  ASSERT_EQ(PostRecv(qp_[1], 7, buf_[1], 64, mr_[1]->lkey), 0);
+  ASSERT_EQ(PostRecv(qp_[1], 17, buf_[1], 64, mr_[1]->lkey), 0);
+  ASSERT_EQ(PostSend(qp_[0], IBV_WR_SEND, 8, buf_[0], 8, mr_[0]->lkey), 0);
+  ASSERT_EQ(PostSend(qp_[0], IBV_WR_SEND, 9, buf_[0], 8, mr_[0]->lkey), 0);
+  Wait(7);
+  Wait(17);  // both sends were acknowledged: the second CQE found the CQ full
+  ibv_wc wc[2];
+  EXPECT_LT(ibv_poll_cq(tiny, 2, wc), 0);
+  EXPECT_EQ(ibv_destroy_qp(qp_[0]), 0);
+  qp_[0] = nullptr;
+  EXPECT_EQ(ibv_destroy_cq(tiny), 0);
+}
+
+// ODP MRs are reached through the current page tables, so a replaced mapping
+// receives the write (unlike pinned MRs, WriteLandsInThePagesPinnedAtRegistration).
+class OdpTransport : public Transport {
+ protected:
+  const char* odp() const override { return "explicit"; }
+};
+
+TEST_F(OdpTransport, WriteToAnOdpMrLandsInTheCurrentMapping) {
+  Pair(IBV_QPT_RC);
+  char* target = static_cast<char*>(MapPages(kBuf));
+  ASSERT_NE(target, nullptr);
+  ibv_mr* odp = ibv_reg_mr(pd_, target, kBuf, kAllAccess | IBV_ACCESS_ON_DEMAND);
+  ASSERT_NE(odp, nullptr);
+  ASSERT_EQ(munmap(target, kBuf), 0);
+  ASSERT_EQ(mmap(target, kBuf, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED,
+                 -1, 0),
+            target);
+  Fill(buf_[0], 4096, 12);
+  ASSERT_EQ(PostSend(qp_[0], IBV_WR_RDMA_WRITE, 8, buf_[0], 4096, mr_[0]->lkey,
+                     reinterpret_cast<uintptr_t>(target), odp->rkey),
+            0);
+  EXPECT_EQ(Wait(8).status, IBV_WC_SUCCESS);
+  EXPECT_EQ(memcmp(target, buf_[0], 4096), 0);
+  EXPECT_EQ(ibv_dereg_mr(odp), 0);
+  munmap(target, kBuf);
+}
+
+TEST_F(OdpTransport, WriteToUnmappedOdpMemoryIsRemoteAccessError) {
+  Pair(IBV_QPT_RC);
+  char* target = static_cast<char*>(MapPages(kBuf));
+  ASSERT_NE(target, nullptr);
+  ibv_mr* odp = ibv_reg_mr(pd_, target, kBuf, kAllAccess | IBV_ACCESS_ON_DEMAND);
+  ASSERT_NE(odp, nullptr);
+  ASSERT_EQ(munmap(target, kBuf), 0);
+  ASSERT_EQ(PostSend(qp_[0], IBV_WR_RDMA_WRITE, 8, buf_[0], 4096, mr_[0]->lkey,
+                     reinterpret_cast<uintptr_t>(target), odp->rkey),
+            0);
+  EXPECT_EQ(Wait(8).status, IBV_WC_REM_ACCESS_ERR);
+  EXPECT_EQ(ibv_dereg_mr(odp), 0);
 }
 
 TEST_F(Transport, CloseDeviceReleasesQueuesLeftBehind) {
