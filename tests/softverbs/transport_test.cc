@@ -695,15 +695,22 @@ TEST_F(Transport, CompletionQueueOverrunMakesPollFail) {
 class OdpTransport : public Transport {
  protected:
   const char* odp() const override { return "explicit"; }
+
+  // An ODP MR over kBuf bytes at *target, which is then unmapped.
+  ibv_mr* OdpMrOverUnmappedMemory(char** target) {
+    *target = static_cast<char*>(MapPages(kBuf));
+    if (*target == nullptr) return nullptr;
+    ibv_mr* mr = ibv_reg_mr(pd_, *target, kBuf, kAllAccess | IBV_ACCESS_ON_DEMAND);
+    EXPECT_EQ(munmap(*target, kBuf), 0);
+    return mr;
+  }
 };
 
 TEST_F(OdpTransport, WriteToAnOdpMrLandsInTheCurrentMapping) {
   Pair(IBV_QPT_RC);
-  char* target = static_cast<char*>(MapPages(kBuf));
-  ASSERT_NE(target, nullptr);
-  ibv_mr* odp = ibv_reg_mr(pd_, target, kBuf, kAllAccess | IBV_ACCESS_ON_DEMAND);
+  char* target = nullptr;
+  ibv_mr* odp = OdpMrOverUnmappedMemory(&target);
   ASSERT_NE(odp, nullptr);
-  ASSERT_EQ(munmap(target, kBuf), 0);
   ASSERT_EQ(mmap(target, kBuf, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED,
                  -1, 0),
             target);
@@ -719,11 +726,9 @@ TEST_F(OdpTransport, WriteToAnOdpMrLandsInTheCurrentMapping) {
 
 TEST_F(OdpTransport, WriteToUnmappedOdpMemoryIsRemoteAccessError) {
   Pair(IBV_QPT_RC);
-  char* target = static_cast<char*>(MapPages(kBuf));
-  ASSERT_NE(target, nullptr);
-  ibv_mr* odp = ibv_reg_mr(pd_, target, kBuf, kAllAccess | IBV_ACCESS_ON_DEMAND);
+  char* target = nullptr;
+  ibv_mr* odp = OdpMrOverUnmappedMemory(&target);
   ASSERT_NE(odp, nullptr);
-  ASSERT_EQ(munmap(target, kBuf), 0);
   ASSERT_EQ(PostSend(qp_[0], IBV_WR_RDMA_WRITE, 8, buf_[0], 4096, mr_[0]->lkey,
                      reinterpret_cast<uintptr_t>(target), odp->rkey),
             0);
