@@ -508,6 +508,11 @@ TEST_F(Transport, CompletionChannelRaisesAnEventOnceArmed) {
   EXPECT_EQ(ibv_destroy_comp_channel(ch), 0);
 }
 
+TEST_F(Transport, ArmingACqWithoutAChannelSucceeds) {
+  EXPECT_EQ(ibv_req_notify_cq(cq_, 0), 0);
+  EXPECT_EQ(ibv_req_notify_cq(cq_, 1), 0);
+}
+
 TEST_F(Transport, UcSendArrivesAndAMissingReceiveDropsTheMessage) {
   Pair(IBV_QPT_UC);
   Fill(buf_[0], 1000, 2);
