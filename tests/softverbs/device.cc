@@ -1,7 +1,9 @@
 // device.cc: softverbs' one device, its contexts and the query verbs.
 //
-// The device is "softverbs0": one InfiniBand port (ACTIVE, LID 1, one GID,
-// one P_Key), no queues, MRs only. ibv_open_device reads SOFTVERBS_ODP and
+// The device is "softverbs0": one InfiniBand port (ACTIVE, one GID, one
+// P_Key) whose LID is this process's own on the fabric (transport.cc) and
+// whose GID is fe80::<GUID with the LID in its low 16 bits>. ibv_open_device
+// reads SOFTVERBS_ODP and
 // SOFTVERBS_SLOTS (size of the io_uring fixed-buffer table, default and
 // maximum 16384) and fills a real struct verbs_context, so the inline
 // ibv_query_device_ex, ibv_query_port and ibv_advise_mr of rdma-core's
@@ -24,7 +26,7 @@
 namespace softverbs {
 namespace {
 
-constexpr uint64_t kGuid = 0x5f7665726273aa01ULL;  // "_verbs" + 0xaa01
+constexpr uint64_t kGuid = kNodeGuid;
 constexpr unsigned kDefaultSlots = 16384;
 
 ibv_device* TheDevice() {
@@ -59,6 +61,20 @@ void FillDeviceAttr(const Context* ctx, ibv_device_attr* a) {
   a->vendor_part_id = 0;
   a->max_mr = static_cast<int>(ctx->slots);
   a->max_pd = 1 << 16;
+  a->max_qp = 1 << 16;
+  a->max_qp_wr = 16384;
+  a->max_sge = 32;
+  a->max_sge_rd = 32;
+  a->max_cq = 1 << 16;
+  a->max_cqe = 1 << 20;
+  a->max_qp_rd_atom = 16;
+  a->max_qp_init_rd_atom = 16;
+  a->max_res_rd_atom = 16 << 16;
+  a->max_ah = 1 << 16;
+  a->max_srq = 1 << 16;
+  a->max_srq_wr = 16384;
+  a->max_srq_sge = 32;
+  a->device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_SRQ_RESIZE;
   a->atomic_cap = IBV_ATOMIC_NONE;
   a->max_pkeys = 1;
   a->phys_port_cnt = 1;
@@ -72,7 +88,7 @@ void FillPortAttr(ibv_port_attr* p) {
   p->gid_tbl_len = 1;
   p->max_msg_sz = 1U << 31;
   p->pkey_tbl_len = 1;
-  p->lid = 1;
+  p->lid = LocalLid();
   p->sm_lid = 1;
   p->max_vl_num = 1;
   p->active_width = 2;   // 4X
@@ -203,6 +219,7 @@ ibv_context* softverbs_ibv_open_device_1_1(ibv_device* device) {
   v.context.num_comp_vectors = 1;
   pthread_mutex_init(&v.context.mutex, nullptr);
   v.context.abi_compat = __VERBS_ABI_IS_EXTENDED;
+  softverbs::InitTransportOps(ctx);
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mu);
   r.contexts[&v.context] = ctx;
@@ -223,6 +240,10 @@ int softverbs_ibv_close_device_1_1(ibv_context* context) {
     }
     ctx = it->second;
     r.contexts.erase(it);
+  }
+  softverbs::CloseTransport(ctx);
+  {
+    std::lock_guard<std::mutex> lock(r.mu);
     for (auto m = r.mrs.begin(); m != r.mrs.end();) {
       softverbs::Mr* mr = m->second;
       ++m;
@@ -268,8 +289,7 @@ int softverbs_ibv_query_gid_1_1(ibv_context* context, uint8_t port_num, int inde
     errno = EINVAL;
     return -1;
   }
-  gid->global.subnet_prefix = htobe64(0xfe80000000000000ULL);
-  gid->global.interface_id = htobe64(softverbs::kGuid);
+  *gid = softverbs::LocalGid();
   return 0;
 }
 

@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 #include <infiniband/verbs.h>
 #include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <string>
 
@@ -56,11 +58,41 @@ TEST_F(SoftverbsTest, QueryPortReportsAnActiveInfinibandPort) {
   EXPECT_EQ(ibv_query_port(ctx_, 2, &port), EINVAL);
 }
 
-TEST_F(SoftverbsTest, QueryGidGivesLinkLocalPrefixAndGuid) {
+// A child made by fork() is another port on the fabric: its own LID, while
+// the parent keeps its own.
+TEST_F(SoftverbsTest, ForkedChildGetsALidOfItsOwn) {
+  ibv_port_attr port;
+  ASSERT_EQ(ibv_query_port(ctx_, 1, &port), 0);
+  const uint16_t parent_lid = port.lid;
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    alarm(20);
+    ibv_context* ctx = ibv_open_device(list_[0]);
+    ibv_port_attr child;
+    if (ctx == nullptr || ibv_query_port(ctx, 1, &child) != 0) _exit(2);
+    _exit(child.lid != 0 && child.lid != parent_lid ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status)) << status;
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  ASSERT_EQ(ibv_query_port(ctx_, 1, &port), 0);
+  EXPECT_EQ(port.lid, parent_lid);
+}
+
+// Each process is its own port on the fabric: the GID is the node GUID with
+// the port's LID in its low 16 bits.
+TEST_F(SoftverbsTest, QueryGidGivesLinkLocalPrefixGuidAndPortLid) {
   ibv_gid gid;
   ASSERT_EQ(ibv_query_gid(ctx_, 1, 0, &gid), 0);
+  ibv_port_attr port;
+  ASSERT_EQ(ibv_query_port(ctx_, 1, &port), 0);
+  ASSERT_NE(port.lid, 0);
+  EXPECT_LT(port.lid, 0xc000);  // a unicast LID
   EXPECT_EQ(be64toh(gid.global.subnet_prefix), 0xfe80000000000000ULL);
-  EXPECT_EQ(gid.global.interface_id, ibv_get_device_guid(list_[0]));
+  EXPECT_EQ(be64toh(gid.global.interface_id),
+            (be64toh(ibv_get_device_guid(list_[0])) & ~0xffffULL) | port.lid);
   EXPECT_EQ(ibv_query_gid(ctx_, 1, 1, &gid), -1);
 }
 

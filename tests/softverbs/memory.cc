@@ -159,6 +159,61 @@ int ReregInputError(int err) {
   return IBV_REREG_MR_ERR_INPUT;
 }
 
+}  // namespace
+
+int MrCopyLocked(Mr* m, uint64_t addr, void* buf, size_t len, bool to_memory) {
+  if (len == 0) return 0;
+  const uintptr_t start = reinterpret_cast<uintptr_t>(m->mr.addr);
+  const uintptr_t target = start + (addr - m->iova);
+  if (m->odp) {
+    // Through the current page tables, faulting pages in like an ODP device.
+    iovec local{buf, len};
+    iovec remote{reinterpret_cast<void*>(target), len};
+    ssize_t n = to_memory ? process_vm_writev(getpid(), &local, 1, &remote, 1, 0)
+                          : process_vm_readv(getpid(), &local, 1, &remote, 1, 0);
+    if (n < 0) return errno;
+    return static_cast<size_t>(n) == len ? 0 : EFAULT;
+  }
+  return to_memory ? m->pd->ctx->pins.Write(m->slots, start, target, buf, len)
+                   : m->pd->ctx->pins.Read(m->slots, start, target, buf, len);
+}
+
+int CheckRkeyLocked(Registry& r, uint32_t rkey, uint64_t addr, uint64_t len, unsigned right,
+                    const Pd* pd, Mr** out) {
+  auto it = r.by_lkey.find(rkey);  // softverbs issues one key per MR: lkey == rkey
+  if (it == r.by_lkey.end() || it->second->mr.rkey != rkey) return IBV_WC_REM_ACCESS_ERR;
+  Mr* m = it->second;
+  if (pd != nullptr && m->pd != pd) return IBV_WC_REM_ACCESS_ERR;
+  if ((m->access & right) != right) return IBV_WC_REM_ACCESS_ERR;
+  if (addr + len < addr || addr < m->iova || addr + len - m->iova > m->mr.length) {
+    return IBV_WC_REM_ACCESS_ERR;
+  }
+  if (out != nullptr) *out = m;
+  return IBV_WC_SUCCESS;
+}
+
+int RemoteAccessLocked(Registry& r, uint32_t rkey, uint64_t addr, void* buf, size_t len,
+                       bool to_memory, const Pd* pd) {
+  if (len == 0) return IBV_WC_SUCCESS;
+  auto fail = [&r](int status) {
+    ++r.counters.remote_access_errors;
+    return status;
+  };
+  if (buf == nullptr) return fail(IBV_WC_LOC_PROT_ERR);
+  Mr* m = nullptr;
+  const unsigned right = to_memory ? IBV_ACCESS_REMOTE_WRITE : IBV_ACCESS_REMOTE_READ;
+  int status = CheckRkeyLocked(r, rkey, addr, len, right, pd, &m);
+  if (status != IBV_WC_SUCCESS) return fail(status);
+  int err = MrCopyLocked(m, addr, buf, len, to_memory);
+  // ODP: memory not mapped is the peer's access error; a failed pinned copy
+  // is the responder's operational error.
+  if (err != 0) return fail(m->odp ? IBV_WC_REM_ACCESS_ERR : IBV_WC_REM_OP_ERR);
+  ++r.counters.remote_accesses;
+  return IBV_WC_SUCCESS;
+}
+
+namespace {
+
 // A peer's RDMA access through `rkey` (softverbs.h). `to_memory`: WRITE
 // (from `buf` into the MR), else READ (from the MR into `buf`).
 int RemoteAccess(uint32_t rkey, uint64_t addr, void* buf, size_t len, bool to_memory) {
@@ -166,37 +221,7 @@ int RemoteAccess(uint32_t rkey, uint64_t addr, void* buf, size_t len, bool to_me
   Registry& r = registry();
   // Held throughout, so the MR (and its slots) cannot be released mid-access.
   std::lock_guard<std::mutex> lock(r.mu);
-  auto fail = [&r](int status) {
-    ++r.counters.remote_access_errors;
-    return status;
-  };
-  if (buf == nullptr) return fail(IBV_WC_LOC_PROT_ERR);
-  auto it = r.by_lkey.find(rkey);  // softverbs issues one key per MR: lkey == rkey
-  if (it == r.by_lkey.end() || it->second->mr.rkey != rkey) return fail(IBV_WC_REM_ACCESS_ERR);
-  Mr* m = it->second;
-  const unsigned right = to_memory ? IBV_ACCESS_REMOTE_WRITE : IBV_ACCESS_REMOTE_READ;
-  if (!(m->access & right)) return fail(IBV_WC_REM_ACCESS_ERR);
-  if (addr + len < addr || addr < m->iova || addr + len - m->iova > m->mr.length) {
-    return fail(IBV_WC_REM_ACCESS_ERR);
-  }
-  const uintptr_t start = reinterpret_cast<uintptr_t>(m->mr.addr);
-  const uintptr_t target = start + (addr - m->iova);
-  int err = 0;
-  if (m->odp) {
-    // Through the current page tables, faulting pages in like an ODP device.
-    iovec local{buf, len};
-    iovec remote{reinterpret_cast<void*>(target), len};
-    ssize_t n = to_memory ? process_vm_writev(getpid(), &local, 1, &remote, 1, 0)
-                          : process_vm_readv(getpid(), &local, 1, &remote, 1, 0);
-    if (n < 0 || static_cast<size_t>(n) != len) return fail(IBV_WC_REM_ACCESS_ERR);
-  } else if (to_memory) {
-    err = m->pd->ctx->pins.Write(m->slots, start, target, buf, len);
-  } else {
-    err = m->pd->ctx->pins.Read(m->slots, start, target, buf, len);
-  }
-  if (err != 0) return fail(IBV_WC_REM_OP_ERR);
-  ++r.counters.remote_accesses;
-  return IBV_WC_SUCCESS;
+  return RemoteAccessLocked(r, rkey, addr, buf, len, to_memory, nullptr);
 }
 
 }  // namespace
@@ -283,7 +308,7 @@ int softverbs_ibv_dealloc_pd_1_1(ibv_pd* pd) {
   std::lock_guard<std::mutex> lock(r.mu);
   auto it = r.pds.find(pd);
   if (it == r.pds.end()) return EINVAL;
-  if (it->second->mrs != 0) return EBUSY;
+  if (it->second->mrs != 0 || it->second->users != 0) return EBUSY;
   delete it->second;
   r.pds.erase(it);
   --r.counters.live_pds;
@@ -417,22 +442,7 @@ int softverbs_device_write(uint32_t lkey, uint64_t addr, const void* src, size_t
   Mr* m = it->second;
   if (addr + len < addr || addr < m->iova || addr + len - m->iova > m->mr.length) return ERANGE;
   if (!(m->access & IBV_ACCESS_LOCAL_WRITE)) return EACCES;
-  const uintptr_t start = reinterpret_cast<uintptr_t>(m->mr.addr);
-  const uintptr_t target = start + (addr - m->iova);
-  int err = 0;
-  if (m->odp) {
-    // Through the current page tables, faulting pages in like an ODP device.
-    iovec local{const_cast<void*>(src), len};
-    iovec remote{reinterpret_cast<void*>(target), len};
-    ssize_t n = process_vm_writev(getpid(), &local, 1, &remote, 1, 0);
-    if (n < 0) {
-      err = errno;
-    } else if (static_cast<size_t>(n) != len) {
-      err = EFAULT;
-    }
-  } else {
-    err = m->pd->ctx->pins.Write(m->slots, start, target, src, len);
-  }
+  const int err = softverbs::MrCopyLocked(m, addr, const_cast<void*>(src), len, /*to_memory=*/true);
   if (err == 0) ++r.counters.device_writes;
   return err;
 }

@@ -55,6 +55,11 @@ class PinTable {
   int Read(const std::vector<uint32_t>& slots, uintptr_t start, uintptr_t target, void* dst,
            size_t len);
 
+  // fork(): held across it (registry.cc's atfork handlers), so the child
+  // never inherits the table's lock taken by another thread.
+  void LockForFork() { mu_.lock(); }
+  void UnlockAfterFork() { mu_.unlock(); }
+
  private:
   int SetSlot(uint32_t slot, void* addr, size_t len);
   // Moves len bytes between the fixed buffer `slot` at `target` and the

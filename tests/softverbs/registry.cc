@@ -5,6 +5,7 @@
 // names, decimal values), replacing the file.
 #include "tests/softverbs/registry.h"
 
+#include <pthread.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -69,8 +70,33 @@ void WriteCountersFile() {
   SOFTVERBS_PRINT(device_writes);
   SOFTVERBS_PRINT(remote_accesses);
   SOFTVERBS_PRINT(remote_access_errors);
+  SOFTVERBS_PRINT(live_cqs);
+  SOFTVERBS_PRINT(live_qps);
+  SOFTVERBS_PRINT(packets_sent);
 #undef SOFTVERBS_PRINT
   fclose(f);
+}
+
+// fork() in a multi-threaded process: another thread may hold a softverbs
+// lock at that instant, and the child would inherit it locked forever. Every
+// lock is taken before the fork (in the order the code nests them: mu, then
+// the port's, then each context's pin table) and released in both processes.
+void PrepareFork() {
+  Registry& r = registry();
+  r.mu.lock();
+  r.port_mu.lock();
+  for (auto& [c, ctx] : r.contexts) ctx->pins.LockForFork();
+}
+
+void AfterFork() {
+  Registry& r = registry();
+  for (auto& [c, ctx] : r.contexts) ctx->pins.UnlockAfterFork();
+  r.port_mu.unlock();
+  r.mu.unlock();
+}
+
+__attribute__((constructor)) void InstallForkHandlers() {
+  pthread_atfork(PrepareFork, AfterFork, AfterFork);
 }
 
 // A destructor of the shared object runs at exit() after the program's own

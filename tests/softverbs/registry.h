@@ -26,6 +26,11 @@
 
 namespace softverbs {
 
+struct Transport;  // transport.cc: a context's queues and progress thread
+
+// The node GUID; a port's GID is fe80::<this GUID with the LID in its low 16 bits>.
+constexpr uint64_t kNodeGuid = 0x5f7665726273aa01ULL;  // "_verbs" + 0xaa01
+
 // ODP support, from SOFTVERBS_ODP=none|explicit|implicit at ibv_open_device.
 enum class OdpLevel { kNone, kExplicit, kImplicit };
 
@@ -35,12 +40,14 @@ struct Context {
   OdpLevel odp = OdpLevel::kNone;
   unsigned slots = 0;  // size of the pin table: the device's max_mr
   PinTable pins;
+  Transport* transport = nullptr;  // created with the first CQ, channel, QP, SRQ or AH
 };
 
 struct Pd {
   ibv_pd pd;  // first: the caller's ibv_pd* is this object
   Context* ctx = nullptr;
   size_t mrs = 0;
+  size_t users = 0;  // QPs, SRQs and AHs on this PD (dealloc is EBUSY while any)
 };
 
 struct Mr {
@@ -56,6 +63,7 @@ struct Mr {
 
 struct Registry {
   std::mutex mu;
+  std::mutex port_mu;  // guards transport.cc's port (LID); taken after mu, never before
   std::unordered_map<ibv_context*, Context*> contexts;
   std::unordered_map<ibv_pd*, Pd*> pds;
   std::unordered_map<ibv_mr*, Mr*> mrs;
@@ -80,6 +88,40 @@ size_t PageSize();
 // The verbs_context ops softverbs implements in memory.cc (advise_mr).
 int AdviseMr(ibv_pd* pd, ibv_advise_mr_advice advice, uint32_t flags, ibv_sge* sg_list,
              uint32_t num_sge);
+
+// Moves len bytes between buf and MR m at `addr` (in its iova space, already
+// checked to lie inside it): through the pages pinned at registration, or the
+// current page tables for ODP MRs. to_memory: buf -> MR. 0 or an errno.
+// Caller holds registry().mu.
+int MrCopyLocked(Mr* m, uint64_t addr, void* buf, size_t len, bool to_memory);
+
+// The responder's rkey check: the MR is alive, belongs to `pd` (any PD if
+// null), grants every bit of `right` and contains [addr, addr+len).
+// IBV_WC_SUCCESS (and *out set, if not null) or IBV_WC_REM_ACCESS_ERR.
+// Caller holds registry().mu.
+int CheckRkeyLocked(Registry& r, uint32_t rkey, uint64_t addr, uint64_t len, unsigned right,
+                    const Pd* pd, Mr** out);
+
+// A peer's RDMA WRITE (to_memory) or READ through rkey, as softverbs.h's
+// softverbs_remote_write/read describe, restricted to `pd` if not null.
+// Returns the enum ibv_wc_status the requester sees. Caller holds mu.
+int RemoteAccessLocked(Registry& r, uint32_t rkey, uint64_t addr, void* buf, size_t len,
+                       bool to_memory, const Pd* pd);
+
+// Installs the queue verbs (poll_cq, post_send, ...) in a new context.
+void InitTransportOps(Context* ctx);
+
+// ibv_close_device: stops the context's progress thread and releases its
+// QPs, SRQs, AHs, CQs and completion channels. Called without mu held.
+void CloseTransport(Context* ctx);
+
+// The port's LID, unique among live processes sharing SOFTVERBS_FABRIC_DIR
+// (0 if the fabric directory is unusable; a message says why). A child made
+// by fork() gets a LID of its own at its first use.
+uint16_t LocalLid();
+
+// The port's GID (fe80:: + kNodeGuid with the LID in its low 16 bits).
+ibv_gid LocalGid();
 
 }  // namespace softverbs
 

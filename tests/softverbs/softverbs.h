@@ -37,8 +37,11 @@ struct softverbs_counters {
   uint64_t odp_registrations;      /* successful IBV_ACCESS_ON_DEMAND registrations */
   uint64_t advise_calls;           /* ibv_advise_mr calls that reached softverbs */
   uint64_t device_writes;          /* successful softverbs_device_write calls */
-  uint64_t remote_accesses;        /* successful softverbs_remote_write/read calls */
-  uint64_t remote_access_errors;   /* softverbs_remote_write/read calls that failed */
+  uint64_t remote_accesses;        /* successful rkey accesses: softverbs_remote_write/read and peers' RDMA */
+  uint64_t remote_access_errors;   /* rkey accesses (test entry points and peers' RDMA) that failed */
+  uint64_t live_cqs;               /* completion queues now */
+  uint64_t live_qps;               /* queue pairs now */
+  uint64_t packets_sent;           /* fabric packets this process sent (requests and responses) */
 };
 
 /* Copies a consistent snapshot of the process-wide counters. */
