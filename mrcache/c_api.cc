@@ -166,6 +166,7 @@ void mrc_stats(const mrc_cache_t* cache, mrc_stats_t* stats) {
   stats->registrar_failures = s.registrar_failures;
   stats->bypassed = s.bypassed;
   stats->remote_private = s.remote_private;
+  stats->pin_budget_bytes = s.pin_budget_bytes;
 }
 
 const char* mrc_strerror(int err) {

@@ -70,6 +70,7 @@ struct CacheStats {
            invalidations = 0, merges = 0, regions = 0, pinned_bytes = 0, registrar_ns = 0;
   uint64_t peak_pinned_bytes = 0, registrar_failures = 0, bypassed = 0;
   uint64_t remote_private = 0;  // requests that took the remote_keys=private path
+  uint64_t pin_budget_bytes = 0;  // bytes this cache may pin now (pin_budget.h); 0 = no limit
 };
 
 // The registered range and keys of a region the caller holds.
