@@ -25,6 +25,8 @@ void AddStats(mrcache::CacheStats* a, const mrcache::CacheStats& b) {
   a->registrar_failures += b.registrar_failures;
   a->bypassed += b.bypassed;
   a->remote_private += b.remote_private;
+  // One budget shared by every cache of the process: the largest, not a sum.
+  if (b.pin_budget_bytes > a->pin_budget_bytes) a->pin_budget_bytes = b.pin_budget_bytes;
 }
 
 void PdCaches::Adopt(ibv_pd* pd, ibv_context* context) {

@@ -14,7 +14,10 @@
 //  - peak pinned bytes: the sum of each PD cache's peak (an upper bound when
 //    several PDs are in use);
 //  - remote keys: the remote_keys mode in force and how many requests with a
-//    remote right it registered privately (cache.remote_private).
+//    remote right it registered privately (cache.remote_private);
+//  - pin budget: the bytes the process's caches may pin together
+//    (cache.pin_budget_bytes, README "Pinned-memory budget"; 0 = no limit)
+//    and the RLIMIT_MEMLOCK it comes from.
 #ifndef INTERPOSE_STATS_REPORT_H_
 #define INTERPOSE_STATS_REPORT_H_
 
