@@ -86,29 +86,23 @@ OptimalResult OptimalHits(const std::vector<CacheEvent>& events, size_t max_regi
     const uint64_t size = e.end - e.start;
     ++r.registrations;
     r.registered_bytes += size;
-    r.peak_pinned_bytes = std::max(r.peak_pinned_bytes, pinned + size);  // registered while in use
     const size_t next = NextUse(events, i, key);
+    if (max_bytes != 0 && size <= max_bytes) {
+      // Registering it at all must fit the byte capacity, as it must for a
+      // real cache: the regions needed furthest in the future go first.
+      while (pinned + size > max_bytes) {
+        auto victim = cached.find(std::prev(by_next.end())->second);
+        drop(*victim);
+        cached.erase(victim);
+      }
+    }
+    r.peak_pinned_bytes = std::max(r.peak_pinned_bytes, pinned + size);  // registered while in use
     if (next == kNever) continue;  // not worth keeping
     if (max_bytes != 0 && size > max_bytes) continue;  // can never be kept
-    // Victims: furthest next use first, until both limits hold; keep the new
-    // region only if every victim is needed later than it.
-    size_t victims = 0;
-    uint64_t freed = 0;
-    bool keep = true;
-    for (auto it = by_next.rbegin();; ++it) {
-      const bool regions_ok = max_regions == 0 || cached.size() - victims < max_regions;
-      const bool bytes_ok = max_bytes == 0 || pinned - freed + size <= max_bytes;
-      if (regions_ok && bytes_ok) break;
-      if (it == by_next.rend() || it->first <= next) {
-        keep = false;  // what would have to go is needed sooner
-        break;
-      }
-      ++victims;
-      freed += std::get<1>(it->second) - std::get<0>(it->second);
-    }
-    if (!keep) continue;
-    while (victims-- > 0) {
-      auto victim = cached.find(std::prev(by_next.end())->second);
+    if (max_regions != 0 && cached.size() >= max_regions) {
+      auto furthest = std::prev(by_next.end());
+      if (furthest->first <= next) continue;  // everything cached is needed sooner
+      auto victim = cached.find(furthest->second);
       drop(*victim);
       cached.erase(victim);
     }

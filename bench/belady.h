@@ -17,10 +17,11 @@
 // ring, kv), the rule is the natural generalisation of MIN, not a proven
 // bound.
 //
-// A byte capacity (`max_bytes`, e.g. a pinned-memory budget) also bounds the
-// cached bytes: a new region is kept only if the regions evicted to make room
-// for it (furthest next use first) are all needed later than it, and a
-// region larger than the capacity is never kept. With regions of different
+// A byte capacity (`max_bytes`, e.g. a pinned-memory budget) bounds the
+// pinned bytes including the region being registered, as it does for a real
+// cache: before a miss registers, the cached regions needed furthest in the
+// future are dropped until it fits (a region larger than the capacity is
+// registered for its transfer and never kept). With regions of different
 // sizes this is Belady's rule applied to bytes, a strong heuristic rather
 // than the optimum (that problem is NP-hard).
 #ifndef BENCH_BELADY_H_

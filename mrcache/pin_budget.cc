@@ -152,8 +152,10 @@ size_t PinBudget::ReclaimOthers(Member* self, size_t bytes) {
 
 void PinBudget::ResetInChild() {
   // The forking thread took mu_ in the prepare handler; the threads that
-  // were reclaiming do not exist here.
+  // were reclaiming do not exist here. The parent's pins are not the
+  // child's (its caches never deregister here, fork_guard.h): start at 0.
   for (Node* node = members_; node != nullptr; node = node->next) node->busy = 0;
+  pinned_.store(0, std::memory_order_relaxed);
   mu_.unlock();
 }
 

@@ -99,7 +99,8 @@ class PinBudget {
   // released in all; returns the bytes released.
   size_t ReclaimOthers(Member* self, size_t bytes);
 
-  // fork child: the registry lock is free, no reclaim is under way.
+  // fork child: the registry lock is free, no reclaim is under way, and
+  // nothing is pinned yet.
   void ResetInChild();
 
  private:

@@ -120,10 +120,7 @@ TEST(Mrbench, MemlockRunsUnprivilegedAndKeepsEveryConfigurationWithinThePinBudge
     ++rows;
     uint64_t peak = 0;
     ASSERT_TRUE(absl::SimpleAtoi(Field(line, "peak_pinned_bytes"), &peak)) << line;
-    const std::string config = Field(line, "config");
-    // optimal counts the region in use on top of what it keeps (kv and zipf
-    // buffers are at most 128 KiB).
-    EXPECT_LE(peak, config == "optimal" ? (896u + 132u) << 10 : 896u << 10) << line;
+    EXPECT_LE(peak, 896u << 10) << line;
     EXPECT_NE(Field(line, "total_seconds"), "") << line;
   }
   EXPECT_EQ(rows, 8);
