@@ -974,16 +974,17 @@ size_t CacheImpl::FitPlanLocked(MissPlan* plan, uintptr_t exact_start, uintptr_t
   if (need > budget) return 0;
   const size_t pinned = budget_->pinned();
   if (pinned + need <= budget) return 0;
-  size_t missing = pinned + need - budget;
-  const size_t evicted = EvictBytesLocked(missing, dead);
-  missing = evicted >= missing ? 0 : missing - evicted;
-  if (missing != 0 && need > exact) {
-    // Our unused regions are not enough for the widened plan: register the
+  if (need > exact) {
+    // A full budget: widening would evict regions worth more than the
+    // union's reuse (merging and bridging switch off), so register the
     // requested pages only.
     *plan = MissPlan{exact_start, exact_end, 0};
-    missing = need - exact >= missing ? 0 : missing - (need - exact);
+    need = exact;
+    if (pinned + need <= budget) return 0;
   }
-  return missing;
+  size_t missing = pinned + need - budget;
+  const size_t evicted = EvictBytesLocked(missing, dead);
+  return evicted >= missing ? 0 : missing - evicted;
 }
 
 size_t CacheImpl::EvictBytesLocked(size_t bytes, DeadList* dead) {

@@ -73,7 +73,8 @@ namespace mrcache {
 // Pinned-memory budget (pin_budget.h): a miss plans, under mu_, a region that
 // fits the process budget after evicting this cache's unused regions (least
 // recently used first, only as many bytes as are missing); merging and
-// bridging widen at most to a quarter of the budget. What is still missing is
+// bridging widen at most to a quarter of the budget, and only while the
+// widened region fits without evicting. What is still missing is
 // asked of the other caches outside mu_. A registrar refusal lowers the
 // budget and evicts only what the request needs, never the whole cache.
 class CacheImpl : public MemoryEventListener, public PinBudget::Member {
@@ -175,11 +176,12 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   size_t PinBudgetBytes() const;
   // The process budget that applies to this cache's pins (0 = none).
   size_t ProcessBudget() const { return budget_ != nullptr ? budget_->budget() : 0; }
-  // Makes room for `plan` within the process budget by evicting this cache's
-  // unused regions; if that is not enough, narrows a widened plan to
-  // [exact_start, exact_end). Returns the bytes still missing (to ask of the
-  // other caches), 0 if it fits or if even the exact pages exceed the budget
-  // (they are tried anyway, without evicting for them).
+  // Fits `plan` into the process budget: a widened plan (merge, bridge,
+  // alignment) is kept only if it fits without evicting, else narrowed to
+  // [exact_start, exact_end); then this cache's unused regions are evicted,
+  // least recently used first, until it fits. Returns the bytes still
+  // missing (to ask of the other caches), 0 if it fits or if even the exact
+  // pages exceed the budget (they are tried anyway, without evicting).
   size_t FitPlanLocked(MissPlan* plan, uintptr_t exact_start, uintptr_t exact_end, DeadList* dead);
   // Evicts unused regions, least recently used first, until `bytes` left the
   // index or none is left; returns the bytes that left it.

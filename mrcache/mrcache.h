@@ -34,13 +34,14 @@
  * unlimited or the process has CAP_IPC_LOCK; max_bytes lowers it further.
  * All caches of a process share that budget: a cache short of room first
  * evicts its own unused regions (least recently used first, only until the
- * request fits), then asks the other caches for theirs. A miss never plans
- * a merged, bridged or aligned region that cannot fit; the requested pages
- * themselves are always tried. If the registrar still refuses (ENOMEM or
+ * request fits), then asks the other caches for theirs. A miss plans a
+ * merged, bridged or aligned region only while it fits without evicting;
+ * the requested pages themselves are always tried. If the registrar still refuses (ENOMEM or
  * EAGAIN) although the request fits the budget, something else pins too: the
  * budget is lowered to what was pinned then and recovers gradually. A
  * request that cannot fit even with every unused region gone fails with
- * ENOMEM whose message names the limit and the bytes pinned; regions in use
+ * ENOMEM (EAGAIN if that is what the registrar said), whose message names
+ * the limit and the bytes pinned; regions in use
  * are never evicted. On-demand paging (odp) pins nothing and has no budget.
  * mrc_stats_t.pin_budget_bytes is the budget now (0 = no limit).
  *
