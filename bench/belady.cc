@@ -51,7 +51,8 @@ size_t NextUse(const std::vector<CacheEvent>& events, size_t from, const Key& ke
 
 }  // namespace
 
-OptimalResult OptimalHits(const std::vector<CacheEvent>& events, size_t max_regions) {
+OptimalResult OptimalHits(const std::vector<CacheEvent>& events, size_t max_regions,
+                          size_t max_bytes) {
   OptimalResult r;
   std::map<Key, size_t> cached;             // key -> next use
   std::set<std::pair<size_t, Key>> by_next;  // (next use, key), furthest last
@@ -85,9 +86,19 @@ OptimalResult OptimalHits(const std::vector<CacheEvent>& events, size_t max_regi
     const uint64_t size = e.end - e.start;
     ++r.registrations;
     r.registered_bytes += size;
-    r.peak_pinned_bytes = std::max(r.peak_pinned_bytes, pinned + size);  // registered while in use
     const size_t next = NextUse(events, i, key);
+    if (max_bytes != 0 && size <= max_bytes) {
+      // Registering it at all must fit the byte capacity, as it must for a
+      // real cache: the regions needed furthest in the future go first.
+      while (pinned + size > max_bytes) {
+        auto victim = cached.find(std::prev(by_next.end())->second);
+        drop(*victim);
+        cached.erase(victim);
+      }
+    }
+    r.peak_pinned_bytes = std::max(r.peak_pinned_bytes, pinned + size);  // registered while in use
     if (next == kNever) continue;  // not worth keeping
+    if (max_bytes != 0 && size > max_bytes) continue;  // can never be kept
     if (max_regions != 0 && cached.size() >= max_regions) {
       auto furthest = std::prev(by_next.end());
       if (furthest->first <= next) continue;  // everything cached is needed sooner

@@ -16,6 +16,14 @@
 // often. Where transfers nest inside one another (churn's partial transfers,
 // ring, kv), the rule is the natural generalisation of MIN, not a proven
 // bound.
+//
+// A byte capacity (`max_bytes`, e.g. a pinned-memory budget) bounds the
+// pinned bytes including the region being registered, as it does for a real
+// cache: before a miss registers, the cached regions needed furthest in the
+// future are dropped until it fits (a region larger than the capacity is
+// registered for its transfer and never kept). With regions of different
+// sizes this is Belady's rule applied to bytes, a strong heuristic rather
+// than the optimum (that problem is NP-hard).
 #ifndef BENCH_BELADY_H_
 #define BENCH_BELADY_H_
 
@@ -42,7 +50,9 @@ struct OptimalResult {
   uint64_t peak_pinned_bytes = 0; // largest sum of cached region sizes (including the one in use)
 };
 
-OptimalResult OptimalHits(const std::vector<CacheEvent>& events, size_t max_regions);
+// max_regions, max_bytes: 0 = unlimited.
+OptimalResult OptimalHits(const std::vector<CacheEvent>& events, size_t max_regions,
+                          size_t max_bytes = 0);
 
 // The events a trace produces when its buffers come from malloc, as the
 // replayer allocates them (addresses are replayed with malloc/free here).

@@ -72,7 +72,9 @@ Row RunConfig(const std::string& name, const Trace& trace, const BenchOptions& o
   row.workload = trace.name;
   row.max_regions = options.max_regions;
   if (name == "optimal") {
-    const OptimalResult r = OptimalHits(TraceEvents(trace), options.max_regions);
+    size_t bytes = options.max_bytes;
+    if (options.pin_budget != 0 && (bytes == 0 || options.pin_budget < bytes)) bytes = options.pin_budget;
+    const OptimalResult r = OptimalHits(TraceEvents(trace), options.max_regions, bytes);
     row.timed = false;
     row.transfers = r.accesses;
     row.hits = r.hits;

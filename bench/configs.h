@@ -5,7 +5,9 @@
 //   mrcache-nomerge  the same with max_merge_bytes = 0
 //   ucx              UCX 1.13 ucs_rcache, in a child process (ucx_peer.h)
 //   optimal          Belady's MIN for a cache without merging (belady.h),
-//                    computed from the trace, not run
+//                    computed from the trace, not run; within max_regions,
+//                    max_bytes and, under --memlock, the same pin budget the
+//                    caches get (pin_budget_bytes)
 //
 // Every run configuration gets a fresh registrar of the same kind, wrapped in
 // a CountingRegistrar, and the same limits (max_regions, max_bytes). RunConfig
@@ -27,6 +29,9 @@ struct BenchOptions {
   mrcache::Config base;  // registrar name and parameters (limits are set per run)
   size_t max_regions = 256;
   size_t max_bytes = 0;
+  // The pinned-memory budget the caches work within (mrbench --memlock), so
+  // that `optimal` respects it too; 0 = none.
+  size_t pin_budget = 0;
   bool verify = false;
 };
 

@@ -3,7 +3,14 @@
 // registrar time, pinned memory, cache overhead and stale registrations.
 // Run `mrbench --help` for the flags; with no arguments it runs every
 // built-in workload through every configuration on the uring registrar.
+#include <linux/capability.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <algorithm>
 #include <cstdio>
@@ -22,6 +29,7 @@
 #include "bench/trace.h"
 #include "bench/workloads.h"
 #include "mrcache/config.h"
+#include "mrcache/pin_budget.h"
 
 namespace mrbench {
 namespace {
@@ -45,6 +53,9 @@ registrar time) and stale registrations found by --verify.
   --ops N              transfers per workload (default 20000)
   --max-regions N      cache limit on regions, all configurations (default 256; 0 = unlimited)
   --max-bytes SIZE     cache limit on pinned bytes, e.g. 64M (default 0 = unlimited)
+  --memlock SIZE       run as an unprivileged process would: drop CAP_IPC_LOCK and set
+                       RLIMIT_MEMLOCK (soft and hard) to SIZE, e.g. 8M, before anything
+                       runs; `optimal` then keeps within the caches' pin budget
   --configs LIST       comma-separated subset of: none, mrcache, mrcache-nomerge, ucx, optimal
   --verify, --no-verify
                        device-write through every registration and check the CPU
@@ -69,6 +80,7 @@ struct Flags {
   bool sweep = false;
   uint64_t max_bytes = 0;
   bool limits_given = false;  // --max-regions or --max-bytes
+  uint64_t memlock = 0;  // 0: run with the limits and capabilities inherited
 };
 
 int Fail(const std::string& message) {
@@ -144,6 +156,11 @@ std::string ParseFlags(int argc, char** argv, Flags* flags, bool* help) {
       absl::StatusOr<uint64_t> size = mrcache::ParseSize(value);
       if (!size.ok()) return absl::StrCat("--max-bytes: '", value, "' is not a size (e.g. 4096, 64M, 1G)");
       flags->max_bytes = flags->params.max_bytes = *size;
+    } else if (arg == "--memlock") {
+      if (!next()) return "--memlock needs a value";
+      absl::StatusOr<uint64_t> size = mrcache::ParseSize(value);
+      if (!size.ok() || *size == 0) return absl::StrCat("--memlock: '", value, "' is not a positive size (e.g. 8M)");
+      flags->memlock = *size;
     } else if (arg == "--verify" || arg == "--no-verify") {
       flags->verify = arg == "--verify";
     } else if (arg == "--json" || arg == "--plot" || arg == "--save-trace") {
@@ -155,6 +172,27 @@ std::string ParseFlags(int argc, char** argv, Flags* flags, bool* help) {
       return absl::StrCat("unknown flag '", argv[i], "' (see --help)");
     }
     if (!error.empty()) return error;
+  }
+  return "";
+}
+
+// Drops CAP_IPC_LOCK (effective, permitted, inheritable, ambient and, where
+// allowed, the bounding set) and sets RLIMIT_MEMLOCK to `bytes`: from then on
+// this process and its children (the ucx peer) pin as an unprivileged one.
+std::string BecomeUnprivileged(uint64_t bytes) {
+  prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_LOWER, CAP_IPC_LOCK, 0, 0);
+  prctl(PR_CAPBSET_DROP, CAP_IPC_LOCK, 0, 0, 0);  // EPERM without CAP_SETPCAP: the rest suffices
+  __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct data[_LINUX_CAPABILITY_U32S_3] = {};
+  if (syscall(SYS_capget, &header, data) != 0) return absl::StrCat("capget: ", std::strerror(errno));
+  const uint32_t bit = 1u << (CAP_IPC_LOCK % 32);
+  data[CAP_IPC_LOCK / 32].effective &= ~bit;
+  data[CAP_IPC_LOCK / 32].permitted &= ~bit;
+  data[CAP_IPC_LOCK / 32].inheritable &= ~bit;
+  if (syscall(SYS_capset, &header, data) != 0) return absl::StrCat("capset: ", std::strerror(errno));
+  rlimit limit{static_cast<rlim_t>(bytes), static_cast<rlim_t>(bytes)};
+  if (setrlimit(RLIMIT_MEMLOCK, &limit) != 0) {
+    return absl::StrCat("setrlimit(RLIMIT_MEMLOCK, ", bytes, "): ", std::strerror(errno));
   }
   return "";
 }
@@ -176,6 +214,10 @@ int Main(int argc, char** argv) {
     return 0;
   }
   if (!error.empty()) return Fail(error);
+  if (flags.memlock != 0) {
+    const std::string dropped = BecomeUnprivileged(flags.memlock);
+    if (!dropped.empty()) return Fail(absl::StrCat("--memlock: ", dropped));
+  }
   if (!flags.plot.empty() && !GnuplotOnPath()) {
     return Fail("--plot needs gnuplot, which is not on PATH (install it: apt-get install gnuplot-nox)");
   }
@@ -221,6 +263,9 @@ int Main(int argc, char** argv) {
                 mrcache::RemoteKeysName(recorded.remote_keys),
                 flags.limits_given ? "" : ", max_regions and max_bytes");
   }
+  // The budget each cache works out at creation (pin_budget.h).
+  const size_t memlock_limit = mrcache::MemlockLimitThatApplies();
+  options.pin_budget = memlock_limit != 0 ? mrcache::BudgetForLimit(memlock_limit, true) : 0;
   {
     // Fail before running anything if the registrar cannot work here.
     absl::StatusOr<std::unique_ptr<mrcache::Registrar>> probe = MakeBenchRegistrar(options.base);
@@ -231,6 +276,12 @@ int Main(int argc, char** argv) {
               flags.registrar.c_str(), static_cast<unsigned long long>(flags.params.seed), flags.params.ops,
               options.max_regions, options.max_bytes ? HumanBytes(options.max_bytes).c_str() : "unlimited",
               options.verify ? "on" : "off");
+  if (flags.memlock != 0 || options.pin_budget != 0) {
+    std::printf("mrbench: RLIMIT_MEMLOCK %s, CAP_IPC_LOCK %s: the caches' pin budget is %s; optimal keeps within it\n",
+                HumanBytes(memlock_limit).c_str(),
+                mrcache::PinsCountAgainstMemlock() ? "dropped" : "held",
+                HumanBytes(options.pin_budget).c_str());
+  }
   std::fflush(stdout);
   std::vector<Row> rows, sweep;
   for (const Trace& trace : traces) {

@@ -43,7 +43,7 @@ std::string HumanBytes(uint64_t bytes) {
 void PrintTable(const std::vector<Row>& rows, std::FILE* out) {
   std::vector<std::vector<std::string>> cells = {{"workload", "config", "max_regions", "transfers", "hit_rate",
                                                   "registrations", "registered", "registrar_s", "peak_pinned",
-                                                  "ns/op", "stale"}};
+                                                  "ns/op", "total_s", "stale"}};
   for (const Row& r : rows) {
     if (!r.error.empty()) {
       cells.push_back({r.workload, r.config, absl::StrCat(r.max_regions), "FAILED: " + r.error});
@@ -53,6 +53,7 @@ void PrintTable(const std::vector<Row>& rows, std::FILE* out) {
                      absl::StrFormat("%.2f%%", 100 * r.hit_rate()), absl::StrCat(r.registrations),
                      HumanBytes(r.registered_bytes), r.timed ? absl::StrFormat("%.4f", r.registrar_seconds) : "-",
                      HumanBytes(r.peak_pinned_bytes), r.timed ? absl::StrFormat("%.0f", r.ns_per_op) : "-",
+                     r.timed ? absl::StrFormat("%.4f", r.total_seconds()) : "-",
                      r.timed && r.verified ? absl::StrCat(r.stale) : "-"});
   }
   std::vector<size_t> width(cells[0].size(), 0);
@@ -89,6 +90,7 @@ std::string ToJson(const std::vector<Row>& rows) {
                     ", \"registered_bytes\": ", count(r.registered_bytes),
                     ", \"registrar_seconds\": ", timed(r.registrar_seconds),
                     ", \"peak_pinned_bytes\": ", count(r.peak_pinned_bytes), ", \"ns_per_op\": ", timed(r.ns_per_op),
+                    ", \"total_seconds\": ", timed(r.total_seconds()),
                     ", \"stale\": ", ok && r.timed && r.verified ? absl::StrCat(r.stale) : "null");
     if (!ok) absl::StrAppend(&out, ", \"error\": ", JsonString(r.error));
     absl::StrAppend(&out, i + 1 == rows.size() ? "}\n" : "},\n");

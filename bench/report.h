@@ -3,8 +3,10 @@
 // One Row per (workload, configuration, capacity). The JSON output is an
 // array of objects with at least the keys of issue 7: config, workload,
 // hit_rate, registrations, registered_bytes, registrar_seconds,
-// peak_pinned_bytes, ns_per_op, stale (plus transfers, max_regions, and
-// error for a configuration that failed). Values a configuration cannot
+// peak_pinned_bytes, ns_per_op, stale (plus transfers, max_regions,
+// total_seconds = registrar_seconds + ns_per_op x transfers, the time the
+// registrar and the cache took together, and error for a configuration that
+// failed). Values a configuration cannot
 // have (registrar time, ns per op and stale for `optimal`, which is
 // computed rather than run; everything but the names for a failed run) are
 // null in JSON and "-" in the table.
@@ -37,6 +39,8 @@ struct Row {
   std::string error;     // non-empty: the run failed, only the names are valid
 
   double hit_rate() const { return transfers == 0 ? 0 : double(hits) / double(transfers); }
+  // Registrar time plus cache time (ns_per_op x transfers), in seconds.
+  double total_seconds() const { return registrar_seconds + ns_per_op * double(transfers) / 1e9; }
 };
 
 // Column-aligned, one line per row, with a header.

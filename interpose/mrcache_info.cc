@@ -7,9 +7,12 @@
 //  - the RDMA devices libibverbs lists, their limits and ODP capabilities
 //    (ibv_query_device_ex), and the ODP mode a cache would run in there;
 //  - which memory monitors can be installed in this process (each one is
-//    acquired and released again).
+//    acquired and released again);
+//  - the pinned-memory budget a cache created here would get (README
+//    "Pinned-memory budget"), and that on-demand paging needs none.
 // Exit status: 0; 1 if the MRCACHE_* environment is invalid; 2 bad usage.
 #include <infiniband/verbs.h>
+#include <sys/resource.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -21,6 +24,7 @@
 #include "mrcache/config.h"
 #include "mrcache/monitor.h"
 #include "mrcache/odp.h"
+#include "mrcache/pin_budget.h"
 #include "mrcache/verbs_registrar.h"
 
 namespace {
@@ -130,7 +134,10 @@ void PrintDevices(const mrcache::Config& config) {
                     caps.prefetch ? "yes" : "no");
         auto mode = mrcache::ResolveOdpMode(config.odp, caps);
         if (mode.ok()) {
-          std::printf("    odp=%s runs as: %s\n", OdpModeName(config.odp), OdpModeName(*mode));
+          std::printf("    odp=%s runs as: %s%s\n", OdpModeName(config.odp), OdpModeName(*mode),
+                      *mode == mrcache::OdpMode::kOff
+                          ? ""
+                          : " (regions pin nothing: no pinned-memory budget applies)");
         } else {
           std::printf("    odp=%s: %s\n", OdpModeName(config.odp),
                       std::string(mode.status().message()).c_str());
@@ -143,6 +150,30 @@ void PrintDevices(const mrcache::Config& config) {
     ibv_close_device(ctx);
   }
   ibv_free_device_list(list);
+}
+
+// The budget rule of pin_budget.h, applied to this process as it is now.
+void PrintPinBudget(const mrcache::Config& config) {
+  std::printf("\nPinned-memory budget (shared by the caches of a process):\n");
+  const size_t limit = mrcache::MemlockLimitThatApplies();
+  const size_t budget = mrcache::BudgetForLimit(limit == 0 ? RLIM_INFINITY : limit, limit != 0);
+  if (limit == 0) {
+    std::printf("  RLIMIT_MEMLOCK       = does not apply (%s)\n",
+                mrcache::PinsCountAgainstMemlock() ? "unlimited" : "CAP_IPC_LOCK");
+    std::printf("  pin_budget_bytes     = 0 (no limit)\n");
+  } else {
+    std::printf("  RLIMIT_MEMLOCK       = %zu bytes (soft; counts: no CAP_IPC_LOCK)\n", limit);
+    std::printf("  pin_budget_bytes     = %zu (the limit minus %zu bytes of headroom for the "
+                "application's own pins)\n",
+                budget, limit - budget);
+  }
+  if (config.max_bytes != 0 && (budget == 0 || config.max_bytes < budget)) {
+    std::printf("  max_bytes            = %zu lowers a cache's budget to it\n", config.max_bytes);
+  }
+  std::printf("  odp                  = %s%s\n", OdpModeName(config.odp),
+              config.odp == mrcache::OdpMode::kOff
+                  ? ""
+                  : " (on a device with ODP, regions pin nothing and need no budget)");
 }
 
 void PrintMonitors(const mrcache::Config& config) {
@@ -191,6 +222,7 @@ int main(int argc, char** argv) {
   mrcache::Config config;
   bool ok = PrintConfig(&config);
   PrintDevices(config);
+  PrintPinBudget(config);
   PrintMonitors(config);
   return ok ? 0 : 1;
 }

@@ -28,6 +28,8 @@ void AddStats(mrcache::CacheStats* a, const mrcache::CacheStats& b) {
   a->bypassed += b.bypassed;
   a->remote_private += b.remote_private;
   a->monitor_incomplete += b.monitor_incomplete;
+  // One budget shared by every cache of the process: the largest, not a sum.
+  if (b.pin_budget_bytes > a->pin_budget_bytes) a->pin_budget_bytes = b.pin_budget_bytes;
 }
 
 void PdCaches::Adopt(ibv_pd* pd, ibv_context* context) {

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "mrcache/errno_status.h"
+#include "mrcache/pin_budget.h"
 
 namespace mrcache_preload {
 namespace {
@@ -67,6 +68,12 @@ std::string FormatText(const Report& r) {
                         Bytes(r.cache.peak_pinned_bytes));
   absl::StrAppendFormat(&out, "  remote keys:             %s (%u requests with remote rights registered privately, each deregistered at its ibv_dereg_mr)\n",
                         r.remote_keys.empty() ? "-" : r.remote_keys, r.cache.remote_private);
+  const size_t memlock = mrcache::MemlockLimitThatApplies();
+  absl::StrAppendFormat(&out, "  pin budget:              %s\n",
+                        r.cache.pin_budget_bytes == 0
+                            ? std::string("no limit (RLIMIT_MEMLOCK unlimited, or CAP_IPC_LOCK)")
+                            : absl::StrCat(Bytes(r.cache.pin_budget_bytes), " shared by the process's caches (RLIMIT_MEMLOCK ",
+                                           memlock ? Bytes(memlock) : std::string("does not apply"), ")"));
   absl::StrAppendFormat(&out, "  invalidations / evictions / merges: %u / %u / %u\n",
                         r.cache.invalidations, r.cache.evictions, r.cache.merges);
   absl::StrAppendFormat(&out, "  deregs: %u of aliases, %u passed through; rereg conversions %u; "
@@ -92,7 +99,8 @@ std::string FormatJson(const Report& r) {
       "\"peak_pinned_bytes\": %u, "
       "\"alias_deregs\": %u, \"passthrough_deregs\": %u, \"rereg_conversions\": %u, "
       "\"busy_deallocs\": %u, \"pd_caches\": %u, \"monitor\": \"%s\", \"disabled\": \"%s\", "
-      "\"remote_keys\": \"%s\", \"remote_private\": %u, \"monitor_incomplete\": %u}\n",
+      "\"remote_keys\": \"%s\", \"remote_private\": %u, \"monitor_incomplete\": %u, "
+      "\"pin_budget_bytes\": %u, \"memlock_limit_bytes\": %u}\n",
       r.shim.calls, r.shim.cache_lookups, r.shim.bypassed, r.shim.fallbacks, r.cache.hits,
       r.cache.misses, d.hit_rate, d.device_registrations, r.cache.registrations, d.avoided,
       r.cache.deregistrations, r.cache.invalidations, r.cache.evictions, r.cache.merges,
@@ -100,7 +108,8 @@ std::string FormatJson(const Report& r) {
       r.uncached.samples, r.cache.peak_pinned_bytes,
       r.shim.alias_deregs, r.shim.passthrough_deregs, r.shim.rereg_conversions,
       r.shim.busy_deallocs, r.shim.caches, r.monitor, r.disabled, r.remote_keys,
-      r.cache.remote_private, r.cache.monitor_incomplete);
+      r.cache.remote_private, r.cache.monitor_incomplete, r.cache.pin_budget_bytes,
+      mrcache::MemlockLimitThatApplies());
 }
 
 absl::Status EmitReport(absl::string_view spec, const Report& report) {

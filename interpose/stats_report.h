@@ -19,6 +19,9 @@
 //  - monitor incomplete: how many PD caches run with less monitor coverage
 //    than `auto` promises (cache.monitor_incomplete; each one logged its
 //    cause on stderr when it was created).
+//  - pin budget: the bytes the process's caches may pin together
+//    (cache.pin_budget_bytes, README "Pinned-memory budget"; 0 = no limit)
+//    and the RLIMIT_MEMLOCK it comes from.
 #ifndef INTERPOSE_STATS_REPORT_H_
 #define INTERPOSE_STATS_REPORT_H_
 

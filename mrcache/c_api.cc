@@ -171,6 +171,7 @@ int mrc_stats_sized(const mrc_cache_t* cache, mrc_stats_t* stats, size_t size) {
   all.bypassed = s.bypassed;
   all.remote_private = s.remote_private;
   all.monitor_incomplete = s.monitor_incomplete;
+  all.pin_budget_bytes = s.pin_budget_bytes;
   // Whole fields only: a size that ends inside a field leaves that field alone.
   const size_t known = std::min(size, sizeof all) / sizeof(uint64_t) * sizeof(uint64_t);
   std::memcpy(stats, &all, known);

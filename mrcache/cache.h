@@ -74,6 +74,7 @@ struct CacheStats {
   // 1 if the monitor in effect reports less than its name promised (`auto`
   // without patch); the cause was logged on stderr at creation.
   uint64_t monitor_incomplete = 0;
+  uint64_t pin_budget_bytes = 0;  // bytes this cache may pin now (pin_budget.h); 0 = no limit
 };
 
 // The registered range and keys of a region the caller holds.

@@ -145,10 +145,20 @@ absl::StatusOr<std::unique_ptr<CacheImpl>> CacheImpl::Create(const Config& confi
   absl::Status listen = AddMemoryEventListener(cache.get());
   if (!listen.ok()) return listen;
   cache->listening_ = true;
+
+  // Regions that pin count against the process's budget; on-demand paging
+  // pins nothing and needs none.
+  if (cache->odp_ == OdpMode::kOff) {
+    PinBudget& budget = PinBudget::Process();
+    budget.Refresh();
+    budget.Join(cache.get());
+    cache->budget_ = &budget;
+  }
   return cache;
 }
 
 CacheImpl::~CacheImpl() {
+  if (budget_ != nullptr) budget_->Leave(this);  // no other cache reclaims from us from now on
   if (listening_) RemoveMemoryEventListener(this);
   bool child = forked_.load() || getpid() != pid_;
   DeadList dead;
@@ -371,7 +381,7 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
     aligned_end = page_end;
   }
   bool allow_merge = config_.max_merge_bytes > 0;
-  bool evicted_for_memory = false;
+  int memory_refusals = 0;  // registrar ENOMEM/EAGAIN so far
   int widened_spoils = 0;  // attempts whose widened registration was spoiled
   int in_flight_waits = 0;  // attempts that met another thread's release under way
   GrowThreadCache(tc);
@@ -383,6 +393,7 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
     // Preallocate outside the lock whatever a miss may need under it.
     auto* fresh = new Region;
     auto* node = IntervalTree<Region*>::AllocateNode();
+    size_t shortfall = 0;  // bytes the budget lacks after evicting our unused regions
     {
       std::unique_lock<std::mutex> lock(mu_);
       MaintainLocked(&dead);
@@ -401,6 +412,7 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
       if (attempt == 0) misses_.fetch_add(1, std::memory_order_relaxed);
       plan = allow_merge ? PlanMissLocked(aligned_start, aligned_end, request_access)
                          : MissPlan{aligned_start, aligned_end, 0};
+      shortfall = FitPlanLocked(&plan, page_start, page_end, &dead);
       // A pending miss records every change to what it may register; once
       // the registered range is known, only changes that overlap it spoil it.
       pending.start = plan.has_block() && plan.block_start < plan.start ? plan.block_start : plan.start;
@@ -409,6 +421,7 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
       pending_ = &pending;
     }
     Release(&dead);
+    if (shortfall > 0) budget_->ReclaimOthers(this, shortfall);
 
     uintptr_t reg_start = plan.start, reg_end = plan.end;
     int reg_access = request_access | plan.local;
@@ -444,14 +457,41 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
       if (monitor_) monitor_->Unwatch(reinterpret_cast<void*>(reg_start), reg_end - reg_start);
       delete fresh;
       IntervalTree<Region*>::FreeNode(node);
-      if ((err == ENOMEM || err == EAGAIN) && !evicted_for_memory) {
-        // Out of resources: give back every unused registration, retry once.
-        evicted_for_memory = true;
-        (void)Flush();  // deregisters every unused region
-        continue;
-      }
       bool widened = reg_start != page_start || reg_end != page_end ||
                      reg_access != request_access;
+      if ((err == ENOMEM || err == EAGAIN) && ++memory_refusals <= 3) {
+        // Out of resources. Below the RLIMIT_MEMLOCK budget, something else
+        // pins too: the budget comes down to what was pinned then, and the
+        // next plan fits it by evicting LRU. Then the requested pages alone;
+        // for those, only as many unused bytes as they need are evicted
+        // (never the whole cache), and one refusal is always retried.
+        const size_t need = reg_end - reg_start;
+        const size_t limit = budget_ != nullptr ? budget_->limit() : 0;
+        size_t to_free = need;  // without a known limit: room for the request
+        bool hopeless = false;
+        if (limit != 0) {
+          const size_t pinned_then = budget_->pinned();
+          if (pinned_then + need <= budget_->budget()) budget_->Lower(pinned_then);
+          // Beyond the limit itself nothing that could be evicted helps.
+          hopeless = need > limit;
+          const size_t ceiling = need > budget_->budget() ? limit : budget_->budget();
+          if (pinned_then + need > ceiling) to_free = pinned_then + need - ceiling;
+        }
+        if (hopeless) {
+          // Fall through to the error.
+        } else if (widened) {
+          allow_merge = false;
+          aligned_start = page_start;
+          aligned_end = page_end;
+          continue;
+        } else if (MakeRoom(to_free) > 0 || memory_refusals == 1) {
+          continue;
+        }
+      }
+      if (err == ENOMEM || err == EAGAIN) {
+        registrar_failures_.fetch_add(1, std::memory_order_relaxed);
+        return OutOfPinnedMemory(reg_start, reg_end, reg.status());
+      }
       if ((err == EFAULT || err == EINVAL) && widened) {
         // Alignment or a merge reached memory that cannot be registered, or a
         // size the registrar refuses: fall back to exactly the requested pages.
@@ -800,6 +840,7 @@ CacheStats CacheImpl::stats() {
   s.bypassed = bypassed_.load();
   s.remote_private = remote_private_.load();
   s.monitor_incomplete = monitor_incomplete_ ? 1 : 0;
+  s.pin_budget_bytes = PinBudgetBytes();
   return s;
 }
 
@@ -856,7 +897,12 @@ CacheImpl::MissPlan CacheImpl::PlanMissLocked(uintptr_t start, uintptr_t end, in
     if (e > u.e) u.e = e;
   });
   const bool widens = u.s < start || u.e > end;
-  if (u.e - u.s > config_.max_merge_bytes ||
+  // Under a pin budget, a widened region takes at most a quarter of it:
+  // merging and bridging shrink as the budget tightens.
+  const size_t budget = ProcessBudget();
+  const size_t widen_cap = budget != 0 && budget / 4 < config_.max_merge_bytes
+                               ? budget / 4 : config_.max_merge_bytes;
+  if (u.e - u.s > widen_cap ||
       (widens && InvalidatedLatelyLocked(u.s, u.e, now))) {
     return plan;
   }
@@ -873,10 +919,14 @@ CacheImpl::MissPlan CacheImpl::PlanMissLocked(uintptr_t start, uintptr_t end, in
   size_t block = config_.bridge_bytes < config_.max_merge_bytes ? config_.bridge_bytes
                                                                 : config_.max_merge_bytes;
   if (config_.max_bytes != 0 && block > config_.max_bytes / 4) block = config_.max_bytes / 4;
+  if (budget != 0 && block > budget / 4) {
+    block = budget / 4;
+    while (block & (block - 1)) block &= block - 1;  // the largest power of two within
+  }
   if (block < 2 * page_ || (block & (block - 1)) != 0) return plan;
   const uintptr_t bs = AlignDown(u.s, block);
   const uintptr_t be = AlignUp(u.e, block);
-  if (be == 0 || be - bs > config_.max_merge_bytes) return plan;
+  if (be == 0 || be - bs > widen_cap) return plan;
   struct Neighbours {
     uintptr_t below_end, above_start;
     int local;
@@ -902,6 +952,109 @@ CacheImpl::MissPlan CacheImpl::PlanMissLocked(uintptr_t start, uintptr_t end, in
   plan.above_start = n.above_start;
   plan.bridge_local = n.local;
   return plan;
+}
+
+size_t CacheImpl::PinBudgetBytes() const {
+  if (budget_ == nullptr) return 0;
+  size_t b = budget_->budget();
+  if (config_.max_bytes != 0 && (b == 0 || config_.max_bytes < b)) b = config_.max_bytes;
+  return b;
+}
+
+size_t CacheImpl::FitPlanLocked(MissPlan* plan, uintptr_t exact_start, uintptr_t exact_end,
+                                DeadList* dead) {
+  const size_t budget = ProcessBudget();
+  if (budget == 0) return 0;
+  // The most the plan may register: bridging stays within its block.
+  uintptr_t s = plan->start, e = plan->end;
+  if (plan->has_block()) {
+    if (plan->block_start < s) s = plan->block_start;
+    if (plan->block_end > e) e = plan->block_end;
+  }
+  size_t need = e - s;
+  const size_t exact = exact_end - exact_start;
+  if (need > budget && need > exact) {
+    *plan = MissPlan{exact_start, exact_end, 0};
+    need = exact;
+  }
+  // Exact pages beyond the budget are still tried (the headroom may hold
+  // them), but evicting for them would empty the cache for a likely refusal.
+  if (need > budget) return 0;
+  const size_t pinned = budget_->pinned();
+  if (pinned + need <= budget) return 0;
+  if (need > exact) {
+    // A full budget: widening would evict regions worth more than the
+    // union's reuse (merging and bridging switch off), so register the
+    // requested pages only.
+    *plan = MissPlan{exact_start, exact_end, 0};
+    need = exact;
+    if (pinned + need <= budget) return 0;
+  }
+  size_t missing = pinned + need - budget;
+  const size_t evicted = EvictBytesLocked(missing, dead);
+  return evicted >= missing ? 0 : missing - evicted;
+}
+
+size_t CacheImpl::EvictBytesLocked(size_t bytes, DeadList* dead) {
+  const size_t before = cached_bytes_;
+  EvictLocked([this, before, bytes] { return before - cached_bytes_ < bytes; }, dead);
+  return before - cached_bytes_;
+}
+
+size_t CacheImpl::MakeRoom(size_t bytes) {
+  DeadList dead;
+  size_t released;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    MaintainLocked(&dead);
+    released = EvictBytesLocked(bytes, &dead);
+  }
+  Release(&dead);
+  if (released < bytes && budget_ != nullptr) {
+    released += budget_->ReclaimOthers(this, bytes - released);
+  }
+  return released;
+}
+
+size_t CacheImpl::ReclaimUnused(size_t bytes) {
+  // A parent's cache in a fork child never calls its registrar.
+  if (ForkGeneration() != fork_generation_) return 0;
+  DeadList dead;
+  size_t released;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    released = EvictBytesLocked(bytes, &dead);
+  }
+  Release(&dead);
+  return released;
+}
+
+absl::Status CacheImpl::OutOfPinnedMemory(uintptr_t start, uintptr_t end,
+                                          const absl::Status& cause) {
+  size_t in_use = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    struct Sum {
+      const CacheImpl* self;
+      size_t bytes;
+    } sum{this, 0};
+    index_.ForEach([&sum](uintptr_t s, uintptr_t e, Region* r) {
+      if (sum.self->TotalRefsLocked(r) > 0) sum.bytes += e - s;
+    });
+    in_use = sum.bytes;
+  }
+  const size_t limit = budget_ != nullptr ? budget_->limit() : 0;
+  const std::string limit_text =
+      limit != 0 ? absl::StrCat("RLIMIT_MEMLOCK is ", limit, " bytes, the pin budget ",
+                                PinBudgetBytes(), " bytes")
+                 : std::string("RLIMIT_MEMLOCK does not apply (unlimited, or CAP_IPC_LOCK)");
+  return ErrnoStatus(
+      StatusToErrno(cause), absl::StrCat("mrc_get: cannot pin ", end - start, " bytes at 0x",
+                           absl::Hex(start), ": ", limit_text, "; mrcache pins ",
+                           budget_ != nullptr ? budget_->pinned() : pinned_bytes_.load(),
+                           " bytes in this process, ", in_use,
+                           " of them in regions in use by this cache (", registrar_->name(),
+                           ": ", cause.message(), ")"));
 }
 
 bool CacheImpl::InvalidatedLatelyLocked(uintptr_t start, uintptr_t end, uint64_t now) const {
@@ -1238,6 +1391,10 @@ absl::StatusOr<Registration> CacheImpl::TimedRegister(uintptr_t start, uintptr_t
   absl::StatusOr<Registration> reg =
       registrar_->Register(reinterpret_cast<void*>(start), end - start, access);
   registrar_ns_.fetch_add(NowNs() - t0, std::memory_order_relaxed);
+  if (reg.ok() && budget_ != nullptr && !(reg->access & kAccessOnDemand)) {
+    budget_->AddPinned(reg->length);
+    budget_->Accepted(reg->length);
+  }
   return reg;
 }
 
@@ -1254,8 +1411,11 @@ void CacheImpl::TimedDeregister(const Registration& reg) {
   registrar_ns_.fetch_add(NowNs() - t0, std::memory_order_relaxed);
   deregistrations_.fetch_add(1, std::memory_order_relaxed);
   live_regions_.fetch_sub(1, std::memory_order_relaxed);
-  pinned_bytes_.fetch_sub(reg.addr == nullptr && reg.length == SIZE_MAX ? 0 : reg.length,
-                          std::memory_order_relaxed);
+  const bool implicit = reg.addr == nullptr && reg.length == SIZE_MAX;
+  pinned_bytes_.fetch_sub(implicit ? 0 : reg.length, std::memory_order_relaxed);
+  if (!implicit && budget_ != nullptr && !(reg.access & kAccessOnDemand)) {
+    budget_->SubPinned(reg.length);
+  }
   if (!s.ok()) {
     std::fprintf(stderr, "mrcache: %s deregistration failed: %s\n", registrar_->name(),
                  std::string(s.message()).c_str());

@@ -63,13 +63,21 @@
 #include "mrcache/invalidation_ring.h"
 #include "mrcache/memory_events.h"
 #include "mrcache/monitor.h"
+#include "mrcache/pin_budget.h"
 #include "mrcache/region.h"
 #include "mrcache/registrar.h"
 #include "mrcache/thread_cache.h"
 
 namespace mrcache {
 
-class CacheImpl : public MemoryEventListener {
+// Pinned-memory budget (pin_budget.h): a miss plans, under mu_, a region that
+// fits the process budget after evicting this cache's unused regions (least
+// recently used first, only as many bytes as are missing); merging and
+// bridging widen at most to a quarter of the budget, and only while the
+// widened region fits without evicting. What is still missing is
+// asked of the other caches outside mu_. A registrar refusal lowers the
+// budget and evicts only what the request needs, never the whole cache.
+class CacheImpl : public MemoryEventListener, public PinBudget::Member {
  public:
   static absl::StatusOr<std::unique_ptr<CacheImpl>> Create(const Config& config,
                                                            std::unique_ptr<Registrar> registrar);
@@ -94,6 +102,9 @@ class CacheImpl : public MemoryEventListener {
   void OnForkPrepare() noexcept override;
   void OnForkParent() noexcept override;
   void OnForkChild() noexcept override;
+  // PinBudget::Member: evicts unused regions (LRU first) until `bytes` are
+  // released; takes mu_ (the caller holds no lock of this cache).
+  size_t ReclaimUnused(size_t bytes) override;
 
  private:
   // Regions to deregister once mu_ is released (linked through next_dead).
@@ -160,6 +171,27 @@ class CacheImpl : public MemoryEventListener {
   void MaintainLocked(DeadList* dead);
   // Plans a miss of the aligned range [start, end): merging, then bridging.
   MissPlan PlanMissLocked(uintptr_t start, uintptr_t end, int access);
+  // Bytes this cache may pin now: the process budget, or max_bytes if
+  // smaller; 0 = no limit (and always 0 for on-demand paging).
+  size_t PinBudgetBytes() const;
+  // The process budget that applies to this cache's pins (0 = none).
+  size_t ProcessBudget() const { return budget_ != nullptr ? budget_->budget() : 0; }
+  // Fits `plan` into the process budget: a widened plan (merge, bridge,
+  // alignment) is kept only if it fits without evicting, else narrowed to
+  // [exact_start, exact_end); then this cache's unused regions are evicted,
+  // least recently used first, until it fits. Returns the bytes still
+  // missing (to ask of the other caches), 0 if it fits or if even the exact
+  // pages exceed the budget (they are tried anyway, without evicting).
+  size_t FitPlanLocked(MissPlan* plan, uintptr_t exact_start, uintptr_t exact_end, DeadList* dead);
+  // Evicts unused regions, least recently used first, until `bytes` left the
+  // index or none is left; returns the bytes that left it.
+  size_t EvictBytesLocked(size_t bytes, DeadList* dead);
+  // Outside mu_: releases about `bytes` of unused regions, this cache's first,
+  // then the other caches'; returns the bytes released.
+  size_t MakeRoom(size_t bytes);
+  // The ENOMEM of a request that did not fit, naming the limit and the bytes
+  // pinned and in use, with the registrar's own message.
+  absl::Status OutOfPinnedMemory(uintptr_t start, uintptr_t end, const absl::Status& cause);
   // True if regions died by invalidation in [start, end) lately: widening a
   // miss over it (merging, bridging) is unlikely to pay off.
   bool InvalidatedLatelyLocked(uintptr_t start, uintptr_t end, uint64_t now) const;
@@ -211,6 +243,9 @@ class CacheImpl : public MemoryEventListener {
   OdpMode odp_ = OdpMode::kOff;
   bool bridging_safe_ = false;  // see PlanMissLocked
   bool monitor_incomplete_ = false;  // auto's coverage is not all in effect (stats)
+  // The process's pin budget, joined at creation; null when regions pin
+  // nothing (on-demand paging).
+  PinBudget* budget_ = nullptr;
   // odp=implicit: whole-address-space MRs, one per set of remote rights
   // (index: remote access bits >> 1), registered on first use.
   std::atomic<Region*> implicit_odp_[8] = {};

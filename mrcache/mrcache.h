@@ -26,6 +26,25 @@
  * ibv_reg_mr/ibv_dereg_mr; local-only requests are still cached.
  * mrc_stats_t.remote_private counts those private registrations.
  *
+ * Pinned-memory budget. Without CAP_IPC_LOCK, every page a registration pins
+ * counts against RLIMIT_MEMLOCK (ibv_reg_mr per process, io_uring per user).
+ * At mrc_cache_create the cache works out the bytes it may pin: the soft
+ * RLIMIT_MEMLOCK minus a headroom for the application's own pins (1/8 of the
+ * limit, at least 64 KiB, at most half), or no limit if RLIMIT_MEMLOCK is
+ * unlimited or the process has CAP_IPC_LOCK; max_bytes lowers it further.
+ * All caches of a process share that budget: a cache short of room first
+ * evicts its own unused regions (least recently used first, only until the
+ * request fits), then asks the other caches for theirs. A miss plans a
+ * merged, bridged or aligned region only while it fits without evicting;
+ * the requested pages themselves are always tried. If the registrar still refuses (ENOMEM or
+ * EAGAIN) although the request fits the budget, something else pins too: the
+ * budget is lowered to what was pinned then and recovers gradually. A
+ * request that cannot fit even with every unused region gone fails with
+ * ENOMEM (EAGAIN if that is what the registrar said), whose message names
+ * the limit and the bytes pinned; regions in use
+ * are never evicted. On-demand paging (odp) pins nothing and has no budget.
+ * mrc_stats_t.pin_budget_bytes is the budget now (0 = no limit).
+ *
  * Thread safety: every function may be called from any thread, concurrently,
  * except that mrc_cache_destroy must not race with other calls on that cache,
  * and a config must not be modified while another thread reads it.
@@ -46,7 +65,8 @@ struct ibv_pd;
  * Keys equal the MRCACHE_* environment names, lower-case, without the prefix:
  *   registrar        uring|sim|verbs (default: uring where io_uring works, else sim)
  *   max_regions      unused+used regions kept (default 16384; 0 = unlimited)
- *   max_bytes        pinned bytes kept (default 0 = unlimited; suffixes K M G accepted)
+ *   max_bytes        pinned bytes kept (default 0 = unlimited; suffixes K M G accepted); also
+ *                    caps the cache's pin budget (see "Pinned-memory budget" below)
  *   max_merge_bytes  largest region a merge may create (default 1G; 0 = merging off)
  *   bridge_bytes     block within which a miss in stable memory registers the resident rest
  *                    of its mapping once another region is there (default 128M; 0 = off;
@@ -119,6 +139,8 @@ typedef struct {
   uint64_t peak_pinned_bytes, registrar_failures, bypassed;
   uint64_t remote_private; /* requests with remote rights registered privately (remote_keys=private) */
   uint64_t monitor_incomplete; /* 1: the monitor reports less than `auto` promises (cause logged at creation) */
+  uint64_t pin_budget_bytes; /* bytes this cache may pin now, shared with the process's other
+                                caches (see "Pinned-memory budget"); 0 = no limit */
 } mrc_stats_t;
 /* Copies the cache's counters into the first `size` bytes of *stats: the
  * fields that lie wholly inside `size` bytes are set, bytes past the end of

@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "mrcache/errno_status.h"
+#include "mrcache/pin_budget.h"
 #include "mrcache/registration_checks.h"
 #include "mrcache/log.h"
 
@@ -29,30 +30,8 @@ namespace {
 // are truncated away so a big DeviceWrite does not hold memory forever.
 constexpr off_t kMemfdKeepBytes = off_t{1} << 20;
 
-// True if the calling thread has CAP_IPC_LOCK in its effective set.
-bool HasIpcLock() {
-  __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
-  __user_cap_data_struct data[_LINUX_CAPABILITY_U32S_3] = {};
-  if (syscall(SYS_capget, &header, data) != 0) return false;
-  return (data[CAP_IPC_LOCK / 32].effective >> (CAP_IPC_LOCK % 32)) & 1;
-}
-
-// True if this process is in the initial user namespace (its uid map is the
-// identity over all uids). Capabilities held in a child namespace do not count
-// for io_uring's check.
-bool InInitialUserNamespace() {
-  std::FILE* f = std::fopen("/proc/self/uid_map", "re");
-  if (f == nullptr) return true;  // no user namespaces in this kernel
-  unsigned long inside = 1, outside = 1, count = 0;
-  int fields = std::fscanf(f, "%lu %lu %lu", &inside, &outside, &count);
-  std::fclose(f);
-  return fields == 3 && inside == 0 && outside == 0 && count == 4294967295ul;
-}
-
 // io_uring decides when a ring is created whether the pages it pins count
-// against RLIMIT_MEMLOCK: they do unless the creator has CAP_IPC_LOCK in the
-// initial user namespace.
-bool PinsCountAgainstMemlock() { return !HasIpcLock() || !InInitialUserNamespace(); }
+// against RLIMIT_MEMLOCK (PinsCountAgainstMemlock, pin_budget.h).
 
 // A ring with a sparse table of `slots` buffers, or the errno of the step that
 // failed and its name.

@@ -79,6 +79,20 @@ TEST(Belady, PeakPinnedCountsTheRegionInUse) {
   EXPECT_EQ(r.peak_pinned_bytes, 0x2000u);
 }
 
+TEST(Belady, AByteCapacityBoundsTheCachedBytes) {
+  // A(n) is one page: two pages of capacity hold two regions, not three.
+  // A(3) needs room: A(2), needed after A(1), goes; A(1) and A(3) hit.
+  OptimalResult r = OptimalHits({A(1), A(2), A(3), A(1), A(2), A(3)}, 0, 0x2000);
+  EXPECT_EQ(r.hits, 2u);
+  EXPECT_EQ(r.peak_pinned_bytes, 0x2000u) << "the region being registered fits the capacity too";
+}
+
+TEST(Belady, ARegionLargerThanTheByteCapacityIsNeverKept) {
+  const CacheEvent big = {CacheEvent::kAccess, 0x10000, 0x14000, 7};
+  OptimalResult r = OptimalHits({big, big, A(1), A(1)}, 0, 0x2000);
+  EXPECT_EQ(r.hits, 1u);  // only A(1)'s second transfer
+}
+
 TEST(BeladyTrace, EventsFollowTheTrace) {
   absl::StatusOr<Trace> t = ParseTrace("alloc 1 100000\nxfer 1 0 100000\nxfer 1 0 10\nfree 1\n", "t");
   ASSERT_TRUE(t.ok());

@@ -20,9 +20,10 @@ struct Outcome {
   std::string output;  // stdout and stderr
 };
 
-Outcome RunMrbench(const std::string& args) {
+// `env`: VAR=value assignments for the run, or "".
+Outcome RunMrbench(const std::string& args, const std::string& env = "") {
   Outcome out;
-  FILE* p = popen(("bench/mrbench " + args + " 2>&1").c_str(), "r");
+  FILE* p = popen((env + (env.empty() ? "" : " ") + "bench/mrbench " + args + " 2>&1").c_str(), "r");
   if (p == nullptr) return out;
   char buf[4096];
   size_t n;
@@ -101,6 +102,30 @@ TEST(Mrbench, UringVerifiesEveryTransferAndFindsNothingStale) {
   EXPECT_NE(o.output.find("verify on"), std::string::npos) << o.output;
 }
 
+TEST(Mrbench, MemlockRunsUnprivilegedAndKeepsEveryConfigurationWithinThePinBudget) {
+  // sim with sim_mlock=1 pins with mlock, which RLIMIT_MEMLOCK bounds per
+  // process: 1 MiB leaves the caches (and optimal) a budget of 896 KiB.
+  const std::string json = ::testing::TempDir() + "/memlock.json";
+  Outcome o = RunMrbench("--registrar sim --memlock 1M --ops 1500 --max-regions 64 --workload zipf,kv "
+                         "--configs none,mrcache,mrcache-nomerge,optimal --json " + json,
+                         "MRCACHE_SIM_MLOCK=1");
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  EXPECT_NE(o.output.find("the caches' pin budget is 896.0 KiB"), std::string::npos) << o.output;
+  EXPECT_NE(o.output.find("total_s"), std::string::npos) << o.output;
+  std::istringstream lines(ReadFile(json));
+  std::string line;
+  int rows = 0;
+  while (std::getline(lines, line)) {
+    if (line.find("\"config\"") == std::string::npos) continue;
+    ++rows;
+    uint64_t peak = 0;
+    ASSERT_TRUE(absl::SimpleAtoi(Field(line, "peak_pinned_bytes"), &peak)) << line;
+    EXPECT_LE(peak, 896u << 10) << line;
+    EXPECT_NE(Field(line, "total_seconds"), "") << line;
+  }
+  EXPECT_EQ(rows, 8);
+}
+
 TEST(Mrbench, MalformedTraceIsRejectedWithItsLineNumber) {
   const std::string trace = ::testing::TempDir() + "/bad_trace.txt";
   std::ofstream(trace) << "alloc 1 4096\nxfer 1 0 4096\nxfer 1 4000 200\n";
@@ -159,7 +184,7 @@ TEST(Mrbench, HelpAndBadFlags) {
   Outcome help = RunMrbench("--help");
   EXPECT_EQ(help.exit_code, 0);
   for (const char* flag : {"--registrar", "--workload", "--trace", "--seed", "--ops", "--max-regions", "--max-bytes",
-                           "--verify", "--json", "--plot", "--sweep"}) {
+                           "--memlock", "--verify", "--json", "--plot", "--sweep"}) {
     EXPECT_NE(help.output.find(flag), std::string::npos) << flag;
   }
   Outcome bad = RunMrbench("--bogus");

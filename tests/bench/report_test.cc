@@ -45,7 +45,8 @@ std::vector<Row> SampleRows() {
 TEST(ReportJson, EveryObjectHasTheIssueKeys) {
   const std::string json = ToJson(SampleRows());
   for (const char* key : {"config", "workload", "hit_rate", "registrations", "registered_bytes",
-                          "registrar_seconds", "peak_pinned_bytes", "ns_per_op", "stale"}) {
+                          "registrar_seconds", "peak_pinned_bytes", "ns_per_op", "total_seconds",
+                          "stale"}) {
     size_t count = 0;
     for (size_t pos = json.find(std::string("\"") + key + "\":"); pos != std::string::npos;
          pos = json.find(std::string("\"") + key + "\":", pos + 1)) {
@@ -60,11 +61,19 @@ TEST(ReportJson, ValuesAndNulls) {
   EXPECT_NE(json.find("\"config\": \"mrcache\", \"workload\": \"zipf\""), std::string::npos);
   EXPECT_NE(json.find("\"hit_rate\": 0.9,"), std::string::npos);
   // optimal is computed, not run: no registrar time, ns per op or stale count.
-  EXPECT_NE(json.find("\"registrar_seconds\": null, \"peak_pinned_bytes\": 4096, \"ns_per_op\": null, \"stale\": null"),
+  EXPECT_NE(json.find("\"registrar_seconds\": null, \"peak_pinned_bytes\": 4096, \"ns_per_op\": null, "
+                      "\"total_seconds\": null, \"stale\": null"),
             std::string::npos);
   EXPECT_NE(json.find("\"error\": \"cannot load \\\"UCX\\\"\""), std::string::npos);
   EXPECT_EQ(json.front(), '[');
   EXPECT_EQ(json.substr(json.size() - 2), "]\n");
+}
+
+TEST(ReportJson, TotalSecondsIsRegistrarTimePlusCacheTime) {
+  // none: 0.01 s in the registrar + 12 ns x 100 transfers in the cache.
+  EXPECT_DOUBLE_EQ(SampleRows()[0].total_seconds(), 0.01 + 1200e-9);
+  EXPECT_NE(ToJson(SampleRows()).find("\"ns_per_op\": 12, \"total_seconds\": 0.0100012,"),
+            std::string::npos);
 }
 
 TEST(ReportTable, AlignsColumnsAndShowsFailures) {

@@ -233,12 +233,13 @@ void RunOne(const uint8_t* data, size_t size) {
           const bool whole = alignment > kPage && (access & kRemote) == 0;
           uintptr_t us = whole ? rs : start;
           uintptr_t ue = whole ? re : start + length;
-          // An armed ENOMEM/EAGAIN made the cache flush every unused region
-          // before it retried: those were not merged.
-          const bool flushed = armed && (armed_errno == ENOMEM || armed_errno == EAGAIN);
+          // An armed ENOMEM/EAGAIN made the cache evict unused regions (least
+          // recently used first) and retry the requested pages alone (a
+          // widened attempt), or the same unwidened plan: nothing was merged.
+          const bool refused = armed && (armed_errno == ENOMEM || armed_errno == EAGAIN);
           for (const auto& [handle, l] : live_before) {
             auto u = w.used.find(handle);
-            if (flushed && held_count(handle) == 0) continue;
+            if (refused) continue;
             if (u != w.used.end() && w.retired.count(handle) == 0 && rs <= l.start &&
                 l.start + l.length <= re && (l.access & kRemote) == (info.access & kRemote) &&
                 (l.access & ~info.access) == 0) {

@@ -1,0 +1,391 @@
+// pin_budget_test.cc: the pinned-memory budget (README "Pinned-memory
+// budget", mrcache/pin_budget.h) under a real RLIMIT_MEMLOCK.
+//
+// Every scenario runs in a child process that drops CAP_IPC_LOCK and lowers
+// RLIMIT_MEMLOCK to 1 MiB (tests/registrars/low_memlock.h), so the budget is
+// 1 MiB - 128 KiB of headroom = 896 KiB. The registrar is `sim` with
+// sim_mlock=1: it pins with mlock, which the kernel charges per process
+// against the limit (like ibv_reg_mr), so other tests running at the same
+// time cannot change the outcome (io_uring charges per user). Buffers are
+// 64 KiB, page-aligned, with an unmapped page between neighbours. The tests
+// count registrar calls and evictions; they never time anything.
+//
+// Behaviour:
+//  (a) a working set larger than the limit never makes more registrar calls
+//      than registering and deregistering every request would, and never
+//      pins more than the budget;
+//  (b) a request that fits alone succeeds while other regions are unused,
+//      evicting least recently used regions only until it fits;
+//  (c) a request that cannot fit is ENOMEM naming the limit and the bytes
+//      pinned, evicts nothing, and nothing leaks;
+//  (d) two caches share the budget: the same pin_budget_bytes, and one
+//      cache's request takes room from the other's unused regions;
+//  (e) pins the cache does not know about lower the budget at the first
+//      refusal, without emptying the cache, and it recovers once they go;
+//  and the budget rule itself (BudgetForLimit).
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "mrcache/cache.h"
+#include "mrcache/errno_status.h"
+#include "mrcache/pin_budget.h"
+#include "mrcache/sim_registrar.h"
+#include "tests/cache/counting_registrar.h"
+#include "tests/registrars/low_memlock.h"
+
+namespace mrcache {
+namespace {
+
+using testing::CountingRegistrar;
+using testing::RegistrarCounters;
+
+constexpr size_t kKiB = 1024;
+constexpr size_t kLimit = 1024 * kKiB;
+constexpr size_t kBudget = kLimit - kLimit / 8;  // 896 KiB
+constexpr size_t kBuffer = 64 * kKiB;
+const size_t kPage = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+
+// `n` buffers of `bytes` each, with an unmapped page between neighbours (so
+// that no two requests overlap or merge), every page touched.
+class Buffers {
+ public:
+  Buffers(int n, size_t bytes) : n_(n), bytes_(bytes), stride_(bytes + kPage) {
+    base_ = static_cast<char*>(mmap(nullptr, n * stride_, PROT_READ | PROT_WRITE,
+                                    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+    if (base_ == MAP_FAILED) {
+      base_ = nullptr;
+      return;
+    }
+    for (int i = 0; i < n; ++i) {
+      std::memset(at(i), 1, bytes_);
+      munmap(at(i) + bytes_, kPage);
+    }
+  }
+  ~Buffers() {
+    if (base_ != nullptr) munmap(base_, n_ * stride_);
+  }
+  bool ok() const { return base_ != nullptr; }
+  char* at(int i) const { return base_ + i * stride_; }
+
+ private:
+  int n_;
+  size_t bytes_, stride_;
+  char* base_ = nullptr;
+};
+
+// A cache over an mlock-ing sim registrar, counted.
+struct Counted {
+  std::shared_ptr<RegistrarCounters> counters = std::make_shared<RegistrarCounters>();
+  std::unique_ptr<Cache> cache;
+  int setup_errno = 0;
+
+  explicit Counted(size_t max_merge_bytes = size_t{1} << 30) {
+    Config config;
+    config.registrar = "sim";
+    config.sim_mlock = true;
+    config.sim_base_ns = 0;
+    config.sim_page_ns = 0;
+    config.monitor = "none";
+    config.max_merge_bytes = max_merge_bytes;
+    auto made = Cache::Create(
+        config, std::make_unique<CountingRegistrar>(MakeSimRegistrar(config), counters));
+    if (!made.ok()) {
+      setup_errno = StatusToErrno(made.status());
+      return;
+    }
+    cache = std::move(*made);
+  }
+  // Register calls that failed.
+  int refusals() const { return counters->register_calls.load() - counters->registrations.load(); }
+  size_t pinned() const {
+    std::lock_guard<std::mutex> lock(counters->mu);
+    size_t bytes = 0;
+    for (const auto& entry : counters->live) bytes += entry.second.length;
+    return bytes;
+  }
+  // Get and put; the errno of a failure.
+  int Touch(char* addr, size_t length) {
+    auto r = cache->Acquire(addr, length, kAccessLocalWrite);
+    if (!r.ok()) return StatusToErrno(r.status());
+    (void)cache->Put(*r);
+    return 0;
+  }
+};
+
+template <typename Outcome, typename Body>
+Outcome RunLimited(Body body) {
+  auto result = mrcache_test::RunWithLowMemlock<Outcome>(kLimit, body);
+  EXPECT_TRUE(result.child_ok) << "the child process died";
+  EXPECT_EQ(result.setup_errno, 0) << "could not drop CAP_IPC_LOCK or lower the limit: "
+                                   << std::strerror(result.setup_errno);
+  return result.outcome;
+}
+
+TEST(PinBudgetRuleTest, IsTheLimitMinusAnEighthOfHeadroom) {
+  EXPECT_EQ(BudgetForLimit(8 << 20, true), size_t{7} << 20);
+  EXPECT_EQ(BudgetForLimit(kLimit, true), kBudget);
+}
+
+TEST(PinBudgetRuleTest, HeadroomIsAtLeast64KiBAndAtMostHalf) {
+  EXPECT_EQ(BudgetForLimit(256 * kKiB, true), 192 * kKiB);
+  EXPECT_EQ(BudgetForLimit(64 * kKiB, true), 32 * kKiB);
+}
+
+TEST(PinBudgetRuleTest, NoBudgetWhenUnlimitedOrExempt) {
+  EXPECT_EQ(BudgetForLimit(RLIM_INFINITY, true), 0u);
+  EXPECT_EQ(BudgetForLimit(8 << 20, false), 0u);
+}
+
+struct WorkingSetOutcome {
+  int setup_errno = 0;
+  int gets = 0, failed_gets = 0;
+  int register_calls = 0, deregistrations = 0, registrations_at_end = 0;
+  size_t peak_pinned = 0;
+  uint64_t pin_budget_bytes = 0;
+};
+
+WorkingSetOutcome RunWorkingSetLargerThanTheLimit() {
+  WorkingSetOutcome out;
+  constexpr int kCount = 32;  // 2 MiB: twice the limit
+  Buffers bufs(kCount, kBuffer);
+  {
+    Counted c;
+    if (c.setup_errno != 0 || !bufs.ok()) {
+      out.setup_errno = c.setup_errno ? c.setup_errno : ENOMEM;
+      return out;
+    }
+    out.pin_budget_bytes = c.cache->stats().pin_budget_bytes;
+    // Cyclic (every get misses under LRU), then a skewed pattern.
+    uint64_t x = 12345;
+    for (int i = 0; i < 4 * kCount; ++i) {
+      int b = i < 2 * kCount ? i % kCount : static_cast<int>((x = x * 6364136223846793005u + 1) >> 59);
+      ++out.gets;
+      if (c.Touch(bufs.at(b), kBuffer) != 0) ++out.failed_gets;
+      out.peak_pinned = std::max(out.peak_pinned, c.pinned());
+    }
+    out.register_calls = c.counters->register_calls.load();
+  }
+  // (The counters outlive the cache: everything is deregistered now.)
+  return out;
+}
+
+TEST(PinBudgetTest, WorkingSetLargerThanTheLimitNeverCostsMoreCallsThanNoCache) {
+  const WorkingSetOutcome o = RunLimited<WorkingSetOutcome>(RunWorkingSetLargerThanTheLimit);
+  ASSERT_EQ(o.setup_errno, 0) << std::strerror(o.setup_errno);
+  EXPECT_EQ(o.pin_budget_bytes, kBudget);
+  EXPECT_EQ(o.failed_gets, 0);
+  // Without a cache: one register and one deregister per get. With it: at
+  // most one register per get (no refusals within the budget), and at most
+  // one deregister per register.
+  EXPECT_LE(o.register_calls, o.gets);
+  EXPECT_LE(o.peak_pinned, kBudget);
+  std::printf("RELIABILITY pin_budget working_set=2MiB limit=1MiB gets=%d register_calls=%d "
+              "peak_pinned=%zu\n", o.gets, o.register_calls, o.peak_pinned);
+}
+
+struct FitsAloneOutcome {
+  int setup_errno = 0;
+  int big_errno = -1;
+  int refusals = 0;
+  uint64_t evictions = 0;
+  int recent_reregistered = 0;  // of the regions that should have stayed
+};
+
+FitsAloneOutcome RunRequestThatFitsAlone() {
+  FitsAloneOutcome out;
+  constexpr int kCount = 12;  // 768 KiB of unused regions
+  Buffers small(kCount, kBuffer);
+  Buffers big(1, 512 * kKiB);
+  Counted c(/*max_merge_bytes=*/0);
+  if (c.setup_errno != 0 || !small.ok() || !big.ok()) {
+    out.setup_errno = c.setup_errno ? c.setup_errno : ENOMEM;
+    return out;
+  }
+  for (int i = 0; i < kCount; ++i) c.Touch(small.at(i), kBuffer);
+  out.big_errno = c.Touch(big.at(0), 512 * kKiB);
+  out.refusals = c.refusals();
+  out.evictions = c.cache->stats().evictions;
+  // 768 + 512 - 896 = 384 KiB were missing: the six least recently used
+  // buffers (0..5) went; 6..11 must still be cached.
+  const int before = c.counters->registrations.load();
+  for (int i = 6; i < kCount; ++i) c.Touch(small.at(i), kBuffer);
+  out.recent_reregistered = c.counters->registrations.load() - before;
+  return out;
+}
+
+TEST(PinBudgetTest, RequestThatFitsAloneSucceedsWhileOtherRegionsAreUnused) {
+  const FitsAloneOutcome o = RunLimited<FitsAloneOutcome>(RunRequestThatFitsAlone);
+  ASSERT_EQ(o.setup_errno, 0) << std::strerror(o.setup_errno);
+  EXPECT_EQ(o.big_errno, 0) << std::strerror(o.big_errno);
+  EXPECT_EQ(o.refusals, 0) << "the budget made room before the registrar was asked";
+  EXPECT_EQ(o.evictions, 6u) << "least recently used regions, only until the request fit";
+  EXPECT_EQ(o.recent_reregistered, 0);
+}
+
+struct CannotFitOutcome {
+  int setup_errno = 0;
+  int err = 0;
+  char message[512] = {};
+  uint64_t evictions = 0;
+  int refusals = 0;
+  int registrations = 0, deregistrations = 0;  // after the cache is gone
+};
+
+CannotFitOutcome RunRequestThatCannotFit() {
+  CannotFitOutcome out;
+  Buffers small(4, kBuffer);
+  Buffers big(1, 2 * kLimit);
+  std::shared_ptr<RegistrarCounters> counters;
+  {
+    Counted c;
+    counters = c.counters;
+    if (c.setup_errno != 0 || !small.ok() || !big.ok()) {
+      out.setup_errno = c.setup_errno ? c.setup_errno : ENOMEM;
+      return out;
+    }
+    for (int i = 0; i < 4; ++i) c.Touch(small.at(i), kBuffer);
+    auto r = c.cache->Acquire(big.at(0), 2 * kLimit, kAccessLocalWrite);
+    if (r.ok()) {
+      (void)c.cache->Put(*r);
+    } else {
+      out.err = StatusToErrno(r.status());
+      std::snprintf(out.message, sizeof out.message, "%s", std::string(r.status().message()).c_str());
+    }
+    out.evictions = c.cache->stats().evictions;
+    out.refusals = c.refusals();
+  }
+  out.registrations = counters->registrations.load();
+  out.deregistrations = counters->deregistrations.load();
+  return out;
+}
+
+TEST(PinBudgetTest, RequestThatCannotFitIsEnomemNamingTheLimitAndLeaksNothing) {
+  const CannotFitOutcome o = RunLimited<CannotFitOutcome>(RunRequestThatCannotFit);
+  ASSERT_EQ(o.setup_errno, 0) << std::strerror(o.setup_errno);
+  EXPECT_EQ(o.err, ENOMEM);
+  EXPECT_NE(std::strstr(o.message, "RLIMIT_MEMLOCK is 1048576 bytes"), nullptr) << o.message;
+  EXPECT_NE(std::strstr(o.message, "mrcache pins 262144 bytes"), nullptr) << o.message;
+  EXPECT_EQ(o.evictions, 0u) << "evicting cannot make it fit: the cache keeps its regions";
+  EXPECT_EQ(o.refusals, 1) << "tried once, not retried";
+  EXPECT_GT(o.registrations, 0);
+  EXPECT_EQ(o.registrations, o.deregistrations);
+}
+
+struct TwoCachesOutcome {
+  int setup_errno = 0;
+  uint64_t budget_a = 0, budget_b = 0;
+  int b_errno = -1;
+  uint64_t a_evictions = 0;
+  int refusals = 0;
+  size_t peak_pinned = 0;
+};
+
+TwoCachesOutcome RunTwoCaches() {
+  TwoCachesOutcome out;
+  constexpr int kCount = 12;
+  Buffers small(kCount, kBuffer);
+  Buffers big(1, 512 * kKiB);
+  Counted a(0), b(0);
+  if (a.setup_errno != 0 || b.setup_errno != 0 || !small.ok() || !big.ok()) {
+    out.setup_errno = a.setup_errno ? a.setup_errno : b.setup_errno ? b.setup_errno : ENOMEM;
+    return out;
+  }
+  out.budget_a = a.cache->stats().pin_budget_bytes;
+  out.budget_b = b.cache->stats().pin_budget_bytes;
+  for (int i = 0; i < kCount; ++i) a.Touch(small.at(i), kBuffer);  // 768 KiB unused in a
+  auto r = b.cache->Acquire(big.at(0), 512 * kKiB, kAccessLocalWrite);
+  out.peak_pinned = a.pinned() + b.pinned();
+  if (r.ok()) {
+    out.b_errno = 0;
+    (void)b.cache->Put(*r);
+  } else {
+    out.b_errno = StatusToErrno(r.status());
+  }
+  out.a_evictions = a.cache->stats().evictions;
+  out.refusals = a.refusals() + b.refusals();
+  return out;
+}
+
+TEST(PinBudgetTest, TwoCachesShareOneBudget) {
+  const TwoCachesOutcome o = RunLimited<TwoCachesOutcome>(RunTwoCaches);
+  ASSERT_EQ(o.setup_errno, 0) << std::strerror(o.setup_errno);
+  EXPECT_EQ(o.budget_a, kBudget);
+  EXPECT_EQ(o.budget_b, kBudget);
+  EXPECT_EQ(o.b_errno, 0) << std::strerror(o.b_errno);
+  EXPECT_EQ(o.a_evictions, 6u) << "the other cache gave back only what was missing";
+  EXPECT_EQ(o.refusals, 0);
+  EXPECT_LE(o.peak_pinned, kBudget);
+}
+
+struct ForeignPinsOutcome {
+  int setup_errno = 0;
+  int gets = 0, failed_gets = 0, refusals = 0;
+  uint64_t misses = 0, evictions = 0;
+  uint64_t lowered_budget = 0, recovered_budget = 0;
+};
+
+ForeignPinsOutcome RunForeignPins() {
+  ForeignPinsOutcome out;
+  constexpr int kCount = 16;  // 1 MiB
+  constexpr size_t kForeign = 512 * kKiB;  // pinned by the application itself
+  Buffers bufs(kCount, kBuffer);
+  Buffers foreign(1, kForeign);
+  Counted c(0);
+  // Raw system calls: ASan's mlock interceptor does nothing (as the sim
+  // registrar's comment says).
+  if (c.setup_errno != 0 || !bufs.ok() || !foreign.ok() ||
+      syscall(SYS_mlock, foreign.at(0), kForeign) != 0) {
+    out.setup_errno = c.setup_errno ? c.setup_errno : errno ? errno : ENOMEM;
+    return out;
+  }
+  for (int round = 0; round < 4; ++round) {
+    for (int i = 0; i < kCount; ++i) {
+      ++out.gets;
+      if (c.Touch(bufs.at(i), kBuffer) != 0) ++out.failed_gets;
+    }
+  }
+  CacheStats s = c.cache->stats();
+  out.lowered_budget = s.pin_budget_bytes;
+  out.misses = s.misses;
+  out.evictions = s.evictions;
+  out.refusals = c.refusals();
+  syscall(SYS_munlock, foreign.at(0), kForeign);
+  // Once the foreign pins are gone, successes raise the budget back (by
+  // 1/16 of each registration: 384 KiB take 96 registrations of 64 KiB).
+  for (int round = 0; round < 12; ++round) {
+    for (int i = 0; i < kCount; ++i) c.Touch(bufs.at(i), kBuffer);
+  }
+  out.recovered_budget = c.cache->stats().pin_budget_bytes;
+  return out;
+}
+
+TEST(PinBudgetTest, ForeignPinsLowerTheBudgetWhichRecoversWhenTheyGo) {
+  const ForeignPinsOutcome o = RunLimited<ForeignPinsOutcome>(RunForeignPins);
+  ASSERT_EQ(o.setup_errno, 0) << std::strerror(o.setup_errno);
+  EXPECT_EQ(o.failed_gets, 0);
+  EXPECT_GT(o.refusals, 0) << "the application's own 512 KiB exceed the headroom";
+  EXPECT_LT(o.lowered_budget, kBudget);
+  EXPECT_LE(o.refusals, o.gets / 4) << "no thrashing: a refusal teaches the budget";
+  EXPECT_LT(o.evictions, o.misses) << "regions stayed cached; no flush per miss";
+  EXPECT_EQ(o.recovered_budget, kBudget);
+  std::printf("RELIABILITY pin_budget foreign=512KiB gets=%d misses=%llu refusals=%d evictions=%llu "
+              "lowered_budget=%llu recovered_budget=%llu\n",
+              o.gets, static_cast<unsigned long long>(o.misses), o.refusals,
+              static_cast<unsigned long long>(o.evictions),
+              static_cast<unsigned long long>(o.lowered_budget),
+              static_cast<unsigned long long>(o.recovered_budget));
+}
+
+}  // namespace
+}  // namespace mrcache
