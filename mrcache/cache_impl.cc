@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "mrcache/errno_status.h"
 #include "mrcache/fork_guard.h"
+#include "mrcache/log.h"
 #include "mrcache/monitor_sync.h"
 #include "mrcache/odp.h"
 #include "mrcache/mapping_bounds.h"
@@ -127,8 +128,8 @@ absl::StatusOr<std::unique_ptr<CacheImpl>> CacheImpl::Create(const Config& confi
   std::string monitor = cache->odp_ == OdpMode::kOff ? config.monitor : std::string("none");
   auto lease = AcquireMonitor(monitor);
   if (!lease.ok() && monitor == "auto") {
-    std::fprintf(stderr, "mrcache: monitor 'auto' unavailable (%s); using 'none'\n",
-                 std::string(lease.status().message()).c_str());
+    Log(LogLevel::kWarning, absl::StrCat("monitor 'auto' unavailable (", lease.status().message(),
+                                         "); using 'none'"));
     cache->monitor_incomplete_ = true;
     lease = AcquireMonitor("none");
   }
@@ -136,8 +137,8 @@ absl::StatusOr<std::unique_ptr<CacheImpl>> CacheImpl::Create(const Config& confi
   cache->monitor_ = std::move(*lease);
   std::string shortfall = cache->monitor_->shortfall();
   if (!shortfall.empty()) {
-    std::fprintf(stderr, "mrcache: warning: monitor '%s' is incomplete, using '%s': %s\n",
-                 monitor.c_str(), cache->monitor_->name().c_str(), shortfall.c_str());
+    Log(LogLevel::kWarning, absl::StrCat("warning: monitor '", monitor, "' is incomplete, using '",
+                                         cache->monitor_->name(), "': ", shortfall));
     cache->monitor_incomplete_ = true;
   }
   cache->bridging_safe_ = cache->odp_ == OdpMode::kExplicit || cache->monitor_->complete();
@@ -188,10 +189,8 @@ CacheImpl::~CacheImpl() {
     for (const auto& refs : implicit_refs_) held += refs.load() > 0 ? 1 : 0;
   }
   if (held > 0 && !child) {
-    std::fprintf(stderr,
-                 "mrcache: warning: destroying a cache while %lld region(s) are still held; "
-                 "releasing their registrations\n",
-                 static_cast<long long>(held));
+    Log(LogLevel::kWarning, absl::StrCat("warning: destroying a cache while ", held,
+                                         " region(s) are still held; releasing their registrations"));
   }
   for (auto& slot : implicit_odp_) {
     if (Region* r = slot.exchange(nullptr)) dead.Push(r);
@@ -1417,8 +1416,8 @@ void CacheImpl::TimedDeregister(const Registration& reg) {
     budget_->SubPinned(reg.length);
   }
   if (!s.ok()) {
-    std::fprintf(stderr, "mrcache: %s deregistration failed: %s\n", registrar_->name(),
-                 std::string(s.message()).c_str());
+    Log(LogLevel::kError,
+        absl::StrCat(registrar_->name(), " deregistration failed: ", s.message()));
   }
 }
 

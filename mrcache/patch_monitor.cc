@@ -16,6 +16,7 @@
 #include "mrcache/memory_events.h"
 #include "mrcache/raw_syscall.h"
 #include "mrcache/release_ranges.h"
+#include "mrcache/log.h"
 
 extern "C" void* __curbrk;
 
@@ -668,7 +669,7 @@ void Disable() {
   g_enabled.store(false, std::memory_order_seq_cst);
   auto remove = [](PatchSite* site) {
     absl::Status s = RemovePatch(site);
-    if (!s.ok()) fprintf(stderr, "mrcache: %s\n", std::string(s.message()).c_str());
+    if (!s.ok()) Log(LogLevel::kError, s.message());
   };
   remove(&g_syscall_site);
   for (PatchSite& site : g_sites) remove(&site);

@@ -34,10 +34,10 @@ for run in shim private; do
   fi
   grep -q "stale 0 failures 0" "$out/$run.out" || { echo "FAIL: stale or failed transfers ($run)" >&2; exit 1; }
 done
-grep -q '"remote_keys": "shared", "remote_private": 0, "monitor_incomplete": 0}' "$out/stats.json" ||
+grep -q '"remote_keys": "shared", "remote_private": 0, "monitor_incomplete": 0,' "$out/stats.json" ||
   { echo "FAIL: shared run: $(cat "$out/stats.json")" >&2; exit 1; }
 remote=$((args[0] * args[1] / 4))  # transfers t % 4 == 3 register with REMOTE_READ
-grep -q "\"remote_keys\": \"private\", \"remote_private\": $remote, \"monitor_incomplete\": 0}" "$out/private.json" ||
+grep -q "\"remote_keys\": \"private\", \"remote_private\": $remote, \"monitor_incomplete\": 0," "$out/private.json" ||
   { echo "FAIL: default run: expected $remote private registrations: $(cat "$out/private.json")" >&2; exit 1; }
 
 plain=$(counter "$out/plain.counters" registrations)
