@@ -61,8 +61,13 @@ void ApplyRecordedConfig(const mrcache::Config& recorded, mrcache::Config* confi
   config->remote_keys = recorded.remote_keys;
 }
 
+std::string CanonicalConfigName(absl::string_view name) {
+  if (name == "optimal") return "belady-nomerge";
+  return std::string(name);
+}
+
 const std::vector<std::string>& ConfigNames() {
-  static const auto* names = new std::vector<std::string>{"none", "mrcache", "mrcache-nomerge", "ucx", "optimal"};
+  static const auto* names = new std::vector<std::string>{"none", "mrcache", "mrcache-nomerge", "ucx", "belady-nomerge"};
   return *names;
 }
 
@@ -71,7 +76,7 @@ Row RunConfig(const std::string& name, const Trace& trace, const BenchOptions& o
   row.config = name;
   row.workload = trace.name;
   row.max_regions = options.max_regions;
-  if (name == "optimal") {
+  if (name == "belady-nomerge") {
     size_t bytes = options.max_bytes;
     if (options.pin_budget != 0 && (bytes == 0 || options.pin_budget < bytes)) bytes = options.pin_budget;
     const OptimalResult r = OptimalHits(TraceEvents(trace), options.max_regions, bytes);

@@ -1,11 +1,13 @@
-// configs.h: the configurations mrbench compares, by their issue-7 names.
+// configs.h: the configurations mrbench compares.
 //
 //   none             register + deregister around every transfer (NoneDriver)
 //   mrcache          mrcache::Cache with its defaults (MrcacheDriver)
 //   mrcache-nomerge  the same with max_merge_bytes = 0
 //   ucx              UCX 1.13 ucs_rcache, in a child process (ucx_peer.h)
-//   optimal          Belady's MIN for a cache without merging (belady.h),
-//                    computed from the trace, not run; within max_regions,
+//   belady-nomerge   Belady's MIN for a cache that never merges (belady.h):
+//                    the fewest registrations any non-merging cache with the
+//                    same limits could make, so a merging cache can beat it.
+//                    Computed from the trace, not run; within max_regions,
 //                    max_bytes and, under --memlock, the same pin budget the
 //                    caches get (pin_budget_bytes)
 //
@@ -19,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/string_view.h"
 #include "bench/report.h"
 #include "bench/trace.h"
 #include "mrcache/config.h"
@@ -30,13 +33,17 @@ struct BenchOptions {
   size_t max_regions = 256;
   size_t max_bytes = 0;
   // The pinned-memory budget the caches work within (mrbench --memlock), so
-  // that `optimal` respects it too; 0 = none.
+  // that `belady-nomerge` respects it too; 0 = none.
   size_t pin_budget = 0;
   bool verify = false;
 };
 
-// none mrcache mrcache-nomerge ucx optimal.
+// none mrcache mrcache-nomerge ucx belady-nomerge.
 const std::vector<std::string>& ConfigNames();
+
+// The name ConfigNames() uses for `name`: `optimal`, its name before
+// belady-nomerge, is still accepted.
+std::string CanonicalConfigName(absl::string_view name);
 
 // A recorded trace (trace.h) replays with the recording's max_merge_bytes,
 // bridge_bytes, alignment and remote_keys (what decides which requests share a

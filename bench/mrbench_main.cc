@@ -55,8 +55,10 @@ registrar time) and stale registrations found by --verify.
   --max-bytes SIZE     cache limit on pinned bytes, e.g. 64M (default 0 = unlimited)
   --memlock SIZE       run as an unprivileged process would: drop CAP_IPC_LOCK and set
                        RLIMIT_MEMLOCK (soft and hard) to SIZE, e.g. 8M, before anything
-                       runs; `optimal` then keeps within the caches' pin budget
-  --configs LIST       comma-separated subset of: none, mrcache, mrcache-nomerge, ucx, optimal
+                       runs; `belady-nomerge` then keeps within the caches' pin budget
+  --configs LIST       comma-separated subset of: none, mrcache, mrcache-nomerge, ucx,
+                       belady-nomerge (Belady's MIN for a cache that never merges; `optimal`
+                       is accepted for it)
   --verify, --no-verify
                        device-write through every registration and check the CPU
                        sees it (default: on for uring, off otherwise)
@@ -115,11 +117,12 @@ std::string ParseFlags(int argc, char** argv, Flags* flags, bool* help) {
     auto list = [&](std::vector<std::string>* out, const std::vector<std::string>& known) -> std::string {
       if (!next()) return arg + " needs a value";
       out->clear();
-      for (absl::string_view name : absl::StrSplit(value, ',', absl::SkipEmpty())) {
-        if (!InList(known, std::string(name))) {
-          return absl::StrCat(arg, ": unknown name '", name, "' (known: ", absl::StrJoin(known, ", "), ")");
+      for (absl::string_view given : absl::StrSplit(value, ',', absl::SkipEmpty())) {
+        const std::string name = CanonicalConfigName(given);
+        if (!InList(known, name)) {
+          return absl::StrCat(arg, ": unknown name '", given, "' (known: ", absl::StrJoin(known, ", "), ")");
         }
-        out->push_back(std::string(name));
+        out->push_back(name);
       }
       if (out->empty()) return arg + " needs at least one name";
       return "";
@@ -277,7 +280,7 @@ int Main(int argc, char** argv) {
               options.max_regions, options.max_bytes ? HumanBytes(options.max_bytes).c_str() : "unlimited",
               options.verify ? "on" : "off");
   if (flags.memlock != 0 || options.pin_budget != 0) {
-    std::printf("mrbench: RLIMIT_MEMLOCK %s, CAP_IPC_LOCK %s: the caches' pin budget is %s; optimal keeps within it\n",
+    std::printf("mrbench: RLIMIT_MEMLOCK %s, CAP_IPC_LOCK %s: the caches' pin budget is %s; belady-nomerge keeps within it\n",
                 HumanBytes(memlock_limit).c_str(),
                 mrcache::PinsCountAgainstMemlock() ? "dropped" : "held",
                 HumanBytes(options.pin_budget).c_str());

@@ -95,7 +95,7 @@ std::string Colour(const std::string& config) {
                                                              {"mrcache", "#1b9e77"},
                                                              {"mrcache-nomerge", "#66c2a5"},
                                                              {"ucx", "#d95f02"},
-                                                             {"optimal", "#7570b3"}};
+                                                             {"belady-nomerge", "#7570b3"}};
   auto it = colours.find(config);
   return it == colours.end() ? "#e7298a" : it->second;
 }

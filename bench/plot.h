@@ -1,7 +1,7 @@
 // plot.h: mrbench's figures, rendered by gnuplot into one SVG.
 //
 // Panels: hit rate per workload and configuration (clustered bars),
-// registrar time per workload and configuration (log scale; `optimal` has
+// registrar time per workload and configuration (log scale; `belady-nomerge` has
 // none), and, when sweep rows are given, hit rate versus max_regions per
 // workload (log2 x axis), one line per configuration. The data and the
 // script are written to a private temporary directory, gnuplot runs as a

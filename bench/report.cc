@@ -41,6 +41,12 @@ std::string HumanBytes(uint64_t bytes) {
 }
 
 void PrintTable(const std::vector<Row>& rows, std::FILE* out) {
+  for (const Row& r : rows) {
+    if (r.config != "belady-nomerge") continue;
+    std::fprintf(out, "belady-nomerge: Belady's MIN for a cache that never merges (fewest registrations "
+                      "without merging, same limits; a merging cache can do better)\n");
+    break;
+  }
   std::vector<std::vector<std::string>> cells = {{"workload", "config", "max_regions", "transfers", "hit_rate",
                                                   "registrations", "registered", "registrar_s", "peak_pinned",
                                                   "ns/op", "total_s", "stale"}};

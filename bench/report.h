@@ -7,7 +7,7 @@
 // total_seconds = registrar_seconds + ns_per_op x transfers, the time the
 // registrar and the cache took together, and error for a configuration that
 // failed). Values a configuration cannot
-// have (registrar time, ns per op and stale for `optimal`, which is
+// have (registrar time, ns per op and stale for `belady-nomerge`, which is
 // computed rather than run; everything but the names for a failed run) are
 // null in JSON and "-" in the table.
 #ifndef BENCH_REPORT_H_

@@ -32,7 +32,7 @@ std::vector<Row> SampleRows() {
   cache.registrations = 10;
   cache.registrar_seconds = 0.001;
   Row optimal = cache;
-  optimal.config = "optimal";
+  optimal.config = "belady-nomerge";
   optimal.hits = 95;
   optimal.timed = false;
   Row failed;
@@ -60,7 +60,7 @@ TEST(ReportJson, ValuesAndNulls) {
   const std::string json = ToJson(SampleRows());
   EXPECT_NE(json.find("\"config\": \"mrcache\", \"workload\": \"zipf\""), std::string::npos);
   EXPECT_NE(json.find("\"hit_rate\": 0.9,"), std::string::npos);
-  // optimal is computed, not run: no registrar time, ns per op or stale count.
+  // belady-nomerge is computed, not run: no registrar time, ns per op or stale count.
   EXPECT_NE(json.find("\"registrar_seconds\": null, \"peak_pinned_bytes\": 4096, \"ns_per_op\": null, "
                       "\"total_seconds\": null, \"stale\": null"),
             std::string::npos);
@@ -76,21 +76,33 @@ TEST(ReportJson, TotalSecondsIsRegistrarTimePlusCacheTime) {
             std::string::npos);
 }
 
-TEST(ReportTable, AlignsColumnsAndShowsFailures) {
+// What PrintTable writes for `rows`.
+std::string TableOf(const std::vector<Row>& rows) {
   char* text = nullptr;
   size_t size = 0;
   FILE* out = open_memstream(&text, &size);
-  PrintTable(SampleRows(), out);
+  PrintTable(rows, out);
   std::fclose(out);
   std::string table(text, size);
   free(text);
+  return table;
+}
+
+TEST(ReportTable, AlignsColumnsAndShowsFailures) {
+  const std::string table = TableOf(SampleRows());
   std::istringstream lines(table);
-  std::string header, first;
+  std::string definition, header, first;
+  std::getline(lines, definition);
   std::getline(lines, header);
   std::getline(lines, first);
   EXPECT_EQ(header.size(), first.size());
   EXPECT_NE(table.find("90.00%"), std::string::npos);
   EXPECT_NE(table.find("FAILED: cannot load \"UCX\""), std::string::npos);
+}
+
+TEST(ReportTable, DefinesBeladyNomergeAboveTheTable) {
+  const std::string table = TableOf(SampleRows());
+  EXPECT_EQ(table.rfind("belady-nomerge: Belady's MIN for a cache that never merges", 0), 0u) << table;
 }
 
 TEST(ReportBytes, HumanReadable) {

@@ -81,7 +81,7 @@ echo "default configuration: live cache_registrations $(live_count "$out/default
 LD_PRELOAD="$PWD/interpose/libmrcache_preload.so" MRCACHE_RECORD="$out/env.trace" "$app" "${args[@]}" >/dev/null
 timeout 120 "$mrbench" --registrar sim --trace "$out/env.trace" >"$out/all.replay" 2>&1 ||
   { echo "FAIL: replaying through every configuration:" >&2; cat "$out/all.replay" >&2; exit 1; }
-for config in none mrcache mrcache-nomerge ucx optimal; do
+for config in none mrcache mrcache-nomerge ucx belady-nomerge; do
   grep -q "env.trace  *$config " "$out/all.replay" || { echo "FAIL: no $config row:" >&2; cat "$out/all.replay" >&2; exit 1; }
 done
 
