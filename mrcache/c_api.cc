@@ -166,6 +166,13 @@ void mrc_stats(const mrc_cache_t* cache, mrc_stats_t* stats) {
   stats->registrar_failures = s.registrar_failures;
   stats->bypassed = s.bypassed;
   stats->remote_private = s.remote_private;
+  stats->watch_failures = s.watch_failures;
+  stats->watch_enomem = s.watch_enomem;
+  stats->watch_ebusy = s.watch_ebusy;
+  stats->watch_eperm = s.watch_eperm;
+  stats->watch_einval = s.watch_einval;
+  stats->watch_map_limit = s.watch_map_limit;
+  stats->watch_other = s.watch_other;
 }
 
 const char* mrc_strerror(int err) {

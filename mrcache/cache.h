@@ -70,6 +70,10 @@ struct CacheStats {
            invalidations = 0, merges = 0, regions = 0, pinned_bytes = 0, registrar_ns = 0;
   uint64_t peak_pinned_bytes = 0, registrar_failures = 0, bypassed = 0;
   uint64_t remote_private = 0;  // requests that took the remote_keys=private path
+  // Registered ranges the monitor could not watch (uffd: monitor.h,
+  // WatchFailureCounts); watch_failures is the sum of the causes after it.
+  uint64_t watch_failures = 0, watch_enomem = 0, watch_ebusy = 0, watch_eperm = 0,
+           watch_einval = 0, watch_map_limit = 0, watch_other = 0;
 };
 
 // The registered range and keys of a region the caller holds.

@@ -113,6 +113,15 @@ typedef struct {
   /* added after the first release (add fields only at the end) */
   uint64_t peak_pinned_bytes, registrar_failures, bypassed;
   uint64_t remote_private; /* requests with remote rights registered privately (remote_keys=private) */
+  /* Registered ranges the monitor could not watch (monitor uffd; never silent):
+   * watch_failures is the sum of the causes that follow. */
+  uint64_t watch_failures;
+  uint64_t watch_enomem;    /* part of the range unmapped, or the kernel out of memory */
+  uint64_t watch_ebusy;     /* the application watches that memory with its own userfaultfd */
+  uint64_t watch_eperm;     /* the kernel refused */
+  uint64_t watch_einval;    /* memory userfaultfd cannot track (most file mappings, SysV shm) */
+  uint64_t watch_map_limit; /* not watched, to keep the map count below 3/4 of vm.max_map_count */
+  uint64_t watch_other;     /* any other cause (ECHILD: a cache inherited by a fork child) */
 } mrc_stats_t;
 void mrc_stats(const mrc_cache_t *cache, mrc_stats_t *stats);
 const char *mrc_strerror(int err);
