@@ -25,6 +25,10 @@ for m in none symbols patch uffd jemalloc auto; do
   grep -Eq "^  $m +(available|unavailable)" "$out/info" || fail "monitor $m missing"
 done
 grep -Eq "^  auto +available: " "$out/info" || fail "auto not installable here"
+grep -q "uffd watch probe (an anonymous mapping): watched" "$out/info" || fail "uffd probe: $(cat "$out/info")"
+grep -Eq "uffd registers whole mappings and adds none at or above [0-9]+ mappings" "$out/info" ||
+  fail "uffd map-count limit missing"
+grep -q "mrc_stats_t.watch_failures" "$out/info" || fail "where watch failures are reported"
 
 SOFTVERBS_ODP=implicit MRCACHE_ODP=auto "$info" >"$out/odp" 2>&1 || fail "odp run"
 grep -q "ODP_SUPPORT ODP_SUPPORT_IMPLICIT" "$out/odp" || fail "implicit ODP caps: $(cat "$out/odp")"

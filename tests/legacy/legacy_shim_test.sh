@@ -34,10 +34,10 @@ for run in shim private; do
   fi
   grep -q "stale 0 failures 0" "$out/$run.out" || { echo "FAIL: stale or failed transfers ($run)" >&2; exit 1; }
 done
-grep -q '"remote_keys": "shared", "remote_private": 0}' "$out/stats.json" ||
+grep -q '"remote_keys": "shared", "remote_private": 0[,}]' "$out/stats.json" ||
   { echo "FAIL: shared run: $(cat "$out/stats.json")" >&2; exit 1; }
 remote=$((args[0] * args[1] / 4))  # transfers t % 4 == 3 register with REMOTE_READ
-grep -q "\"remote_keys\": \"private\", \"remote_private\": $remote}" "$out/private.json" ||
+grep -q "\"remote_keys\": \"private\", \"remote_private\": $remote[,}]" "$out/private.json" ||
   { echo "FAIL: default run: expected $remote private registrations: $(cat "$out/private.json")" >&2; exit 1; }
 
 plain=$(counter "$out/plain.counters" registrations)
@@ -61,6 +61,10 @@ for run in plain shim private; do
     echo "FAIL: $run run leaks MRs: $regs registrations, $deregs deregistrations, $live live" >&2
     exit 1
   fi
+done
+# Ranges the monitor could not watch are reported, with their causes.
+for key in watch_failures watch_enomem watch_ebusy watch_eperm watch_einval watch_map_limit watch_other; do
+  grep -q "\"$key\": [0-9]" "$out/stats.json" || { echo "FAIL: $key missing: $(cat "$out/stats.json")" >&2; exit 1; }
 done
 # The shim really cached (not disabled) with a real monitor.
 grep -q '"disabled": ""' "$out/stats.json" || { echo "FAIL: shim disabled: $(cat "$out/stats.json")" >&2; exit 1; }
