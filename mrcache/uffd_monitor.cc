@@ -385,6 +385,20 @@ int AddSpansLocked(uintptr_t start, uintptr_t end) {
   reg.mode = UFFDIO_REGISTER_MODE_WP;
   if (ioctl(g_uffd, UFFDIO_REGISTER, &reg) != 0) return errno;
   AddSpanLocked(scan.first, scan.last);
+  // The kernel skips holes: if the range was unmapped between the scan and
+  // the registration, part of it may not be registered (and a mapping made
+  // there since is not). Un-write-protecting the range (a no-op: nothing is
+  // ever write-protected) fails with ENOENT where a mapping in it is not
+  // registered with this userfaultfd, or if none is there: the memory is
+  // changing (ENOMEM). EAGAIN says only that another event is being
+  // delivered (mremap, munmap elsewhere): the registration stands.
+  uffdio_writeprotect check;
+  check.range.start = start;
+  check.range.len = end - start;
+  check.mode = 0;
+  if (ioctl(g_uffd, UFFDIO_WRITEPROTECT, &check) != 0 && errno != EAGAIN) {
+    return errno == ENOENT ? ENOMEM : errno;
+  }
   return 0;
 }
 

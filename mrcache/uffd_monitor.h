@@ -32,7 +32,11 @@
 // watched ranges, not by the number of ranges. Every watched range counts one
 // reference per page (overlapping regions are watched and unwatched
 // independently); a span is unregistered, again whole, when no page of it is
-// referenced any more.
+// referenced any more. After registering, Watch checks with
+// UFFDIO_WRITEPROTECT (mode 0: nothing is ever write-protected) that every
+// mapping in the range is registered with this userfaultfd: the kernel skips
+// holes, so a range unmapped and mapped again between the scan and the
+// registration would otherwise be taken for watched (Watch returns ENOMEM).
 //
 // Keeping the bookkeeping true: the kernel drops the registration of what is
 // unmapped (UNMAP: munmap, mmap MAP_FIXED over it, mremap shrink, brk) and

@@ -71,11 +71,14 @@ mrc_stats_t Stats(mrc_cache_t* cache) {
 
 class UffdMappingsTest : public ::testing::Test {
  protected:
-  void Open(const char* monitor, const char* registrar) {
+  // False (the test is then skipped, or failed) if there is no cache.
+  bool Open(const char* monitor, const char* registrar) {
     int rc = OpenCache(monitor, registrar, &cache_);
-    if (rc == ENOTSUP) GTEST_SKIP() << monitor << " is not available in this build";
-    ASSERT_EQ(rc, 0) << mrc_strerror(rc);
+    if (rc == ENOTSUP) Skip(monitor);
+    EXPECT_TRUE(rc == 0 || rc == ENOTSUP) << mrc_strerror(rc);
+    return rc == 0;
   }
+  void Skip(const char* monitor) { GTEST_SKIP() << monitor << " is not available in this build"; }
   void SetUp() override { alarm(120); }  // a lost wakeup fails the test, not the run
   void TearDown() override {
     alarm(0);
@@ -113,7 +116,7 @@ class UffdMappingsTest : public ::testing::Test {
 };
 
 TEST_F(UffdMappingsTest, FortyThousandPageSeparatedRegionsInOneMappingAddAtMostAThousandMappings) {
-  Open("uffd", "sim");
+  if (!Open("uffd", "sim")) return;
   constexpr size_t kRegions = 40000;
   char* area = MapAnonymous(2 * kRegions * kPage);
   ASSERT_NE(area, nullptr);
@@ -148,7 +151,7 @@ TEST_F(UffdMappingsTest, FortyThousandPageSeparatedRegionsInOneMappingAddAtMostA
 }
 
 TEST_F(UffdMappingsTest, MremapMovesTheWholeMappingAfterAGetInItsMiddle) {
-  Open("uffd", "sim");
+  if (!Open("uffd", "sim")) return;
   const size_t len = 256 * 1024;
   char* p = MapAnonymous(len);
   ASSERT_NE(p, nullptr);
@@ -169,7 +172,7 @@ TEST_F(UffdMappingsTest, MremapMovesTheWholeMappingAfterAGetInItsMiddle) {
 }
 
 TEST_F(UffdMappingsTest, MremapGrowsTheMappingInPlaceAfterAGetInItsMiddle) {
-  Open("uffd", "sim");
+  if (!Open("uffd", "sim")) return;
   const size_t len = 256 * 1024;
   char* p = MapAnonymous(2 * len);
   ASSERT_NE(p, nullptr);
@@ -189,7 +192,7 @@ TEST_F(UffdMappingsTest, MremapGrowsTheMappingInPlaceAfterAGetInItsMiddle) {
 }
 
 TEST_F(UffdMappingsTest, UnmapAndRemapOfTheSameAddressIsSeenEveryTime) {
-  Open("uffd", "uring");
+  if (!Open("uffd", "uring")) return;
   const size_t len = 16 * kPage;
   char* p = MapAnonymous(len);
   ASSERT_NE(p, nullptr);
@@ -267,7 +270,7 @@ class OwnUserfaultfd {
 };
 
 TEST_F(UffdMappingsTest, ApplicationsOwnUserfaultfdKeepsWorkingAndTheWatchFailureIsCounted) {
-  Open("patch+uffd", "uring");  // patch covers what uffd cannot watch here
+  if (!Open("patch+uffd", "uring")) return;  // patch covers what uffd cannot watch here
   const size_t len = 16 * kPage;
   char* area = MapAnonymous(len);
   ASSERT_NE(area, nullptr);
@@ -300,7 +303,7 @@ TEST_F(UffdMappingsTest, ApplicationsOwnUserfaultfdKeepsWorkingAndTheWatchFailur
 }
 
 TEST_F(UffdMappingsTest, WatchStopsBelowTheMapCountLimitAndCountsWhy) {
-  Open("uffd", "sim");
+  if (!Open("uffd", "sim")) return;
   const uffd_monitor::MapCountInfo limits = uffd_monitor::MapCount();
   ASSERT_GT(limits.limit, limits.map_count);
   // Split one mapping (page by page, alternating protections) until the
@@ -334,7 +337,7 @@ TEST_F(UffdMappingsTest, WatchStopsBelowTheMapCountLimitAndCountsWhy) {
 }
 
 TEST_F(UffdMappingsTest, RangeSpanningAFileMappingIsCountedAsEinval) {
-  Open("uffd", "sim");
+  if (!Open("uffd", "sim")) return;
   char path[] = "/tmp/uffd_mappings_testXXXXXX";
   int fd = mkstemp(path);
   ASSERT_GE(fd, 0);
