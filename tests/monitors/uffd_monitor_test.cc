@@ -150,11 +150,11 @@ TEST_F(UffdMonitorTest, RangeSpanningTwoMappingsIsWatchedInBoth) {
 TEST_F(UffdMonitorTest, MemoryMappedAgainAtUnmappedAddressesIsWatchedAfresh) {
   char* p = MapTouched();
   lease_->Watch(p, kLen);  // region 1
-  munmap(p, kLen);
-  SyncMemoryMonitors();
-  ASSERT_EQ(mmap(p, kLen, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE,
-                 -1, 0),
+  // New memory in place of the old (the old is unmapped; no other thread
+  // can take the addresses in between, as it could after a munmap).
+  ASSERT_EQ(mmap(p, kLen, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0),
             static_cast<void*>(p));
+  SyncMemoryMonitors();
   lease_->Watch(p, kLen);    // region 2, at the same address
   lease_->Unwatch(p, kLen);  // region 1 retired late, as a cache does
   listener_.Clear();
