@@ -7,12 +7,16 @@
 //  - the RDMA devices libibverbs lists, their limits and ODP capabilities
 //    (ibv_query_device_ex), and the ODP mode a cache would run in there;
 //  - which memory monitors can be installed in this process (each one is
-//    acquired and released again);
+//    acquired and released again), and for `uffd`: whether it can watch a
+//    fresh anonymous mapping here, the map-count limit it keeps, and where
+//    a cache reports the ranges it could not watch;
 //  - the pinned-memory budget a cache created here would get (README
 //    "Pinned-memory budget"), and that on-demand paging needs none.
 // Exit status: 0; 1 if the MRCACHE_* environment is invalid; 2 bad usage.
 #include <infiniband/verbs.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -25,6 +29,7 @@
 #include "mrcache/monitor.h"
 #include "mrcache/odp.h"
 #include "mrcache/pin_budget.h"
+#include "mrcache/uffd_monitor.h"
 #include "mrcache/verbs_registrar.h"
 
 namespace {
@@ -176,6 +181,34 @@ void PrintPinBudget(const mrcache::Config& config) {
                   : " (on a device with ODP, regions pin nothing and need no budget)");
 }
 
+// The uffd monitor's watching: a probe on a fresh mapping, the map-count
+// limit, and the stats that count what it could not watch.
+void PrintUffdWatching() {
+  auto lease = mrcache::AcquireMonitor("uffd");
+  if (!lease.ok()) return;  // "unavailable" with its cause is printed above
+  const size_t len = 4 * static_cast<size_t>(getpagesize());
+  void* p = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p != MAP_FAILED) {
+    (*lease)->Watch(p, len);
+    const mrcache::WatchFailureCounts f = (*lease)->watch_failures();
+    (*lease)->Unwatch(p, len);
+    munmap(p, len);
+    std::printf("  uffd watch probe (an anonymous mapping): %s\n",
+                f.total == 0        ? "watched"
+                : f.map_limit != 0  ? "not watched: map-count limit reached"
+                : f.eperm != 0      ? "not watched: EPERM"
+                : f.enomem != 0     ? "not watched: ENOMEM"
+                                    : "not watched: see watch_* in mrc_stats_t");
+  }
+  const mrcache::uffd_monitor::MapCountInfo mc = mrcache::uffd_monitor::MapCount();
+  std::printf("  uffd registers whole mappings and adds none at or above %zu mappings "
+              "(%d%% of vm.max_map_count %zu); this process has %zu\n",
+              mc.limit, mrcache::uffd_monitor::kMapCountPercent, mc.max_map_count, mc.map_count);
+  std::printf("  ranges uffd cannot watch are counted per cache: mrc_stats_t.watch_failures "
+              "(watch_enomem, watch_ebusy, watch_eperm, watch_einval, watch_map_limit, "
+              "watch_other) and MRCACHE_STATS\n");
+}
+
 void PrintMonitors(const mrcache::Config& config) {
   std::printf("\nMemory monitors (installed and released again in this process):\n");
   for (const char* name : {"none", "symbols", "patch", "uffd", "jemalloc", "auto", "auto+uffd"}) {
@@ -191,6 +224,7 @@ void PrintMonitors(const mrcache::Config& config) {
       std::printf("  %-9s incomplete: %s\n", "", (*lease)->shortfall().c_str());
     }
   }
+  PrintUffdWatching();
   auto chosen = mrcache::AcquireMonitor(config.monitor);
   std::printf("  monitor=%s gives: %s\n", config.monitor.c_str(),
               chosen.ok() ? (*chosen)->name().c_str()

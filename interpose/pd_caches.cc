@@ -30,6 +30,13 @@ void AddStats(mrcache::CacheStats* a, const mrcache::CacheStats& b) {
   a->monitor_incomplete += b.monitor_incomplete;
   // One budget shared by every cache of the process: the largest, not a sum.
   if (b.pin_budget_bytes > a->pin_budget_bytes) a->pin_budget_bytes = b.pin_budget_bytes;
+  a->watch_failures += b.watch_failures;
+  a->watch_enomem += b.watch_enomem;
+  a->watch_ebusy += b.watch_ebusy;
+  a->watch_eperm += b.watch_eperm;
+  a->watch_einval += b.watch_einval;
+  a->watch_map_limit += b.watch_map_limit;
+  a->watch_other += b.watch_other;
 }
 
 void PdCaches::Adopt(ibv_pd* pd, ibv_context* context) {

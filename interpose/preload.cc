@@ -128,6 +128,7 @@ void mrcache_preload_get_stats(mrcache_preload_stats* out) {
   out->live_aliases = shim->live_aliases();
   out->enabled = r.disabled.empty() ? 1 : 0;
   out->remote_private = r.cache.remote_private;
+  out->watch_failures = r.cache.watch_failures;
 }
 
 }  // extern "C"

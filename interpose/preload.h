@@ -26,6 +26,7 @@ struct mrcache_preload_stats {
   uint64_t live_aliases;        /* aliases handed out and not deregistered */
   uint64_t enabled;             /* 1 if the shim caches, 0 if it passes everything through */
   uint64_t remote_private;      /* requests with remote rights registered privately (remote_keys=private) */
+  uint64_t watch_failures;      /* registered ranges the monitor could not watch (mrc_stats_t) */
 };
 
 /* A snapshot of the process's shim counters (all zero before the first call). */

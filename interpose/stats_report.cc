@@ -76,6 +76,10 @@ std::string FormatText(const Report& r) {
                                            memlock ? Bytes(memlock) : std::string("does not apply"), ")"));
   absl::StrAppendFormat(&out, "  invalidations / evictions / merges: %u / %u / %u\n",
                         r.cache.invalidations, r.cache.evictions, r.cache.merges);
+  absl::StrAppendFormat(&out, "  watch failures:          %u (ENOMEM %u, EBUSY %u: the application's own userfaultfd, EPERM %u, EINVAL %u: memory uffd cannot track, map-count limit %u, other %u)\n",
+                        r.cache.watch_failures, r.cache.watch_enomem, r.cache.watch_ebusy,
+                        r.cache.watch_eperm, r.cache.watch_einval, r.cache.watch_map_limit,
+                        r.cache.watch_other);
   absl::StrAppendFormat(&out, "  deregs: %u of aliases, %u passed through; rereg conversions %u; "
                         "EBUSY deallocs %u; PD caches %u; monitor %s\n",
                         r.shim.alias_deregs, r.shim.passthrough_deregs, r.shim.rereg_conversions,
@@ -100,7 +104,9 @@ std::string FormatJson(const Report& r) {
       "\"alias_deregs\": %u, \"passthrough_deregs\": %u, \"rereg_conversions\": %u, "
       "\"busy_deallocs\": %u, \"pd_caches\": %u, \"monitor\": \"%s\", \"disabled\": \"%s\", "
       "\"remote_keys\": \"%s\", \"remote_private\": %u, \"monitor_incomplete\": %u, "
-      "\"pin_budget_bytes\": %u, \"memlock_limit_bytes\": %u}\n",
+      "\"pin_budget_bytes\": %u, \"memlock_limit_bytes\": %u, "
+      "\"watch_failures\": %u, \"watch_enomem\": %u, \"watch_ebusy\": %u, \"watch_eperm\": %u, "
+      "\"watch_einval\": %u, \"watch_map_limit\": %u, \"watch_other\": %u}\n",
       r.shim.calls, r.shim.cache_lookups, r.shim.bypassed, r.shim.fallbacks, r.cache.hits,
       r.cache.misses, d.hit_rate, d.device_registrations, r.cache.registrations, d.avoided,
       r.cache.deregistrations, r.cache.invalidations, r.cache.evictions, r.cache.merges,
@@ -109,7 +115,9 @@ std::string FormatJson(const Report& r) {
       r.shim.alias_deregs, r.shim.passthrough_deregs, r.shim.rereg_conversions,
       r.shim.busy_deallocs, r.shim.caches, r.monitor, r.disabled, r.remote_keys,
       r.cache.remote_private, r.cache.monitor_incomplete, r.cache.pin_budget_bytes,
-      mrcache::MemlockLimitThatApplies());
+      mrcache::MemlockLimitThatApplies(), r.cache.watch_failures, r.cache.watch_enomem,
+      r.cache.watch_ebusy, r.cache.watch_eperm, r.cache.watch_einval, r.cache.watch_map_limit,
+      r.cache.watch_other);
 }
 
 absl::Status EmitReport(absl::string_view spec, const Report& report) {

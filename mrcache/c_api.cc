@@ -172,6 +172,13 @@ int mrc_stats_sized(const mrc_cache_t* cache, mrc_stats_t* stats, size_t size) {
   all.remote_private = s.remote_private;
   all.monitor_incomplete = s.monitor_incomplete;
   all.pin_budget_bytes = s.pin_budget_bytes;
+  all.watch_failures = s.watch_failures;
+  all.watch_enomem = s.watch_enomem;
+  all.watch_ebusy = s.watch_ebusy;
+  all.watch_eperm = s.watch_eperm;
+  all.watch_einval = s.watch_einval;
+  all.watch_map_limit = s.watch_map_limit;
+  all.watch_other = s.watch_other;
   // Whole fields only: a size that ends inside a field leaves that field alone.
   const size_t known = std::min(size, sizeof all) / sizeof(uint64_t) * sizeof(uint64_t);
   std::memcpy(stats, &all, known);

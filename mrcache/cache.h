@@ -75,6 +75,10 @@ struct CacheStats {
   // without patch); the cause was logged on stderr at creation.
   uint64_t monitor_incomplete = 0;
   uint64_t pin_budget_bytes = 0;  // bytes this cache may pin now (pin_budget.h); 0 = no limit
+  // Registered ranges the monitor could not watch (uffd: monitor.h,
+  // WatchFailureCounts); watch_failures is the sum of the causes after it.
+  uint64_t watch_failures = 0, watch_enomem = 0, watch_ebusy = 0, watch_eperm = 0,
+           watch_einval = 0, watch_map_limit = 0, watch_other = 0;
 };
 
 // The registered range and keys of a region the caller holds.

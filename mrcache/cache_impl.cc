@@ -429,7 +429,11 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
 
     // Register outside the lock. Monitors that watch ranges learn of it
     // first, so an unmap during the registration is reported.
-    if (monitor_) monitor_->Watch(reinterpret_cast<void*>(reg_start), reg_end - reg_start);
+    // A range that was not all mapped when the monitor looked may have been
+    // replaced since, unseen: such a registration is spoiled like one an
+    // invalidation overlapped.
+    const bool watched =
+        !monitor_ || monitor_->Watch(reinterpret_cast<void*>(reg_start), reg_end - reg_start);
     absl::StatusOr<Registration> reg = TimedRegister(reg_start, reg_end, reg_access);
 
     std::unique_lock<std::mutex> lock(mu_);
@@ -506,7 +510,7 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
     // or a fenced release of it is still under way (memory_events.h: its
     // report after the call has not been made yet, so nothing could void a
     // registration of pages that are about to change).
-    const bool changed = pending.Spoils(reg_start, reg_end);
+    const bool changed = pending.Spoils(reg_start, reg_end) || !watched;
     const bool in_flight = !changed && ReleaseInFlight(reg_start, reg_end);
     const bool spoiled = changed || in_flight;
     Region* raced = spoiled ? nullptr : FindCoveringLocked(start, end, request_access);
@@ -840,6 +844,16 @@ CacheStats CacheImpl::stats() {
   s.remote_private = remote_private_.load();
   s.monitor_incomplete = monitor_incomplete_ ? 1 : 0;
   s.pin_budget_bytes = PinBudgetBytes();
+  if (monitor_) {
+    const WatchFailureCounts w = monitor_->watch_failures();
+    s.watch_failures = w.total;
+    s.watch_enomem = w.enomem;
+    s.watch_ebusy = w.ebusy;
+    s.watch_eperm = w.eperm;
+    s.watch_einval = w.einval;
+    s.watch_map_limit = w.map_limit;
+    s.watch_other = w.other;
+  }
   return s;
 }
 

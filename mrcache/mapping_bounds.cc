@@ -59,19 +59,17 @@ bool SameKind(const MapsLine& a, const MapsLine& b) {
   return true;
 }
 
-}  // namespace
-
-bool FindMappingExtent(uintptr_t low, uintptr_t high, MappingExtent* out) {
+// Calls fn(line) for every line of /proc/self/maps, in address order, until
+// fn returns false. Reads with open/read into a fixed stack buffer. False if
+// the file cannot be read.
+template <typename Fn>
+bool ForEachMapsLine(Fn fn) {
   int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
   if (fd < 0) return false;
   char buf[4096];
   size_t have = 0;
-  bool found_low = false, found_high = false, at_line_start = true;
-  // The run of contiguous lines of the same kind being read: the kernel keeps
-  // one mapping in several lines when flags differ in parts of it (a
-  // userfaultfd-registered range, an mlocked one).
-  MapsLine run, line;
-  bool in_run = false, done = false;
+  bool at_line_start = true, done = false;
+  MapsLine line;
   for (;;) {
     ssize_t n = read(fd, buf + have, sizeof buf - have);
     if (n < 0 && errno == EINTR) continue;
@@ -81,28 +79,9 @@ bool FindMappingExtent(uintptr_t low, uintptr_t high, MappingExtent* out) {
     size_t consumed = 0;
     for (size_t i = 0; i < have; ++i) {
       if (buf[i] != '\n') continue;
-      const char* p = buf + consumed;
-      const char* eol = buf + i;
-      if (at_line_start && ParseLine(p, eol, &line)) {
-        if (in_run && run.end == line.start && SameKind(run, line)) {
-          run.end = line.end;
-        } else {
-          if (found_low) {
-            done = true;  // the run holding `low` ended
-            break;
-          }
-          run = line;
-          in_run = true;
-        }
-        if (!found_low && run.start <= low && low < run.end) {
-          out->start = run.start;
-          found_low = true;
-        }
-        if (found_low && run.start <= high && high < run.end) {
-          out->start = run.start;  // low and high in one run
-          out->end = run.end;
-          found_high = true;
-        }
+      if (at_line_start && ParseLine(buf + consumed, buf + i, &line) && !fn(line)) {
+        done = true;
+        break;
       }
       at_line_start = true;
       consumed = i + 1;
@@ -118,7 +97,56 @@ bool FindMappingExtent(uintptr_t low, uintptr_t high, MappingExtent* out) {
     have -= consumed;
   }
   close(fd);
+  return true;
+}
+
+}  // namespace
+
+bool FindMappingExtent(uintptr_t low, uintptr_t high, MappingExtent* out) {
+  bool found_low = false, found_high = false;
+  // The run of contiguous lines of the same kind being read: the kernel keeps
+  // one mapping in several lines when flags differ in parts of it (a
+  // userfaultfd-registered range, an mlocked one).
+  MapsLine run;
+  bool in_run = false;
+  ForEachMapsLine([&](const MapsLine& line) {
+    if (in_run && run.end == line.start && SameKind(run, line)) {
+      run.end = line.end;
+    } else {
+      if (found_low) return false;  // the run holding `low` ended
+      run = line;
+      in_run = true;
+    }
+    if (!found_low && run.start <= low && low < run.end) {
+      out->start = run.start;
+      found_low = true;
+    }
+    if (found_low && run.start <= high && high < run.end) {
+      out->start = run.start;  // low and high in one run
+      out->end = run.end;
+      found_high = true;
+    }
+    return true;
+  });
   return found_low && found_high;
+}
+
+bool ScanMappings(uintptr_t start, uintptr_t end, MappingScan* out) {
+  *out = MappingScan();
+  uintptr_t next = start;  // the first address of [start, end) no line has covered yet
+  bool hole = false, any = false;
+  bool read = ForEachMapsLine([&](const MapsLine& line) {
+    ++out->map_count;
+    if (line.end <= start || line.start >= end) return true;
+    if (!any) out->first = line.start;
+    any = true;
+    out->last = line.end;
+    if (line.start > next) hole = true;
+    if (line.end > next) next = line.end;
+    return true;
+  });
+  out->covered = read && !hole && start < end && next >= end;
+  return read;
 }
 
 }  // namespace mrcache

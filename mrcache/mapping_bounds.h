@@ -12,6 +12,7 @@
 #ifndef MRCACHE_MAPPING_BOUNDS_H_
 #define MRCACHE_MAPPING_BOUNDS_H_
 
+#include <cstddef>
 #include <cstdint>
 
 namespace mrcache {
@@ -25,6 +26,20 @@ struct MappingExtent {
 // they may be the same mapping). False if either is unmapped or
 // /proc/self/maps cannot be read.
 bool FindMappingExtent(uintptr_t low, uintptr_t high, MappingExtent* out);
+
+struct MappingScan {
+  uintptr_t first = 0;    // start of the first mapping overlapping the range
+  uintptr_t last = 0;     // end of the last one (first == last == 0 if none)
+  bool covered = false;   // every page of the range is mapped
+  size_t map_count = 0;   // lines in /proc/self/maps: the process's map count
+};
+
+// One pass over /proc/self/maps: the mappings (VMAs, one per line, never
+// merged with neighbours of the same kind) overlapping [start, end), and the
+// number of mappings of the process. Registering exactly [first, last) with a
+// range-tracking facility (uffd_monitor.h) splits no mapping. False if
+// /proc/self/maps cannot be read. Same context rules as FindMappingExtent.
+bool ScanMappings(uintptr_t start, uintptr_t end, MappingScan* out);
 
 }  // namespace mrcache
 

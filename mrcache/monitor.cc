@@ -2,6 +2,7 @@
 // process-wide installation of each monitor (see monitor.h).
 #include "mrcache/monitor.h"
 
+#include <atomic>
 #include <cerrno>
 #include <mutex>
 #include <string>
@@ -26,7 +27,7 @@ struct Component {
   const char* name;
   absl::Status (*install)();
   void (*uninstall)();
-  void (*watch)(void*, size_t);
+  int (*watch)(void*, size_t);  // 0, an errno value or uffd_monitor::kMapCountLimit
   void (*unwatch)(void*, size_t);
   // True if an installation does not survive fork() (uffd: its reader thread
   // and its userfaultfd registrations stay with the parent).
@@ -130,15 +131,45 @@ class Lease : public MonitorLease {
     for (int i : components_) names.push_back(g_components[i].name);
     return absl::StrJoin(names, "+");
   }
-  void Watch(void* addr, size_t length) override {
+  bool Watch(void* addr, size_t length) override {
+    bool mapped = true;
     for (int i : components_) {
-      if (g_components[i].watch != nullptr) g_components[i].watch(addr, length);
+      if (g_components[i].watch == nullptr) continue;
+      int err = g_components[i].watch(addr, length);
+      if (err == 0) continue;
+      mapped &= err != ENOMEM;
+      failures_.total.fetch_add(1, std::memory_order_relaxed);
+      std::atomic<uint64_t>* cause = &failures_.other;
+      if (err == uffd_monitor::kMapCountLimit) {
+        cause = &failures_.map_limit;
+      } else if (err == ENOMEM) {
+        cause = &failures_.enomem;
+      } else if (err == EBUSY) {
+        cause = &failures_.ebusy;
+      } else if (err == EPERM) {
+        cause = &failures_.eperm;
+      } else if (err == EINVAL) {
+        cause = &failures_.einval;
+      }
+      cause->fetch_add(1, std::memory_order_relaxed);
     }
+    return mapped;
   }
   void Unwatch(void* addr, size_t length) override {
     for (int i : components_) {
       if (g_components[i].unwatch != nullptr) g_components[i].unwatch(addr, length);
     }
+  }
+  WatchFailureCounts watch_failures() const override {
+    WatchFailureCounts c;
+    c.total = failures_.total.load(std::memory_order_relaxed);
+    c.enomem = failures_.enomem.load(std::memory_order_relaxed);
+    c.ebusy = failures_.ebusy.load(std::memory_order_relaxed);
+    c.eperm = failures_.eperm.load(std::memory_order_relaxed);
+    c.einval = failures_.einval.load(std::memory_order_relaxed);
+    c.map_limit = failures_.map_limit.load(std::memory_order_relaxed);
+    c.other = failures_.other.load(std::memory_order_relaxed);
+    return c;
   }
   bool blind() const override { return components_.empty(); }
   std::string shortfall() const override { return shortfall_; }
@@ -153,6 +184,10 @@ class Lease : public MonitorLease {
  private:
   const std::vector<int> components_;
   const std::string shortfall_;
+  struct {
+    std::atomic<uint64_t> total{0}, enomem{0}, ebusy{0}, eperm{0}, einval{0}, map_limit{0},
+        other{0};
+  } failures_;
 };
 
 // `auto`: `patch` (every release that goes through libc, its own internal

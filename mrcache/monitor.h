@@ -17,6 +17,7 @@
 #define MRCACHE_MONITOR_H_
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include "absl/strings/string_view.h"
@@ -25,6 +26,18 @@
 
 namespace mrcache {
 
+// Ranges a monitor that watches by range (uffd) could not watch, by cause
+// (uffd_monitor.h). `total` is the sum of the others.
+struct WatchFailureCounts {
+  uint64_t total = 0;
+  uint64_t enomem = 0;     // part of the range unmapped, or the kernel out of memory
+  uint64_t ebusy = 0;      // the application watches that memory with its own userfaultfd
+  uint64_t eperm = 0;      // refused by the kernel
+  uint64_t einval = 0;     // memory userfaultfd cannot track (most file mappings, SysV shm)
+  uint64_t map_limit = 0;  // not watched, to keep the map count below its limit
+  uint64_t other = 0;      // any other errno (ECHILD: a cache used in a fork child)
+};
+
 class MonitorLease {
  public:
   virtual ~MonitorLease() = default;
@@ -32,8 +45,17 @@ class MonitorLease {
   virtual std::string name() const = 0;
   // Monitors that watch specific ranges (uffd) are told of each registered
   // region. Called outside every cache lock, possibly from several threads.
-  virtual void Watch(void* addr, size_t length) {}
+  // Every Watch is matched by an Unwatch of the same range, whether it
+  // succeeded or not; a range that could not be watched is counted in
+  // watch_failures(). Watch returns false if part of the range was unmapped
+  // when a monitor looked (ENOMEM): the memory is changing under the caller,
+  // and a registration made now may hold pages that were replaced unseen, so
+  // the caller must not keep it (cache_impl.cc treats the miss as spoiled).
+  virtual bool Watch(void* addr, size_t length) { return true; }
   virtual void Unwatch(void* addr, size_t length) {}
+  // The Watch calls of this lease that failed, by cause (never silent: the
+  // cache reports them in its stats).
+  virtual WatchFailureCounts watch_failures() const { return {}; }
   // True if memory can disappear without this monitor seeing it (e.g. "none").
   virtual bool blind() const { return false; }
   // True if every release of registered memory is reported, including the

@@ -141,6 +141,15 @@ typedef struct {
   uint64_t monitor_incomplete; /* 1: the monitor reports less than `auto` promises (cause logged at creation) */
   uint64_t pin_budget_bytes; /* bytes this cache may pin now, shared with the process's other
                                 caches (see "Pinned-memory budget"); 0 = no limit */
+  /* Registered ranges the monitor could not watch (monitor uffd; never silent):
+   * watch_failures is the sum of the causes that follow. */
+  uint64_t watch_failures;
+  uint64_t watch_enomem;    /* part of the range unmapped, or the kernel out of memory */
+  uint64_t watch_ebusy;     /* the application watches that memory with its own userfaultfd */
+  uint64_t watch_eperm;     /* the kernel refused */
+  uint64_t watch_einval;    /* memory userfaultfd cannot track (most file mappings, SysV shm) */
+  uint64_t watch_map_limit; /* not watched, to keep the map count below 3/4 of vm.max_map_count */
+  uint64_t watch_other;     /* any other cause (ECHILD: a cache inherited by a fork child) */
 } mrc_stats_t;
 /* Copies the cache's counters into the first `size` bytes of *stats: the
  * fields that lie wholly inside `size` bytes are set, bytes past the end of

@@ -33,6 +33,10 @@ if grep -Eq "^  auto +available: patch" "$out/info"; then
 else
   grep -Eq "^  monitor_incomplete: 1 -- patch: " "$out/info" || fail "auto without patch: $(cat "$out/info")"
 fi
+grep -q "uffd watch probe (an anonymous mapping): watched" "$out/info" || fail "uffd probe: $(cat "$out/info")"
+grep -Eq "uffd registers whole mappings and adds none at or above [0-9]+ mappings" "$out/info" ||
+  fail "uffd map-count limit missing"
+grep -q "mrc_stats_t.watch_failures" "$out/info" || fail "where watch failures are reported"
 
 SOFTVERBS_ODP=implicit MRCACHE_ODP=auto "$info" >"$out/odp" 2>&1 || fail "odp run"
 grep -q "ODP_SUPPORT ODP_SUPPORT_IMPLICIT" "$out/odp" || fail "implicit ODP caps: $(cat "$out/odp")"

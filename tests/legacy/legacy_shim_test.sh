@@ -62,6 +62,10 @@ for run in plain shim private; do
     exit 1
   fi
 done
+# Ranges the monitor could not watch are reported, with their causes.
+for key in watch_failures watch_enomem watch_ebusy watch_eperm watch_einval watch_map_limit watch_other; do
+  grep -q "\"$key\": [0-9]" "$out/stats.json" || { echo "FAIL: $key missing: $(cat "$out/stats.json")" >&2; exit 1; }
+done
 # The shim really cached (not disabled) with a real monitor.
 grep -q '"disabled": ""' "$out/stats.json" || { echo "FAIL: shim disabled: $(cat "$out/stats.json")" >&2; exit 1; }
 if grep -q '"monitor": "none"' "$out/stats.json"; then

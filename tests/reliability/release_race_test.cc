@@ -5,7 +5,10 @@
 // under way.
 //
 // Setting: the uring registrar (real kernel pinning) through the C API, with
-// the monitors that claim the rule (`auto`, `patch`, `symbols`). The oracle is
+// the monitors that claim the rule (`auto`, `patch`, `symbols`); the
+// replacement rounds also with `uffd` alone, which must not keep a region of
+// pages that were unmapped and mapped again (its madvise round is skipped:
+// see there). The oracle is
 // mrc_region_device_write: it writes through the pinned pages, so a stale
 // registration makes the CPU miss the bytes (counted as stale), and lands them
 // in whatever the old pages now are (another thread's data: counted as
@@ -252,7 +255,9 @@ class ReplacementRaceTest : public ReleaseRaceTest {
   // replaces its pages 1 to 20 times; once B has stopped and A knows it, A's
   // next get must reach the buffer's current pages.
   void RunRounds(Replacement way) {
-    const int rounds = Iterations(200) * 5 / 2;
+    // uffd's rounds wait for its reader thread, slow under a sanitizer.
+    const int rounds =
+        Iterations(200) * 5 / 2 / (UnderSanitizer() && GetParam() == "uffd" ? 5 : 1);
     const size_t len = 16 * kPage;
     char* buf = static_cast<char*>(
         mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
@@ -309,6 +314,12 @@ TEST_P(ReplacementRaceTest, UnmappingAndRemappingDuringGetsNeverPoisonsLaterGets
 }
 
 TEST_P(ReplacementRaceTest, MadviseDontneedDuringGetsNeverPoisonsLaterGets) {
+  if (GetParam() == "uffd") {
+    // The kernel sends UFFD_EVENT_REMOVE before it drops the pages
+    // (madvise_dontneed_free): a miss between the report and the drop pins
+    // the old pages, and nothing reports them again (tests/monitors/README.md).
+    GTEST_SKIP() << "uffd alone reports madvise(DONTNEED) before the pages go";
+  }
   RunRounds(Replacement::kMadviseDontneed);
 }
 
@@ -364,7 +375,7 @@ TEST_P(ReleaseRaceTest, UnrelatedMunmapsFromSeveralThreadsNeverFlushTheCache) {
 INSTANTIATE_TEST_SUITE_P(Monitors, ReleaseRaceTest, ::testing::Values("auto", "patch", "symbols"),
                          [](const auto& info) { return info.param; });
 INSTANTIATE_TEST_SUITE_P(Monitors, ReplacementRaceTest,
-                         ::testing::Values("auto", "patch", "symbols"),
+                         ::testing::Values("auto", "patch", "symbols", "uffd"),
                          [](const auto& info) { return info.param; });
 
 }  // namespace
