@@ -1,8 +1,9 @@
 // plot.h: mrbench's figures, rendered by gnuplot into one SVG.
 //
 // Panels: hit rate per workload and configuration (clustered bars),
-// registrar time per workload and configuration (log scale; `belady-nomerge` has
-// none), and, when sweep rows are given, hit rate versus max_regions per
+// registrar time and total time (registrar + cache, the figure users
+// compare) per workload and configuration (log scale; `belady-nomerge` has
+// neither), and, when sweep rows are given, hit rate versus max_regions per
 // workload (log2 x axis), one line per configuration. The data and the
 // script are written to a private temporary directory, gnuplot runs as a
 // child process, and the directory is removed afterwards. NOT_FOUND (ENOENT)

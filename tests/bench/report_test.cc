@@ -128,7 +128,20 @@ TEST(Plot, GnuplotWritesAnSvgWithEveryPanel) {
   EXPECT_NE(text.find("<svg"), std::string::npos);
   EXPECT_NE(text.find("hit rate vs capacity: zipf"), std::string::npos);
   EXPECT_NE(text.find("registrar time"), std::string::npos);
+  EXPECT_NE(text.find("total time (registrar + cache)"), std::string::npos);
   unlink(svg.c_str());
+}
+
+// Clusters sit at x = 0 .. workloads-1; the bar panels' x range is exactly
+// that plus half a slot on each side, so no panel starts with empty space.
+TEST(Plot, BarPanelsSpanTheirWorkloadsFromTheLeftEdge) {
+  std::vector<Row> rows = SampleRows();
+  Row other = rows[0];
+  other.workload = "kv";
+  rows.push_back(other);  // two workloads: zipf, kv
+  const std::string script = GnuplotScript(rows, {}, "/d", "/out.svg");
+  EXPECT_NE(script.find("set xrange [-0.5:1.5]"), std::string::npos) << script;
+  EXPECT_NE(script.find("plot '/d/total.dat'"), std::string::npos) << script;
 }
 
 TEST(Plot, MissingGnuplotIsAClearError) {
