@@ -35,6 +35,15 @@ TEST_P(ReleaseWaysTest, ReportsExactlyTheExpectedWays) {
   const Cell& cell = GetParam();
   const ReleaseWay* way = FindReleaseWay(cell.way);
   ASSERT_NE(way, nullptr);
+#if defined(__SANITIZE_ADDRESS__)
+  if (std::string(cell.monitor).find("uffd") != std::string::npos &&
+      std::string(cell.way) == "shmat_remap") {
+    // Known defect (tests/monitors/README.md): under ASan the uffd reader
+    // thread blocks in munmap on memory in a mapping uffd registered whole,
+    // waiting for the event only it can read.
+    GTEST_SKIP() << "uffd's reader deadlocks on shmat(SHM_REMAP) under ASan";
+  }
+#endif
   auto lease = AcquireMonitor(cell.monitor);
   if (MonitorUnavailable(lease.status())) GTEST_SKIP() << lease.status();
   ASSERT_TRUE(lease.ok()) << lease.status();
