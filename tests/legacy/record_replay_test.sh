@@ -68,9 +68,10 @@ for mode in private shared; do
     echo "(sanitizer build: equality not checked, see above)"
     continue
   fi
-  # Equal in most runs; one registration apart in about 1 run of 10 (a
-  # release racing a registration lands on the other side of it in the
-  # replay). More than 1% apart is a failure.
+  # Equal in the runs measured so far but one: CI once saw 480 replayed
+  # against 479 live (private keys), likely a release that raced a
+  # registration landing on the other side of it in the replay. One
+  # registration or 1% apart is accepted; more is a failure.
   diff=$((live > replayed ? live - replayed : replayed - live))
   [ $((diff * 100)) -le "$live" ] || [ "$diff" -le 1 ] ||
     { echo "FAIL: $mode: the replay registered $replayed times, the shim $live" >&2; exit 1; }
