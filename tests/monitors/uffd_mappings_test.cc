@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/monitors/map_count.h"
 #include "mrcache/mrcache.h"
 #include "mrcache/uffd_monitor.h"
 
@@ -32,14 +33,6 @@ namespace {
 
 constexpr int kLocalWrite = 1;  // IBV_ACCESS_LOCAL_WRITE
 const size_t kPage = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-
-// The process's map count: lines of /proc/self/maps.
-size_t MapCount() {
-  std::ifstream maps("/proc/self/maps");
-  size_t n = 0;
-  for (std::string line; std::getline(maps, line);) ++n;
-  return n;
-}
 
 char* MapAnonymous(size_t len, int prot = PROT_READ | PROT_WRITE) {
   void* p = mmap(nullptr, len, prot, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -120,11 +113,11 @@ TEST_F(UffdMappingsTest, FortyThousandPageSeparatedRegionsInOneMappingAddAtMostA
   constexpr size_t kRegions = 40000;
   char* area = MapAnonymous(2 * kRegions * kPage);
   ASSERT_NE(area, nullptr);
-  const size_t before = MapCount();
+  const size_t before = mrcache_test::ProcessMapCount();
   for (size_t i = 0; i < kRegions; ++i) {
     ASSERT_TRUE(GetPut(area + 2 * i * kPage, kPage)) << "region " << i;
   }
-  const size_t after = MapCount();
+  const size_t after = mrcache_test::ProcessMapCount();
   EXPECT_LE(after, before + 1000) << "map count " << before << " -> " << after;
   mrc_stats_t s = Stats(cache_);
   EXPECT_EQ(s.regions, kRegions);
@@ -311,12 +304,12 @@ TEST_F(UffdMappingsTest, WatchStopsBelowTheMapCountLimitAndCountsWhy) {
   const size_t pages = 2 * (limits.limit - limits.map_count) + 8;
   char* striped = MapAnonymous(pages * kPage);
   ASSERT_NE(striped, nullptr);
-  for (size_t i = 0; i < pages && MapCount() < limits.limit; i += 2 * 1024) {
+  for (size_t i = 0; i < pages && mrcache_test::ProcessMapCount() < limits.limit; i += 2 * 1024) {
     for (size_t j = i; j < i + 2 * 1024 && j < pages; j += 2) {
       ASSERT_EQ(mprotect(striped + j * kPage, kPage, PROT_READ), 0) << strerror(errno);
     }
   }
-  ASSERT_GE(MapCount(), limits.limit);
+  ASSERT_GE(mrcache_test::ProcessMapCount(), limits.limit);
   char* buffer = MapAnonymous(4 * kPage);
   ASSERT_NE(buffer, nullptr) << "the application's own mmap below vm.max_map_count";
   ASSERT_TRUE(GetPut(buffer, 4 * kPage));  // the cache still serves it, unwatched

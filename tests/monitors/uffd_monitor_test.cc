@@ -19,6 +19,7 @@
 #include "mrcache/monitor.h"
 #include "mrcache/monitor_sync.h"
 #include "tests/monitors/recording_listener.h"
+#include "tests/monitors/map_count.h"
 
 namespace mrcache {
 namespace testing {
@@ -95,26 +96,19 @@ TEST_F(UffdMonitorTest, RangeThatCannotBeRegisteredIsCountedAsAWatchFailure) {
   lease_->Unwatch(reinterpret_cast<void*>(4096), 4096);
 }
 
-size_t MapCount() {
-  std::ifstream maps("/proc/self/maps");
-  size_t n = 0;
-  for (std::string line; std::getline(maps, line);) ++n;
-  return n;
-}
-
 TEST_F(UffdMonitorTest, PageSeparatedRangesOfOneMappingAreOneSpanAndSplitNothing) {
   constexpr size_t kRanges = 64;
   char* p = static_cast<char*>(mmap(nullptr, 2 * kRanges * 4096, PROT_READ | PROT_WRITE,
                                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
   ASSERT_NE(p, MAP_FAILED);
-  const size_t before = MapCount();
+  const size_t before = mrcache_test::ProcessMapCount();
   for (size_t i = 0; i < kRanges; ++i) lease_->Watch(p + 2 * i * 4096, 4096);
   EXPECT_EQ(uffd_monitor::WatchedSpans(), 1u);
-  EXPECT_EQ(MapCount(), before);
+  EXPECT_EQ(mrcache_test::ProcessMapCount(), before);
   EXPECT_EQ(lease_->watch_failures().total, 0u);
   for (size_t i = 0; i < kRanges; ++i) lease_->Unwatch(p + 2 * i * 4096, 4096);
   EXPECT_EQ(uffd_monitor::WatchedSpans(), 0u) << "the last Unwatch unregisters the mapping";
-  EXPECT_EQ(MapCount(), before);
+  EXPECT_EQ(mrcache_test::ProcessMapCount(), before);
   listener_.Clear();
   munmap(p, 2 * kRanges * 4096);
   SyncMemoryMonitors();
