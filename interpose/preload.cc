@@ -139,7 +139,7 @@ namespace {
 __attribute__((destructor)) void ReportAtExit() {
   const char* spec = std::getenv("MRCACHE_STATS");
   Shim* shim = Shim::IfCreated();
-  if (spec == nullptr || *spec == '\0' || std::strcmp(spec, "0") == 0 || shim == nullptr) return;
+  if (!mrcache_preload::ReportRequested(spec) || shim == nullptr) return;
   absl::Status s = mrcache_preload::EmitReport(spec, shim->MakeReport());
   if (!s.ok()) mrcache::Log(mrcache::LogLevel::kError, s.message());
 }

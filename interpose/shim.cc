@@ -64,8 +64,7 @@ Shim::Shim() {
     return;
   }
   remote_keys_ = mrcache::RemoteKeysName(config->remote_keys);
-  const char* stats = std::getenv("MRCACHE_STATS");
-  sample_costs_ = stats != nullptr && *stats != '\0';
+  sample_costs_ = ReportRequested(std::getenv("MRCACHE_STATS"));
   caches_ = std::make_unique<PdCaches>(*config);
   const char* record = std::getenv("MRCACHE_RECORD");
   if (record != nullptr && *record != '\0') recorder_ = Recorder::Open(record, *config);
@@ -115,7 +114,9 @@ ibv_mr* Shim::Register(RegEntry entry, ibv_pd* pd, void* addr, size_t length, ui
     return Direct(entry, pd, addr, length, iova, access);
   }
   Relax(lookups_);
-  const bool sample = caches_->costs().AddRequest(length) && sample_costs_;
+  // Requests are counted only for the report: no shared counter on the
+  // registration path otherwise.
+  const bool sample = sample_costs_ && caches_->costs().AddRequest(length);
   auto region = (*cache)->cache->Acquire(addr, length, static_cast<int>(access));
   if (!region.ok()) {
     Relax(fallbacks_);

@@ -103,7 +103,7 @@ class Shim {
 
   std::string disabled_;                         // non-empty: pass everything through
   std::string remote_keys_;                      // "shared" | "private" ("" while disabled)
-  bool sample_costs_ = false;                    // MRCACHE_STATS is set: price what is saved
+  bool sample_costs_ = false;                    // a report is requested: price what is saved
   std::unique_ptr<mrcache::MonitorLease> monitor_;  // keeps the monitor installed all run
   std::unique_ptr<PdCaches> caches_;             // null while disabled
   std::unique_ptr<Recorder> recorder_;           // MRCACHE_RECORD (null: not recording)

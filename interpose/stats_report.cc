@@ -45,6 +45,10 @@ std::string Bytes(uint64_t n) {
 
 }  // namespace
 
+bool ReportRequested(const char* spec) {
+  return spec != nullptr && *spec != '\0' && std::strcmp(spec, "0") != 0;
+}
+
 std::string FormatText(const Report& r) {
   const Derived d = Derive(r);
   std::string out = "mrcache: libmrcache_preload summary\n";

@@ -57,6 +57,10 @@ struct Report {
   RegistrarCosts::Estimate uncached;  // the requests served, priced without a cache
 };
 
+// True if `spec` (the value of MRCACHE_STATS, or null) asks for a report:
+// set, not empty and not "0".
+bool ReportRequested(const char* spec);
+
 std::string FormatText(const Report& report);
 std::string FormatJson(const Report& report);
 
