@@ -35,7 +35,7 @@
 #include "bench/ucs_api.h"
 #include "bench/ucx_rcache.h"
 #include "mrcache/cache.h"
-#include "mrcache/sim_registrar.h"
+#include "mrcache/registrars/sim_registrar.h"
 
 namespace mrbench {
 namespace {

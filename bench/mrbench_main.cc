@@ -29,7 +29,7 @@
 #include "bench/trace.h"
 #include "bench/workloads.h"
 #include "mrcache/config.h"
-#include "mrcache/pin_budget.h"
+#include "mrcache/registrars/pin_budget.h"
 
 namespace mrbench {
 namespace {

@@ -16,7 +16,7 @@
 #include "allocator/pool.h"
 #include "benchmark/benchmark.h"
 #include "mrcache/config.h"
-#include "mrcache/uring_registrar.h"
+#include "mrcache/registrars/uring_registrar.h"
 
 namespace mrcache {
 namespace {

@@ -26,11 +26,11 @@
 #include "absl/strings/str_cat.h"
 #include "interpose/shim_defaults.h"
 #include "mrcache/config.h"
-#include "mrcache/monitor.h"
-#include "mrcache/odp.h"
-#include "mrcache/pin_budget.h"
-#include "mrcache/uffd_monitor.h"
-#include "mrcache/verbs_registrar.h"
+#include "mrcache/monitors/monitor.h"
+#include "mrcache/registrars/odp.h"
+#include "mrcache/registrars/pin_budget.h"
+#include "mrcache/monitors/uffd_monitor.h"
+#include "mrcache/registrars/verbs_registrar.h"
 
 namespace {
 

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "mrcache/errno_status.h"
-#include "mrcache/verbs_registrar.h"
+#include "mrcache/registrars/verbs_registrar.h"
 
 namespace mrcache_preload {
 

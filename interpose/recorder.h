@@ -40,7 +40,7 @@
 #include <string>
 
 #include "mrcache/config.h"
-#include "mrcache/memory_events.h"
+#include "mrcache/monitors/memory_events.h"
 
 namespace mrcache_preload {
 

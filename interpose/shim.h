@@ -63,7 +63,7 @@
 #include "interpose/shim_defaults.h"
 #include "interpose/stats_report.h"
 #include "mrcache/config.h"
-#include "mrcache/monitor.h"
+#include "mrcache/monitors/monitor.h"
 
 namespace mrcache_preload {
 

@@ -4,7 +4,7 @@
 // being preloaded, comes first in the global symbol scope. Every call to those
 // names made by code that binds through the PLT therefore lands in the shim
 // again, in particular:
-//  - the verbs registrar linked into the shim (mrcache/verbs_registrar.cc calls
+//  - the verbs registrar linked into the shim (mrcache/registrars/verbs_registrar.cc calls
 //    ibv_reg_mr_iova2 and ibv_dereg_mr by symbol; inside a shared library a
 //    call to a default-visibility symbol goes through the PLT, so it binds to
 //    the shim's own interposer, not to libibverbs);

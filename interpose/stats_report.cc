@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "mrcache/errno_status.h"
-#include "mrcache/pin_budget.h"
+#include "mrcache/registrars/pin_budget.h"
 
 namespace mrcache_preload {
 namespace {

@@ -16,9 +16,9 @@
 #include "mrcache/c_api_handles.h"
 #include "mrcache/cache.h"
 #include "mrcache/config.h"
-#include "mrcache/custom_registrar.h"
+#include "mrcache/registrars/custom_registrar.h"
 #include "mrcache/errno_status.h"
-#include "mrcache/region.h"
+#include "mrcache/core/region.h"
 #include "mrcache/log.h"
 
 struct mrc_region : mrcache::Region {};

@@ -3,9 +3,9 @@
 
 #include <cerrno>
 
-#include "mrcache/cache_impl.h"
+#include "mrcache/core/cache_impl.h"
 #include "mrcache/errno_status.h"
-#include "mrcache/region.h"
+#include "mrcache/core/region.h"
 
 namespace mrcache {
 

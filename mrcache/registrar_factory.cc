@@ -4,9 +4,9 @@
 #include "absl/strings/str_cat.h"
 #include "mrcache/cache.h"
 #include "mrcache/errno_status.h"
-#include "mrcache/sim_registrar.h"
-#include "mrcache/uring_registrar.h"
-#include "mrcache/verbs_registrar.h"
+#include "mrcache/registrars/sim_registrar.h"
+#include "mrcache/registrars/uring_registrar.h"
+#include "mrcache/registrars/verbs_registrar.h"
 
 namespace mrcache {
 

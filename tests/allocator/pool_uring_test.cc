@@ -10,7 +10,7 @@
 #include "allocator/private_jemalloc.h"
 #include "gtest/gtest.h"
 #include "mrcache/config.h"
-#include "mrcache/uring_registrar.h"
+#include "mrcache/registrars/uring_registrar.h"
 
 namespace mrcache {
 namespace {

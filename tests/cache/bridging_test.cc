@@ -16,9 +16,9 @@
 #include <gtest/gtest.h>
 
 #include "mrcache/cache.h"
-#include "mrcache/monitor.h"
-#include "mrcache/sim_registrar.h"
-#include "mrcache/uring_registrar.h"
+#include "mrcache/monitors/monitor.h"
+#include "mrcache/registrars/sim_registrar.h"
+#include "mrcache/registrars/uring_registrar.h"
 #include "tests/cache/counting_registrar.h"
 
 namespace mrcache {

@@ -15,7 +15,7 @@
 #include <gtest/gtest.h>
 
 #include "mrcache/mrcache.h"
-#include "mrcache/uring_registrar.h"
+#include "mrcache/registrars/uring_registrar.h"
 
 namespace {
 

@@ -1,7 +1,7 @@
 // cache_suite_test.cc: the cache suite on the sim registrar (zero cost) and on
 // the uring registrar (real kernel pinning).
-#include "mrcache/sim_registrar.h"
-#include "mrcache/uring_registrar.h"
+#include "mrcache/registrars/sim_registrar.h"
+#include "mrcache/registrars/uring_registrar.h"
 #include "tests/cache/cache_suite.h"
 
 namespace mrcache {

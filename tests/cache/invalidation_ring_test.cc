@@ -1,7 +1,7 @@
 // invalidation_ring_test.cc: the bounded ring that memory hooks push released
-// ranges into (mrcache/invalidation_ring.h). It reports overflow only when a
+// ranges into (mrcache/core/invalidation_ring.h). It reports overflow only when a
 // range really could not be stored, whatever the number of producers.
-#include "mrcache/invalidation_ring.h"
+#include "mrcache/core/invalidation_ring.h"
 
 #include <atomic>
 #include <cstdint>

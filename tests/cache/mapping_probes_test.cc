@@ -8,8 +8,8 @@
 
 #include <gtest/gtest.h>
 
-#include "mrcache/mapping_bounds.h"
-#include "mrcache/residency.h"
+#include "mrcache/monitors/mapping_bounds.h"
+#include "mrcache/core/residency.h"
 
 namespace mrcache {
 namespace {

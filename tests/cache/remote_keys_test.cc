@@ -17,7 +17,7 @@
 #include <gtest/gtest.h>
 
 #include "mrcache/mrcache.h"
-#include "mrcache/uring_registrar.h"
+#include "mrcache/registrars/uring_registrar.h"
 #include "tests/registrars/low_memlock.h"
 
 namespace {

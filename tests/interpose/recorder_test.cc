@@ -19,7 +19,7 @@
 #include "gtest/gtest.h"
 #include "interpose/record_format.h"
 #include "interpose/shim_defaults.h"
-#include "mrcache/memory_events.h"
+#include "mrcache/monitors/memory_events.h"
 
 namespace mrcache_preload {
 namespace {

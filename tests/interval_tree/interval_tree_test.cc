@@ -1,7 +1,7 @@
 // Tests of IntervalTree<V>: the half-open overlap query, duplicate starts,
 // erase, visit order, and a seeded differential test against a brute-force
 // model, with CheckInvariants after every operation.
-#include "mrcache/interval_tree.h"
+#include "mrcache/core/interval_tree.h"
 
 #include <algorithm>
 #include <array>

@@ -9,8 +9,8 @@
 #include <string>
 
 #include "gtest/gtest.h"
-#include "mrcache/monitor.h"
-#include "mrcache/monitor_sync.h"
+#include "mrcache/monitors/monitor.h"
+#include "mrcache/monitors/monitor_sync.h"
 #include "mrcache/mrcache.h"
 #include "tests/monitors/monitor_expectations.h"
 #include "tests/monitors/recording_listener.h"

@@ -18,10 +18,10 @@
 
 #include "gtest/gtest.h"
 #include "tests/monitors/map_count.h"
-#include "mrcache/monitor.h"
+#include "mrcache/monitors/monitor.h"
 #include "mrcache/mrcache.h"
-#include "mrcache/patch_monitor.h"
-#include "mrcache/raw_syscall.h"
+#include "mrcache/monitors/patch_monitor.h"
+#include "mrcache/monitors/raw_syscall.h"
 
 namespace mrcache {
 namespace testing {

@@ -8,10 +8,10 @@
 
 #include "gtest/gtest.h"
 #include "mrcache/errno_status.h"
-#include "mrcache/fork_guard.h"
-#include "mrcache/monitor.h"
-#include "mrcache/symbols_monitor.h"
-#include "mrcache/uffd_monitor.h"
+#include "mrcache/monitors/fork_guard.h"
+#include "mrcache/monitors/monitor.h"
+#include "mrcache/monitors/symbols_monitor.h"
+#include "mrcache/monitors/uffd_monitor.h"
 #include "tests/monitors/monitor_expectations.h"
 
 namespace mrcache {

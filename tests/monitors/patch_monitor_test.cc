@@ -1,6 +1,6 @@
 // The patch monitor's safety rules: it patches only the code it expects,
 // refuses entries someone already patched, and restores the bytes it replaced.
-#include "mrcache/patch_monitor.h"
+#include "mrcache/monitors/patch_monitor.h"
 
 #include <dlfcn.h>
 #include <sys/mman.h>
@@ -14,7 +14,7 @@
 
 #include "gtest/gtest.h"
 #include "mrcache/errno_status.h"
-#include "mrcache/monitor.h"
+#include "mrcache/monitors/monitor.h"
 #include "tests/monitors/monitor_expectations.h"
 #include "tests/monitors/recording_listener.h"
 #include "tests/monitors/release_ways.h"

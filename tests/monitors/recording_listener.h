@@ -12,7 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "mrcache/memory_events.h"
+#include "mrcache/monitors/memory_events.h"
 
 namespace mrcache {
 namespace testing {

@@ -3,7 +3,7 @@
 // page arithmetic, and the reports against this process's real mappings
 // (/proc/self/maps), with no monitor installed: the Report* functions are
 // called directly and a RecordingListener collects what they report.
-#include "mrcache/release_ranges.h"
+#include "mrcache/monitors/release_ranges.h"
 
 #include <fcntl.h>
 #include <linux/falloc.h>

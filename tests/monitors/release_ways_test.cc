@@ -13,8 +13,8 @@
 #include <tuple>
 
 #include "gtest/gtest.h"
-#include "mrcache/monitor.h"
-#include "mrcache/monitor_sync.h"
+#include "mrcache/monitors/monitor.h"
+#include "mrcache/monitors/monitor_sync.h"
 #include "tests/monitors/recording_listener.h"
 #include "tests/monitors/release_ways.h"
 #include "tests/monitors/monitor_expectations.h"

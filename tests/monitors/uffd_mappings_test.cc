@@ -2,7 +2,7 @@
 // fragments the application's address space nor changes what the
 // application's own memory calls do (mmap, mprotect, mremap), it stays below
 // the map-count limit, and every range it cannot watch is counted in
-// mrc_stats_t with its cause (mrcache/uffd_monitor.h).
+// mrc_stats_t with its cause (mrcache/monitors/uffd_monitor.h).
 #include <fcntl.h>
 #include <linux/userfaultfd.h>
 #include <poll.h>
@@ -25,7 +25,7 @@
 #include "gtest/gtest.h"
 #include "tests/monitors/map_count.h"
 #include "mrcache/mrcache.h"
-#include "mrcache/uffd_monitor.h"
+#include "mrcache/monitors/uffd_monitor.h"
 
 namespace mrcache {
 namespace testing {

@@ -2,7 +2,7 @@
 // overlapping watches are reference-counted, whole mappings are registered
 // (one span per mapping, whatever the number of ranges), and the bookkeeping
 // follows unmaps and moves. Through a cache: uffd_mappings_test.cc.
-#include "mrcache/uffd_monitor.h"
+#include "mrcache/monitors/uffd_monitor.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -16,8 +16,8 @@
 
 #include "gtest/gtest.h"
 #include "mrcache/errno_status.h"
-#include "mrcache/monitor.h"
-#include "mrcache/monitor_sync.h"
+#include "mrcache/monitors/monitor.h"
+#include "mrcache/monitors/monitor_sync.h"
 #include "tests/monitors/recording_listener.h"
 #include "tests/monitors/map_count.h"
 

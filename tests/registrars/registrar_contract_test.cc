@@ -16,8 +16,8 @@
 #include "gtest/gtest.h"
 #include "mrcache/errno_status.h"
 #include "mrcache/registrar.h"
-#include "mrcache/sim_registrar.h"
-#include "mrcache/uring_registrar.h"
+#include "mrcache/registrars/sim_registrar.h"
+#include "mrcache/registrars/uring_registrar.h"
 #include "tests/registrars/mapping.h"
 
 namespace mrcache {

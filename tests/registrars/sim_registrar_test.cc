@@ -1,7 +1,7 @@
 // The sim registrar: a deterministic cost model. Each test states one
-// behaviour of mrcache/sim_registrar.h. Costs are read from the simulated-ns
+// behaviour of mrcache/registrars/sim_registrar.h. Costs are read from the simulated-ns
 // counter, never from wall time.
-#include "mrcache/sim_registrar.h"
+#include "mrcache/registrars/sim_registrar.h"
 
 #include <sys/mman.h>
 

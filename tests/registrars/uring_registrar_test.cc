@@ -1,6 +1,6 @@
 // The uring registrar: real kernel pinning through io_uring fixed buffers.
-// Each test states one behaviour of mrcache/uring_registrar.h.
-#include "mrcache/uring_registrar.h"
+// Each test states one behaviour of mrcache/registrars/uring_registrar.h.
+#include "mrcache/registrars/uring_registrar.h"
 
 #include <sys/mman.h>
 #include <unistd.h>

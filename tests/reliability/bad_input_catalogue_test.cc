@@ -57,7 +57,7 @@ class BadInputCatalogue : public ::testing::Test {
     other_ = MakeCache("sim");
     uring_ = MakeCache("uring");
     // A first get attaches this thread to each cache, which maps a one-page
-    // table of its own (mrcache/thread_cache.h): do it now, so that the
+    // table of its own (mrcache/core/thread_cache.h): do it now, so that the
     // table cannot land in the hole below.
     for (mrc_cache_t* c : {sim_, other_, uring_}) {
       mrc_region_t* r = nullptr;

@@ -50,7 +50,7 @@
 #include "mrcache/cache.h"
 #include "mrcache/errno_status.h"
 #include "mrcache/registrar.h"
-#include "mrcache/sim_registrar.h"
+#include "mrcache/registrars/sim_registrar.h"
 #include "tests/cache/counting_registrar.h"
 
 namespace mrcache {

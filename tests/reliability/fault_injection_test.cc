@@ -35,7 +35,7 @@
 #include "mrcache/errno_status.h"
 #include "mrcache/mrcache.h"
 #include "mrcache/registrar.h"
-#include "mrcache/sim_registrar.h"
+#include "mrcache/registrars/sim_registrar.h"
 #include "tests/cache/counting_registrar.h"
 
 namespace mrcache {

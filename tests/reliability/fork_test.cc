@@ -1,6 +1,6 @@
 // fork_test.cc: fork() while other threads are busy on a cache.
 //
-// Defined behaviour (README "fork()", mrcache/fork_guard.h): a child never
+// Defined behaviour (README "fork()", mrcache/monitors/fork_guard.h): a child never
 // inherits a lock of the cache, the monitors or the registrars held by
 // another thread of the parent. In the child, the parent's cache returns
 // ECHILD from get (and from put, device write, invalidate and flush), can be

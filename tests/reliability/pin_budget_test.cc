@@ -1,5 +1,5 @@
 // pin_budget_test.cc: the pinned-memory budget (README "Pinned-memory
-// budget", mrcache/pin_budget.h) under a real RLIMIT_MEMLOCK.
+// budget", mrcache/registrars/pin_budget.h) under a real RLIMIT_MEMLOCK.
 //
 // Every scenario runs in a child process that drops CAP_IPC_LOCK and lowers
 // RLIMIT_MEMLOCK to 1 MiB (tests/registrars/low_memlock.h), so the budget is
@@ -39,8 +39,8 @@
 
 #include "mrcache/cache.h"
 #include "mrcache/errno_status.h"
-#include "mrcache/pin_budget.h"
-#include "mrcache/sim_registrar.h"
+#include "mrcache/registrars/pin_budget.h"
+#include "mrcache/registrars/sim_registrar.h"
 #include "tests/cache/counting_registrar.h"
 #include "tests/registrars/low_memlock.h"
 

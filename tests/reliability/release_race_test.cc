@@ -1,5 +1,5 @@
 // release_race_test.cc: memory released in one thread while other threads
-// map, get and device-write. The release rule (mrcache/memory_events.h): a
+// map, get and device-write. The release rule (mrcache/monitors/memory_events.h): a
 // range is reported released before any thread can obtain those addresses
 // again, and no registration of its old pages is cached while the release is
 // under way.

@@ -39,7 +39,7 @@
 
 #include "mrcache/cache.h"
 #include "mrcache/errno_status.h"
-#include "mrcache/uring_registrar.h"
+#include "mrcache/registrars/uring_registrar.h"
 #include "tests/cache/counting_registrar.h"
 #include "tests/reliability/process_probes.h"
 

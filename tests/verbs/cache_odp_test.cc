@@ -15,7 +15,7 @@
 
 #include "mrcache/cache.h"
 #include "mrcache/errno_status.h"
-#include "mrcache/verbs_registrar.h"
+#include "mrcache/registrars/verbs_registrar.h"
 #include "tests/softverbs/softverbs_client.h"
 
 namespace mrcache {

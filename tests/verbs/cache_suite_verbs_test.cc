@@ -6,7 +6,7 @@
 
 #include <cstdio>
 
-#include "mrcache/verbs_registrar.h"
+#include "mrcache/registrars/verbs_registrar.h"
 #include "tests/cache/cache_suite.h"
 
 namespace mrcache {

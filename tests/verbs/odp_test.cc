@@ -1,7 +1,7 @@
 // ResolveOdpMode: the configured odp mode against what a device offers, both
 // as a table and against softverbs' SOFTVERBS_ODP=none|explicit|implicit
 // through the verbs registrar's capability query.
-#include "mrcache/odp.h"
+#include "mrcache/registrars/odp.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -11,7 +11,7 @@
 #include <string>
 
 #include "mrcache/errno_status.h"
-#include "mrcache/verbs_registrar.h"
+#include "mrcache/registrars/verbs_registrar.h"
 #include "tests/softverbs/fixture.h"
 
 namespace mrcache {

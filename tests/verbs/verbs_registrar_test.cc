@@ -1,7 +1,7 @@
 // The `verbs` registrar on softverbs: rdma-core calls on a caller's PD,
 // errors that keep libibverbs' errno and name the call, device writes through
 // softverbs, and ODP capabilities from ibv_query_device_ex.
-#include "mrcache/verbs_registrar.h"
+#include "mrcache/registrars/verbs_registrar.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -13,7 +13,7 @@
 #include <memory>
 
 #include "mrcache/errno_status.h"
-#include "mrcache/odp.h"
+#include "mrcache/registrars/odp.h"
 #include "tests/softverbs/fixture.h"
 
 namespace mrcache {

@@ -1,10 +1,10 @@
-#include "mrcache/fork_guard.h"
+#include "mrcache/monitors/fork_guard.h"
 
 #include <pthread.h>
 
 #include <mutex>
 
-#include "mrcache/memory_events.h"
+#include "mrcache/monitors/memory_events.h"
 
 namespace mrcache {
 namespace fork_guard_internal {

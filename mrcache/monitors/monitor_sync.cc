@@ -1,4 +1,4 @@
-#include "mrcache/monitor_sync.h"
+#include "mrcache/monitors/monitor_sync.h"
 
 #include <sched.h>
 

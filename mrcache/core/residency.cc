@@ -1,4 +1,4 @@
-#include "mrcache/residency.h"
+#include "mrcache/core/residency.h"
 
 #include <sys/mman.h>
 

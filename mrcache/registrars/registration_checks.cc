@@ -1,4 +1,4 @@
-#include "mrcache/registration_checks.h"
+#include "mrcache/registrars/registration_checks.h"
 
 #include <sys/mman.h>
 #include <sys/resource.h>

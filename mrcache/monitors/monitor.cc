@@ -1,6 +1,6 @@
 // monitor.cc: parsing monitor names, `auto`, and the reference-counted,
 // process-wide installation of each monitor (see monitor.h).
-#include "mrcache/monitor.h"
+#include "mrcache/monitors/monitor.h"
 
 #include <atomic>
 #include <cerrno>
@@ -11,12 +11,12 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "mrcache/errno_status.h"
-#include "mrcache/fork_guard.h"
-#include "mrcache/jemalloc_monitor.h"
-#include "mrcache/monitor_sync.h"
-#include "mrcache/patch_monitor.h"
-#include "mrcache/symbols_monitor.h"
-#include "mrcache/uffd_monitor.h"
+#include "mrcache/monitors/fork_guard.h"
+#include "mrcache/monitors/jemalloc_monitor.h"
+#include "mrcache/monitors/monitor_sync.h"
+#include "mrcache/monitors/patch_monitor.h"
+#include "mrcache/monitors/symbols_monitor.h"
+#include "mrcache/monitors/uffd_monitor.h"
 
 namespace mrcache {
 namespace {

@@ -1,4 +1,4 @@
-#include "mrcache/mapping_bounds.h"
+#include "mrcache/monitors/mapping_bounds.h"
 
 #include <fcntl.h>
 #include <unistd.h>

@@ -13,7 +13,7 @@
 // softverbs_device_write (tests/softverbs) with dlsym at run time and is
 // ENOTSUP without it. Prefetch: ibv_advise_mr with PREFETCH_WRITE (PREFETCH
 // for regions without LOCAL_WRITE) and IBV_ADVISE_MR_FLAG_FLUSH.
-#include "mrcache/verbs_registrar.h"
+#include "mrcache/registrars/verbs_registrar.h"
 
 #include <dlfcn.h>
 #include <infiniband/verbs.h>
@@ -26,7 +26,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "mrcache/errno_status.h"
-#include "mrcache/odp.h"
+#include "mrcache/registrars/odp.h"
 
 namespace mrcache {
 namespace {

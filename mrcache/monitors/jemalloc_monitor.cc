@@ -1,4 +1,4 @@
-#include "mrcache/jemalloc_monitor.h"
+#include "mrcache/monitors/jemalloc_monitor.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -9,7 +9,7 @@
 #include <string>
 
 #include "mrcache/errno_status.h"
-#include "mrcache/memory_events.h"
+#include "mrcache/monitors/memory_events.h"
 
 // The extent hook ABI of jemalloc 5 (<jemalloc/jemalloc.h>), declared here so
 // that this file does not pull jemalloc's malloc declarations into programs

@@ -1,4 +1,4 @@
-#include "mrcache/custom_registrar.h"
+#include "mrcache/registrars/custom_registrar.h"
 
 #include <cerrno>
 #include <cstdlib>

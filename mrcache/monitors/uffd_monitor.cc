@@ -1,4 +1,4 @@
-#include "mrcache/uffd_monitor.h"
+#include "mrcache/monitors/uffd_monitor.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -20,10 +20,10 @@
 #include <vector>
 
 #include "mrcache/errno_status.h"
-#include "mrcache/fork_guard.h"
-#include "mrcache/mapping_bounds.h"
-#include "mrcache/memory_events.h"
-#include "mrcache/monitor_sync.h"
+#include "mrcache/monitors/fork_guard.h"
+#include "mrcache/monitors/mapping_bounds.h"
+#include "mrcache/monitors/memory_events.h"
+#include "mrcache/monitors/monitor_sync.h"
 
 namespace mrcache {
 namespace uffd_monitor {

@@ -18,7 +18,7 @@
 #include <cassert>
 #include <utility>
 
-#include "mrcache/interval_tree.h"
+#include "mrcache/core/interval_tree.h"
 
 namespace mrcache {
 

@@ -1,5 +1,5 @@
 // cache_impl.cc: CacheImpl. The protocol is stated in cache_impl.h.
-#include "mrcache/cache_impl.h"
+#include "mrcache/core/cache_impl.h"
 
 #include <linux/membarrier.h>
 #include <sys/syscall.h>
@@ -12,12 +12,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "mrcache/errno_status.h"
-#include "mrcache/fork_guard.h"
+#include "mrcache/monitors/fork_guard.h"
 #include "mrcache/log.h"
-#include "mrcache/monitor_sync.h"
-#include "mrcache/odp.h"
-#include "mrcache/mapping_bounds.h"
-#include "mrcache/residency.h"
+#include "mrcache/monitors/monitor_sync.h"
+#include "mrcache/registrars/odp.h"
+#include "mrcache/monitors/mapping_bounds.h"
+#include "mrcache/core/residency.h"
 
 namespace mrcache {
 namespace {

@@ -1,5 +1,5 @@
 // pin_budget.cc: see pin_budget.h for the rule and the locking.
-#include "mrcache/pin_budget.h"
+#include "mrcache/registrars/pin_budget.h"
 
 #include <linux/capability.h>
 #include <pthread.h>

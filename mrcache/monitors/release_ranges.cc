@@ -1,4 +1,4 @@
-#include "mrcache/release_ranges.h"
+#include "mrcache/monitors/release_ranges.h"
 
 #include <fcntl.h>
 #include <linux/falloc.h>
@@ -10,7 +10,7 @@
 
 #include <cstdint>
 
-#include "mrcache/memory_events.h"
+#include "mrcache/monitors/memory_events.h"
 
 extern "C" void* __curbrk;  // glibc's cached program break (exported data)
 

@@ -89,6 +89,6 @@ class IntervalTree {
 
 }  // namespace mrcache
 
-#include "mrcache/interval_tree_impl.h"  // IWYU pragma: export
+#include "mrcache/core/interval_tree_impl.h"  // IWYU pragma: export
 
 #endif  // MRCACHE_INTERVAL_TREE_H_

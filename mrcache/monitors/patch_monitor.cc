@@ -1,4 +1,4 @@
-#include "mrcache/patch_monitor.h"
+#include "mrcache/monitors/patch_monitor.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -13,9 +13,9 @@
 #include <string>
 
 #include "mrcache/errno_status.h"
-#include "mrcache/memory_events.h"
-#include "mrcache/raw_syscall.h"
-#include "mrcache/release_ranges.h"
+#include "mrcache/monitors/memory_events.h"
+#include "mrcache/monitors/raw_syscall.h"
+#include "mrcache/monitors/release_ranges.h"
 #include "mrcache/log.h"
 
 extern "C" void* __curbrk;

@@ -1,4 +1,4 @@
-#include "mrcache/thread_cache.h"
+#include "mrcache/core/thread_cache.h"
 
 #include <pthread.h>
 #include <sys/mman.h>

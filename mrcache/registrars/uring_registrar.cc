@@ -1,5 +1,5 @@
 // uring_registrar.cc: see uring_registrar.h for the contract.
-#include "mrcache/uring_registrar.h"
+#include "mrcache/registrars/uring_registrar.h"
 
 #include <liburing.h>
 #include <linux/capability.h>
@@ -19,8 +19,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "mrcache/errno_status.h"
-#include "mrcache/pin_budget.h"
-#include "mrcache/registration_checks.h"
+#include "mrcache/registrars/pin_budget.h"
+#include "mrcache/registrars/registration_checks.h"
 #include "mrcache/log.h"
 
 namespace mrcache {

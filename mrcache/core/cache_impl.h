@@ -58,15 +58,15 @@
 #include "absl/status/statusor.h"
 #include "mrcache/cache.h"
 #include "mrcache/config.h"
-#include "mrcache/interval_tree.h"
-#include "mrcache/address_heat.h"
-#include "mrcache/invalidation_ring.h"
-#include "mrcache/memory_events.h"
-#include "mrcache/monitor.h"
-#include "mrcache/pin_budget.h"
-#include "mrcache/region.h"
+#include "mrcache/core/interval_tree.h"
+#include "mrcache/core/address_heat.h"
+#include "mrcache/core/invalidation_ring.h"
+#include "mrcache/monitors/memory_events.h"
+#include "mrcache/monitors/monitor.h"
+#include "mrcache/registrars/pin_budget.h"
+#include "mrcache/core/region.h"
 #include "mrcache/registrar.h"
-#include "mrcache/thread_cache.h"
+#include "mrcache/core/thread_cache.h"
 
 namespace mrcache {
 

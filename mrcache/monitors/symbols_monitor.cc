@@ -1,4 +1,4 @@
-#include "mrcache/symbols_monitor.h"
+#include "mrcache/monitors/symbols_monitor.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -13,8 +13,8 @@
 #include <cstdint>
 
 #include "mrcache/errno_status.h"
-#include "mrcache/memory_events.h"
-#include "mrcache/release_ranges.h"
+#include "mrcache/monitors/memory_events.h"
+#include "mrcache/monitors/release_ranges.h"
 
 extern "C" void* __curbrk;
 

@@ -1,4 +1,4 @@
-#include "mrcache/memory_events.h"
+#include "mrcache/monitors/memory_events.h"
 
 #include <sched.h>
 #include <time.h>

@@ -1,5 +1,5 @@
 // sim_registrar.cc: see sim_registrar.h for the contract.
-#include "mrcache/sim_registrar.h"
+#include "mrcache/registrars/sim_registrar.h"
 
 #include <sys/mman.h>
 #include <sys/syscall.h>
@@ -21,7 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "mrcache/errno_status.h"
-#include "mrcache/registration_checks.h"
+#include "mrcache/registrars/registration_checks.h"
 
 namespace mrcache {
 namespace {

@@ -1,4 +1,4 @@
-#include "mrcache/odp.h"
+#include "mrcache/registrars/odp.h"
 
 #include <cerrno>
 
