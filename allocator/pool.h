@@ -13,7 +13,7 @@
 // and one line on stderr), and register each chunk with the Registrar. Chunks
 // stay mapped and registered until the pool is destroyed.
 //
-// Invariants (the jemalloc 5.3 pitfalls of DESIGN.md section 7):
+// Invariants (what jemalloc 5.3 requires of a custom arena):
 //  - The arena is never arena 0 and nothing else allocates from it.
 //  - Pinned pages are never purged or decommitted: the arena's decay times
 //    are -1 and the purge/decommit/dalloc hooks refuse ("not done").

@@ -8,7 +8,7 @@
 //   ratio <monitor>/none = <real-time ratio> (cpu <cpu-time ratio>)
 // (means of 5 repetitions; on a shared machine the CPU-time ratio is the
 // steadier of the two).
-// Target (issue 3): <= 1.10 for symbols and patch.
+// Target (bench/RESULTS.md): <= 1.10 for symbols and patch.
 //
 // BM_MissWithMonitor: what a monitor adds to a cache miss. get+put that
 // always misses (4,096 one-page ranges, a page apart in one mapping, cycled

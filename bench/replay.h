@@ -8,7 +8,7 @@
 // the explicit invalidation every configuration receives in the same way.
 // Each `xfer` is Get, optionally a verification, then Put.
 //
-// Verification (the staleness oracle of DESIGN.md section 4): the replayer
+// Verification (the staleness oracle of docs/ARCHITECTURE.md): the replayer
 // writes a token unique to the transfer into the registration the way a
 // device would (Driver::DeviceWrite) and checks that the CPU reads it at the
 // transfer's address. A registration that still points at pages the

@@ -1,7 +1,7 @@
 // report.h: mrbench's results, as an aligned table and as JSON.
 //
 // One Row per (workload, configuration, capacity). The JSON output is an
-// array of objects with at least the keys of issue 7: config, workload,
+// array of objects with at least these keys (docs/man/mrbench.1): config, workload,
 // hit_rate, registrations, registered_bytes, registrar_seconds,
 // peak_pinned_bytes, ns_per_op, stale (plus transfers, max_regions,
 // total_seconds = registrar_seconds + ns_per_op x transfers, the time the

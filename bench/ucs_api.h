@@ -1,7 +1,7 @@
 // ucs_api.h: UCX 1.13's registration cache (libucs) loaded at run time, hooks off.
 //
 // Loading libucs runs its constructors, which read the UCX_* environment and
-// may later install memory hooks into the process (DESIGN.md section 8). So
+// may later install memory hooks into the process . So
 // mrbench never links libucs: the UCX peer loads it with dlopen, in its own
 // process, after setting UCX_MEM_MMAP_HOOK_MODE=none, and then checks that
 // UCM really reads the hook mode as none. Invalidations reach ucs_rcache the

@@ -19,7 +19,7 @@ std::atomic<Shim*> g_shim{nullptr};
 
 constexpr unsigned kBypassAccess = mrcache::kAccessMwBind | mrcache::kAccessZeroBased;
 
-// DESIGN.md section 3: requests registered directly, never cached.
+// Requests registered directly, never cached (docs/ARCHITECTURE.md, "What the shim never caches").
 bool MustBypass(void* addr, uint64_t iova, unsigned access) {
   return addr == nullptr || iova != reinterpret_cast<uintptr_t>(addr) || (access & kBypassAccess);
 }

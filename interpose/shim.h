@@ -2,7 +2,7 @@
 // exported symbols here).
 //
 // Registration (ibv_reg_mr, ibv_reg_mr_iova, ibv_reg_mr_iova2):
-//  - Requests DESIGN.md section 3 says must bypass the cache (MW_BIND,
+//  - Requests that must bypass the cache (MW_BIND,
 //    ZERO_BASED, iova != addr, a null address such as the implicit ODP MR),
 //    a null PD, and every request while caching is disabled go to the same
 //    real entry point the application called: the application gets the real

@@ -39,7 +39,7 @@ namespace mrcache_preload {
 struct ShimCounters {
   uint64_t calls = 0;               // application ibv_reg_mr* calls
   uint64_t cache_lookups = 0;       // of those, served by a cache (hit or miss)
-  uint64_t bypassed = 0;            // registered directly by rule (DESIGN.md 3), dmabuf included
+  uint64_t bypassed = 0;            // registered directly by rule (shim.h), dmabuf included
   uint64_t fallbacks = 0;           // the cache failed; registered directly instead
   uint64_t alias_deregs = 0;        // ibv_dereg_mr of an alias (a put)
   uint64_t passthrough_deregs = 0;  // ibv_dereg_mr of an MR the shim did not create

@@ -6,7 +6,7 @@
 // thread for events the kernel already applied). The report is dispatched to
 // every registered MemoryEventListener (one per cache).
 //
-// Hook-safety invariants (DESIGN.md section 3, "Invalidation"):
+// Hook-safety invariants (docs/ARCHITECTURE.md, "Hook safety"):
 //  - ReportMemoryRelease never allocates, never takes a blocking lock, never
 //    calls a registrar, and is re-entrant: it may run inside malloc, inside a
 //    registrar call of the same thread, or inside another report.

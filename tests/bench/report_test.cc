@@ -1,4 +1,4 @@
-// mrbench's outputs: the JSON keys of issue 7, the table, and the gnuplot figure.
+// mrbench's outputs: the JSON keys (docs/man/mrbench.1), the table, and the gnuplot figure.
 #include "bench/report.h"
 
 #include <sys/stat.h>

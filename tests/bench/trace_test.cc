@@ -1,4 +1,4 @@
-// The trace format of issue 7: what is accepted, and every malformed line
+// mrbench's trace format (docs/man/mrbench.1): what is accepted, and every malformed line
 // rejected with its line number and the reason.
 #include "bench/trace.h"
 

@@ -170,7 +170,7 @@ TEST_F(BridgingTest, AnyInvalidationInsideABridgedRegionDropsIt) {
 }
 
 TEST_F(BridgingTest, UnmappingAGapPageOfABridgedRegionLeavesNothingStale) {
-  // The oracle (DESIGN.md section 4) on the real pinning registrar: memory
+  // The oracle (docs/ARCHITECTURE.md) on the real pinning registrar: memory
   // between the two requests is unmapped and mapped again; the monitor must
   // drop the bridged region, so a device write reaches the new page.
   if (!UringAvailable()) GTEST_SKIP() << "io_uring unavailable";

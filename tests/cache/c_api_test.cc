@@ -178,7 +178,7 @@ TEST_F(CApiTest, StrerrorDescribesEveryReturnedErrno) {
   }
 }
 
-// The oracle (DESIGN.md section 4): after munmap + mmap at the same address,
+// The oracle (docs/ARCHITECTURE.md): after munmap + mmap at the same address,
 // a device write through a stale registration lands in the old pages. After
 // mrc_invalidate, the cache must hand out a fresh registration whose device
 // write the CPU sees.

@@ -1,4 +1,4 @@
-// cache_suite.cc: the cache's semantics (DESIGN.md section 3), one behaviour
+// cache_suite.cc: the cache's semantics (mrcache/cache.h), one behaviour
 // per test, run against every registrar that instantiates CacheSuite (see
 // cache_suite.h). Each registrar is wrapped in a CountingRegistrar; every test
 // ends with registrations == deregistrations (checked in TearDown).

@@ -1,4 +1,4 @@
-// Deadlock-freedom (issue 3): memory events fired from inside the cache's own
+// Deadlock-freedom: memory events fired from inside the cache's own
 // registrar calls, and on a thread inside mrc_get's slow path, never wait on
 // the cache. Each test is bounded by alarm(): a deadlock kills the test.
 #include <sys/mman.h>

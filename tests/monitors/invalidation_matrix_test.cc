@@ -1,4 +1,4 @@
-// The invalidation matrix (issue 3): for every way memory disappears (rows)
+// The invalidation matrix: for every way memory disappears (rows)
 // and every monitor (columns), through a real cache with the uring registrar:
 // register a buffer, make the memory disappear that way, map fresh memory at
 // the same address, get again, write through the region as a device would,

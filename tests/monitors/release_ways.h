@@ -1,4 +1,4 @@
-// release_ways.h: every way memory can disappear (DESIGN.md section 5, the
+// release_ways.h: every way memory can disappear (docs/ARCHITECTURE.md, "The release rule"; the
 // rows of the invalidation matrix), as prepare / release / cleanup steps that
 // tests and benchmarks share.
 //

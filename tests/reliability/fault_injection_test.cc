@@ -1,6 +1,6 @@
 // fault_injection_test.cc: registrar failures and slow registrars.
 //
-// The contract under test (DESIGN.md section 3, cache_impl.cc AcquireSlow):
+// The contract under test (mrcache/cache.h, the miss path in cache_impl.cc):
 //  - ENOMEM / EAGAIN from the registrar: the cache evicts unused regions,
 //    least recently used first, until the request fits, and retries; one
 //    failure is always retried; a second failure of the requested pages with
