@@ -237,17 +237,31 @@ void PrintMonitors(const mrcache::Config& config) {
               chosen.ok() && incomplete ? (*chosen)->shortfall().c_str() : "");
 }
 
+// The configuration keys as the Markdown table of README.md ("Configuration").
+void PrintConfigTable() {
+  std::printf("| key | values | default |\n|---|---|---|\n");
+  for (const mrcache::ConfigKeyInfo& key : mrcache::Config::KeyTable()) {
+    std::printf("| `%s` | %s | %s |\n", key.name, key.values, key.default_value);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "-h") == 0 || std::strcmp(argv[i], "--help") == 0) {
       std::printf(
-          "usage: mrcache-info\n\n"
+          "usage: mrcache-info [--config-table]\n\n"
           "Prints the mrcache configuration in effect (every key; set them with MRCACHE_<KEY>),\n"
           "the RDMA devices libibverbs lists with their ODP capabilities, and which memory\n"
           "monitors can be installed here. Exit status 1 if the MRCACHE_* environment is\n"
-          "invalid.\n");
+          "invalid.\n\n"
+          "--config-table  print every configuration key, what it accepts and its default,\n"
+          "                as a Markdown table (the one in README.md), and exit.\n");
+      return 0;
+    }
+    if (std::strcmp(argv[i], "--config-table") == 0) {
+      PrintConfigTable();
       return 0;
     }
     std::fprintf(stderr, "mrcache-info: unknown argument '%s' (see --help)\n", argv[i]);

@@ -64,135 +64,226 @@ absl::StatusOr<uint64_t> ParseSize(absl::string_view text) {
   return v * mult;
 }
 
+namespace {
+
+// How a key's value is written: Set parses `value` into `config` (returning
+// what was expected on a bad value, the config unchanged), Get prints it in
+// the form Set accepts.
+using SetFn = bool (*)(Config& config, absl::string_view value);
+using GetFn = std::string (*)(const Config& config);
+
+struct KeyRow {
+  ConfigKeyInfo info;
+  const char* expected;  // for the EINVAL message of a bad value
+  SetFn set;
+  GetFn get;
+};
+
+bool SetSize(size_t* field, absl::string_view value) {
+  auto v = ParseSize(value);
+  if (!v.ok()) return false;
+  *field = static_cast<size_t>(*v);
+  return true;
+}
+bool SetNs(uint64_t* field, absl::string_view value) {
+  uint64_t v = 0;
+  if (!absl::SimpleAtoi(value, &v)) return false;
+  *field = v;
+  return true;
+}
+bool SetBool(bool* field, absl::string_view value) {
+  auto v = ParseBool(value);
+  if (!v.ok()) return false;
+  *field = *v;
+  return true;
+}
+// A size that must also satisfy `ok`; the field is unchanged otherwise.
+template <typename Pred>
+bool SetCheckedSize(size_t* field, absl::string_view value, Pred ok) {
+  size_t v = 0;
+  if (!SetSize(&v, value) || !ok(v)) return false;
+  *field = v;
+  return true;
+}
+bool KnownMonitorList(absl::string_view value) {
+  // Names are checked when the monitor is acquired; reject obvious junk here.
+  static const char* kNames[] = {"none", "symbols", "patch", "uffd", "jemalloc", "auto"};
+  while (true) {
+    size_t plus = value.find('+');
+    absl::string_view part = value.substr(0, plus);
+    bool known = false;
+    for (const char* n : kNames) known |= part == n;
+    if (!known) return false;
+    if (plus == absl::string_view::npos) return true;
+    value.remove_prefix(plus + 1);
+  }
+}
+std::string Num(uint64_t v) { return std::to_string(v); }
+
+// The one table of configuration keys, in documentation order. Set, Get,
+// Keys, mrcache-info and the README's table (tests/cache/config_table_test.cc
+// checks it) all come from here.
+const std::vector<KeyRow>& Rows() {
+  static const auto* rows = new std::vector<KeyRow>{
+      {{"registrar", "`uring` (io_uring fixed buffers, real pinning), `sim` (cost model), `verbs` (rdma-core on your PD)",
+        "`verbs` with a PD, else `uring` where io_uring works, else `sim`"},
+       "uring|sim|verbs",
+       [](Config& c, absl::string_view v) {
+         if (v != "uring" && v != "sim" && v != "verbs" && !v.empty()) return false;
+         c.registrar = std::string(v);
+         return true;
+       },
+       [](const Config& c) { return c.registrar; }},
+      {{"max_regions", "count, 0 = unlimited", "16384"},
+       "a count, 0 = unlimited",
+       [](Config& c, absl::string_view v) { return SetSize(&c.max_regions, v); },
+       [](const Config& c) { return Num(c.max_regions); }},
+      {{"max_bytes", "bytes kept registered (`K`/`M`/`G` suffixes), 0 = unlimited", "0"},
+       "a size such as 512M, 0 = unlimited",
+       [](Config& c, absl::string_view v) { return SetSize(&c.max_bytes, v); },
+       [](const Config& c) { return Num(c.max_bytes); }},
+      {{"max_merge_bytes", "largest region a merge may create, 0 = merging off", "1G"},
+       "a size, 0 = no merging",
+       [](Config& c, absl::string_view v) { return SetSize(&c.max_merge_bytes, v); },
+       [](const Config& c) { return Num(c.max_merge_bytes); }},
+      {{"bridge_bytes",
+        "aligned block within which a miss in stable memory registers the resident rest of its mapping once "
+        "another region is there (needs monitor `patch`/`uffd` or explicit ODP; at most `max_merge_bytes`, and a "
+        "quarter of the pin budget), 0 = off",
+        "128M"},
+       "a size, 0 = no bridging",
+       [](Config& c, absl::string_view v) { return SetSize(&c.bridge_bytes, v); },
+       [](const Config& c) { return Num(c.bridge_bytes); }},
+      {{"alignment",
+        "region granularity: a power of two >= 8 (`64` keeps heap neighbours apart, as UCX's IB default does; `2M` "
+        "makes fewer, larger registrations; regions with remote rights are never widened beyond the requested "
+        "pages); 0 = page size",
+        "page size"},
+       "a power of two >= 8, 0 = the page size",
+       [](Config& c, absl::string_view v) {
+         return SetCheckedSize(&c.alignment, v, [](size_t a) {
+           return a == 0 || (IsPowerOfTwo(a) && a >= Config::kMinAlignment);
+         });
+       },
+       [](const Config& c) { return Num(c.alignment); }},
+      {{"remote_keys",
+        "`shared` (remote-rights regions cached; an rkey reaches the union of the pages requested with its rights) "
+        "or `private` (each remote-rights request gets its own exact registration, deregistered at put); see "
+        "*Remote keys*",
+        "`shared` (the shim: `private`)"},
+       "shared|private",
+       [](Config& c, absl::string_view v) {
+         if (v != "shared" && v != "private") return false;
+         c.remote_keys = v == "shared" ? RemoteKeys::kShared : RemoteKeys::kPrivate;
+         return true;
+       },
+       [](const Config& c) { return std::string(RemoteKeysName(c.remote_keys)); }},
+      {{"monitor",
+        "`none`, `symbols`, `patch`, `uffd`, `jemalloc`, `auto`, or a `+`-joined list (`auto+uffd`: also an "
+        "inline `syscall` instruction)",
+        "`auto`"},
+       "none|symbols|patch|uffd|jemalloc|auto, '+'-joined",
+       [](Config& c, absl::string_view v) {
+         if (!KnownMonitorList(v)) return false;
+         c.monitor = std::string(v);
+         return true;
+       },
+       [](const Config& c) { return c.monitor; }},
+      {{"odp", "`off`, `explicit`, `implicit`, `auto`", "`off`"},
+       "off|explicit|implicit|auto",
+       [](Config& c, absl::string_view v) {
+         for (OdpMode m : {OdpMode::kOff, OdpMode::kExplicit, OdpMode::kImplicit, OdpMode::kAuto}) {
+           if (v == OdpName(m)) {
+             c.odp = m;
+             return true;
+           }
+         }
+         return false;
+       },
+       [](const Config& c) { return std::string(OdpName(c.odp)); }},
+      {{"odp_prefetch_bytes", "prefetch (ibv_advise_mr) ODP ranges at least this large, 0 = never", "0"},
+       "a size, 0 = never",
+       [](Config& c, absl::string_view v) { return SetSize(&c.odp_prefetch_bytes, v); },
+       [](const Config& c) { return Num(c.odp_prefetch_bytes); }},
+      {{"sim_base_ns", "sim registrar cost per call", "3000 (io_uring's, measured)"},
+       "nanoseconds, a whole number",
+       [](Config& c, absl::string_view v) { return SetNs(&c.sim_base_ns, v); },
+       [](const Config& c) { return Num(c.sim_base_ns); }},
+      {{"sim_page_ns", "sim registrar cost per 4 KiB page", "240 (io_uring's, measured)"},
+       "nanoseconds, a whole number",
+       [](Config& c, absl::string_view v) { return SetNs(&c.sim_page_ns, v); },
+       [](const Config& c) { return Num(c.sim_page_ns); }},
+      {{"sim_mlock", "sim registrar pins with mlock", "0"},
+       "0 or 1",
+       [](Config& c, absl::string_view v) { return SetBool(&c.sim_mlock, v); },
+       [](const Config& c) { return std::string(c.sim_mlock ? "1" : "0"); }},
+      {{"sim_odp_page_ns", "sim registrar ODP first-touch cost per page", "250"},
+       "nanoseconds, a whole number",
+       [](Config& c, absl::string_view v) { return SetNs(&c.sim_odp_page_ns, v); },
+       [](const Config& c) { return Num(c.sim_odp_page_ns); }},
+      {{"pool_max_bytes", "pooled allocator (`mrc_pool_*`): most bytes it maps", "1G"},
+       "a size",
+       [](Config& c, absl::string_view v) { return SetSize(&c.pool_max_bytes, v); },
+       [](const Config& c) { return Num(c.pool_max_bytes); }},
+      {{"pool_chunk_bytes", "pooled allocator: bytes per registered chunk, a power of two >= 64K", "2M"},
+       "a power of two >= 64K",
+       [](Config& c, absl::string_view v) {
+         return SetCheckedSize(&c.pool_chunk_bytes, v,
+                               [](size_t b) { return IsPowerOfTwo(b) && b >= (size_t{64} << 10); });
+       },
+       [](const Config& c) { return Num(c.pool_chunk_bytes); }},
+      {{"pool_hugepages", "pooled allocator: back chunks with huge pages", "0"},
+       "0 or 1",
+       [](Config& c, absl::string_view v) { return SetBool(&c.pool_hugepages, v); },
+       [](const Config& c) { return std::string(c.pool_hugepages ? "1" : "0"); }},
+      {{"uring_slots", "uring registrar fixed-buffer table size, 1 to 32768", "16384"},
+       "a count from 1 to 32768",
+       [](Config& c, absl::string_view v) {
+         return SetCheckedSize(&c.uring_slots, v, [](size_t n) { return n >= 1 && n <= 32768; });
+       },
+       [](const Config& c) { return Num(c.uring_slots); }},
+  };
+  return *rows;
+}
+
+const KeyRow* FindRow(absl::string_view key) {
+  for (const KeyRow& row : Rows()) {
+    if (key == row.info.name) return &row;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+const std::vector<ConfigKeyInfo>& Config::KeyTable() {
+  static const auto* table = [] {
+    auto* t = new std::vector<ConfigKeyInfo>;
+    for (const KeyRow& row : Rows()) t->push_back(row.info);
+    return t;
+  }();
+  return *table;
+}
+
 const std::vector<std::string>& Config::Keys() {
-  static const auto* keys = new std::vector<std::string>{
-      "registrar",   "max_regions",    "max_bytes",      "max_merge_bytes",  "bridge_bytes", "alignment",
-      "remote_keys", "monitor",     "odp",            "odp_prefetch_bytes", "sim_base_ns", "sim_page_ns",
-      "sim_mlock",   "sim_odp_page_ns", "pool_max_bytes", "pool_chunk_bytes", "pool_hugepages",
-      "uring_slots"};
+  static const auto* keys = [] {
+    auto* k = new std::vector<std::string>;
+    for (const KeyRow& row : Rows()) k->push_back(row.info.name);
+    return k;
+  }();
   return *keys;
 }
 
 absl::Status Config::Set(absl::string_view key, absl::string_view value) {
-  auto size_key = [&](size_t* field, absl::string_view what) -> absl::Status {
-    auto v = ParseSize(value);
-    if (!v.ok()) return BadValue(key, value, what);
-    *field = static_cast<size_t>(*v);
-    return absl::OkStatus();
-  };
-  auto ns_key = [&](uint64_t* field) -> absl::Status {
-    uint64_t v;
-    if (!absl::SimpleAtoi(value, &v)) return BadValue(key, value, "nanoseconds, a whole number");
-    *field = v;
-    return absl::OkStatus();
-  };
-  auto bool_key = [&](bool* field) -> absl::Status {
-    auto v = ParseBool(value);
-    if (!v.ok()) return BadValue(key, value, "0 or 1");
-    *field = *v;
-    return absl::OkStatus();
-  };
-  if (key == "registrar") {
-    if (value != "uring" && value != "sim" && value != "verbs" && !value.empty()) {
-      return BadValue(key, value, "uring|sim|verbs");
-    }
-    registrar = std::string(value);
-    return absl::OkStatus();
-  }
-  if (key == "max_regions") return size_key(&max_regions, "a count, 0 = unlimited");
-  if (key == "max_bytes") return size_key(&max_bytes, "a size such as 512M, 0 = unlimited");
-  if (key == "max_merge_bytes") return size_key(&max_merge_bytes, "a size, 0 = no merging");
-  if (key == "bridge_bytes") return size_key(&bridge_bytes, "a size, 0 = no bridging");
-  if (key == "alignment") {
-    size_t old = alignment;
-    absl::Status s = size_key(&alignment, "a power of two >= 8, 0 = the page size");
-    if (!s.ok()) return s;
-    if (alignment != 0 && (!IsPowerOfTwo(alignment) || alignment < kMinAlignment)) {
-      alignment = old;
-      return BadValue(key, value, "a power of two >= 8, 0 = the page size");
-    }
-    return absl::OkStatus();
-  }
-  if (key == "remote_keys") {
-    if (value == "shared") remote_keys = RemoteKeys::kShared;
-    else if (value == "private") remote_keys = RemoteKeys::kPrivate;
-    else return BadValue(key, value, "shared|private");
-    return absl::OkStatus();
-  }
-  if (key == "monitor") {
-    // Names are checked when the monitor is acquired; reject obvious junk here.
-    static const char* kNames[] = {"none", "symbols", "patch", "uffd", "jemalloc", "auto"};
-    absl::string_view rest = value;
-    while (true) {
-      size_t plus = rest.find('+');
-      absl::string_view part = rest.substr(0, plus);
-      bool known = false;
-      for (const char* n : kNames) known |= part == n;
-      if (!known) return BadValue(key, value, "none|symbols|patch|uffd|jemalloc|auto, '+'-joined");
-      if (plus == absl::string_view::npos) break;
-      rest.remove_prefix(plus + 1);
-    }
-    monitor = std::string(value);
-    return absl::OkStatus();
-  }
-  if (key == "odp") {
-    if (value == "off") odp = OdpMode::kOff;
-    else if (value == "explicit") odp = OdpMode::kExplicit;
-    else if (value == "implicit") odp = OdpMode::kImplicit;
-    else if (value == "auto") odp = OdpMode::kAuto;
-    else return BadValue(key, value, "off|explicit|implicit|auto");
-    return absl::OkStatus();
-  }
-  if (key == "odp_prefetch_bytes") return size_key(&odp_prefetch_bytes, "a size, 0 = never");
-  if (key == "sim_base_ns") return ns_key(&sim_base_ns);
-  if (key == "sim_page_ns") return ns_key(&sim_page_ns);
-  if (key == "sim_mlock") return bool_key(&sim_mlock);
-  if (key == "sim_odp_page_ns") return ns_key(&sim_odp_page_ns);
-  if (key == "pool_max_bytes") return size_key(&pool_max_bytes, "a size");
-  if (key == "pool_chunk_bytes") {
-    size_t old = pool_chunk_bytes;
-    absl::Status s = size_key(&pool_chunk_bytes, "a power of two >= 64K");
-    if (!s.ok()) return s;
-    if (!IsPowerOfTwo(pool_chunk_bytes) || pool_chunk_bytes < (64u << 10)) {
-      pool_chunk_bytes = old;
-      return BadValue(key, value, "a power of two >= 64K");
-    }
-    return absl::OkStatus();
-  }
-  if (key == "pool_hugepages") return bool_key(&pool_hugepages);
-  if (key == "uring_slots") {
-    size_t old = uring_slots;
-    absl::Status s = size_key(&uring_slots, "a count from 1 to 32768");
-    if (!s.ok()) return s;
-    if (uring_slots == 0 || uring_slots > 32768) {
-      uring_slots = old;
-      return BadValue(key, value, "a count from 1 to 32768");
-    }
-    return absl::OkStatus();
-  }
-  return ErrnoStatus(EINVAL, absl::StrCat("unknown config key '", key, "'"));
+  const KeyRow* row = FindRow(key);
+  if (row == nullptr) return ErrnoStatus(EINVAL, absl::StrCat("unknown config key '", key, "'"));
+  if (!row->set(*this, value)) return BadValue(key, value, row->expected);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::string> Config::Get(absl::string_view key) const {
-  if (key == "registrar") return registrar;
-  if (key == "max_regions") return std::to_string(max_regions);
-  if (key == "max_bytes") return std::to_string(max_bytes);
-  if (key == "max_merge_bytes") return std::to_string(max_merge_bytes);
-  if (key == "bridge_bytes") return std::to_string(bridge_bytes);
-  if (key == "alignment") return std::to_string(alignment);
-  if (key == "remote_keys") return std::string(RemoteKeysName(remote_keys));
-  if (key == "monitor") return monitor;
-  if (key == "odp") return std::string(OdpName(odp));
-  if (key == "odp_prefetch_bytes") return std::to_string(odp_prefetch_bytes);
-  if (key == "sim_base_ns") return std::to_string(sim_base_ns);
-  if (key == "sim_page_ns") return std::to_string(sim_page_ns);
-  if (key == "sim_mlock") return std::string(sim_mlock ? "1" : "0");
-  if (key == "sim_odp_page_ns") return std::to_string(sim_odp_page_ns);
-  if (key == "pool_max_bytes") return std::to_string(pool_max_bytes);
-  if (key == "pool_chunk_bytes") return std::to_string(pool_chunk_bytes);
-  if (key == "pool_hugepages") return std::string(pool_hugepages ? "1" : "0");
-  if (key == "uring_slots") return std::to_string(uring_slots);
-  return ErrnoStatus(ENOENT, absl::StrCat("unknown config key '", key, "'"));
+  const KeyRow* row = FindRow(key);
+  if (row == nullptr) return ErrnoStatus(ENOENT, absl::StrCat("unknown config key '", key, "'"));
+  return row->get(*this);
 }
 
 absl::Status Config::ApplyEnvironment() {

@@ -20,6 +20,13 @@ namespace mrcache {
 
 enum class OdpMode { kOff, kExplicit, kImplicit, kAuto };
 
+// One configuration key as documented (README's table, mrcache-info).
+struct ConfigKeyInfo {
+  const char* name;           // the key; its environment variable is MRCACHE_<NAME>
+  const char* values;         // what it accepts and means (Markdown)
+  const char* default_value;  // the default, as documented (Markdown)
+};
+
 // What an rkey handed out for a request with remote rights reaches.
 //  kShared:  remote-rights regions are cached and shared; each reaches only
 //            the union of the page-rounded ranges requested with those remote
@@ -76,6 +83,9 @@ struct Config {
   static absl::StatusOr<Config> FromEnvironment(Config defaults);
   // All keys, in documentation order.
   static const std::vector<std::string>& Keys();
+  // All keys with their documentation, in the same order. The one table Set,
+  // Get and Keys are made from.
+  static const std::vector<ConfigKeyInfo>& KeyTable();
   // Cross-key checks (alignment 0 or a power of two >= kMinAlignment, ...).
   absl::Status Validate() const;
 };
