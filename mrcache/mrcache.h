@@ -62,33 +62,28 @@ extern "C" {
 struct ibv_pd;
 
 /* ---- configuration ------------------------------------------------------
- * Keys equal the MRCACHE_* environment names, lower-case, without the prefix:
- *   registrar        uring|sim|verbs (default: uring where io_uring works, else sim)
- *   max_regions      unused+used regions kept (default 16384; 0 = unlimited)
- *   max_bytes        pinned bytes kept (default 0 = unlimited; suffixes K M G accepted); also
- *                    caps the cache's pin budget (see "Pinned-memory budget" below)
- *   max_merge_bytes  largest region a merge may create (default 1G; 0 = merging off)
- *   bridge_bytes     block within which a miss in stable memory registers the resident rest
- *                    of its mapping once another region is there (default 128M; 0 = off;
- *                    needs monitor patch or uffd, or odp explicit)
- *   alignment        region granularity, a power of two >= 8 (default 0 = the page size)
- *   remote_keys      shared|private: what an rkey reaches (default shared; see below)
- *   monitor          none|symbols|patch|uffd|jemalloc|auto, or a '+'-joined list (default auto:
- *                    patch, else symbols, plus jemalloc when it is the allocator; auto+uffd
- *                    adds userfaultfd, the only monitor that sees an inline syscall instruction)
- *   odp              off|explicit|implicit|auto (default off)
- *   odp_prefetch_bytes  prefetch ODP ranges at least this large (default 0 = never)
- *   sim_base_ns, sim_page_ns   sim registrar cost model (defaults match io_uring)
- *   sim_mlock        0|1: sim registrar pins pages with mlock (default 0)
- *   sim_odp_page_ns  sim registrar ODP first-touch cost per page
- *   pool_max_bytes, pool_chunk_bytes, pool_hugepages   pool allocator (mrc_pool_*)
- *   uring_slots      uring registrar's fixed-buffer table size (default 16384)
+ * Keys equal the MRCACHE_* environment names, lower-case, without the prefix
+ * (registrar, max_regions, max_bytes, max_merge_bytes, bridge_bytes,
+ * alignment, remote_keys, monitor, odp, odp_prefetch_bytes, sim_*, pool_*,
+ * uring_slots). `mrcache-info --config-table` prints every key with what it
+ * accepts and its default, from the library's own table; mrcache(7) and
+ * README.md ("Configuration") explain them.
  */
 typedef struct mrc_config mrc_config_t;
-int mrc_config_create(mrc_config_t **cfg); /* defaults, then MRCACHE_* environment */
-int mrc_config_set(mrc_config_t *cfg, const char *key, const char *value); /* EINVAL: unknown key or bad value */
-/* Copies the value of `key` (NUL-terminated) into buf; ENOENT unknown key, ERANGE too small. */
+/* Creates a config holding the defaults, then every MRCACHE_<KEY> variable of
+ * the environment. Returns 0 and sets *cfg; EINVAL if cfg is NULL or a
+ * variable has a bad value (logged, naming it); ENOMEM. The first call in a
+ * process also warns about MRCACHE_* variables mrcache does not read. */
+int mrc_config_create(mrc_config_t **cfg);
+/* Sets one key from its text form (sizes accept K, M, G, T suffixes).
+ * Returns 0; EINVAL if an argument is NULL, the key is unknown or the value
+ * is malformed or out of range, and then the config is unchanged. */
+int mrc_config_set(mrc_config_t *cfg, const char *key, const char *value);
+/* Copies the value of `key`, NUL-terminated, in the form mrc_config_set
+ * accepts, into buf. Returns 0; EINVAL if an argument is NULL; ENOENT for an
+ * unknown key; ERANGE if buflen cannot hold the value and its NUL. */
 int mrc_config_get(const mrc_config_t *cfg, const char *key, char *buf, size_t buflen);
+/* Frees a config (NULL is ignored). Caches created from it keep their copy. */
 void mrc_config_destroy(mrc_config_t *cfg);
 
 /* ---- cache ------------------------------------------------------------- */
@@ -102,19 +97,60 @@ typedef struct {
   int access;      /* the access flags it was registered with */
 } mrc_region_info_t;
 
-int mrc_cache_create(const mrc_config_t *cfg /* NULL = defaults+env */, struct ibv_pd *pd /* verbs only */,
-                     mrc_cache_t **cache);
-/* Deregisters everything it registered. Regions still held are released too,
- * with a warning on stderr naming how many. */
+/* Creates a cache with the registrar and monitor `cfg` names (NULL: the
+ * defaults, then the environment). `pd` is the protection domain of the
+ * verbs registrar and is ignored by the others; the cache does not own it.
+ * Returns 0 and sets *cache; EINVAL for a NULL cache, registrar=verbs
+ * without a pd, or a bad config; EOPNOTSUPP for an ODP mode the registrar or
+ * device lacks; ENOMEM. Why a creation failed is also logged. */
+int mrc_cache_create(const mrc_config_t *cfg, struct ibv_pd *pd, mrc_cache_t **cache);
+/* Deregisters every registration the cache made and frees it (NULL is
+ * ignored). Regions still held are deregistered too, with a warning naming
+ * how many; their mrc_region_t pointers become invalid. Must not race with
+ * any other call on this cache. */
 void mrc_cache_destroy(mrc_cache_t *cache);
-int mrc_get(mrc_cache_t *cache, void *addr, size_t length, int access /* IBV_ACCESS_* bits */,
-            mrc_region_t **region);
+/* Returns, in *region, a referenced region whose registration covers
+ * [addr, addr+length) with `access` (IBV_ACCESS_* bits): the same remote
+ * rights, never more, and at least the local ones. A hit takes no lock and
+ * calls no registrar; a miss registers (possibly a wider, merged range; see
+ * mrc_region_info) outside any lock. The reference keeps the registration
+ * valid until mrc_put, even if the memory is released meanwhile.
+ * Returns 0; EINVAL for NULL arguments, length 0, a range that wraps or
+ * ends in the last page, unknown or inconsistent access bits (remote write or
+ * atomic without local write); EFAULT for memory that is not mapped or
+ * cannot be registered with `access`; ENOMEM when the pin budget or the
+ * registrar is out of room (the message names the limit); EAGAIN only if the
+ * requested memory itself kept being released while it was registered;
+ * EOPNOTSUPP for IBV_ACCESS_ON_DEMAND without ODP; ECHILD in a fork child
+ * (the cache belongs to the parent); or the custom registrar's errno.
+ * Thread-safe. */
+int mrc_get(mrc_cache_t *cache, void *addr, size_t length, int access, mrc_region_t **region);
+/* Drops one reference taken by mrc_get. The registration stays cached
+ * (unused, least recently used last) unless its memory was released
+ * meanwhile, in which case the last put deregisters it. Returns 0; EINVAL
+ * for NULL arguments or a region with no reference left (a double put), and
+ * the cache is unchanged then. Thread-safe; any thread may put a region
+ * another thread got. */
 int mrc_put(mrc_cache_t *cache, mrc_region_t *region);
-void mrc_region_info(const mrc_region_t *region, mrc_region_info_t *info); /* the registered range and its keys */
+/* Fills *info with the range actually registered (which may be wider than the
+ * request), its keys and access flags. `region` must be held (between
+ * mrc_get and mrc_put); a NULL info is ignored. Lock-free. */
+void mrc_region_info(const mrc_region_t *region, mrc_region_info_t *info);
+/* Tells the cache that [addr, addr+length) no longer holds the pages it had
+ * (for memory no monitor sees, e.g. with monitor=none). Unused regions that
+ * overlap it are deregistered before the call returns; held ones leave the
+ * cache and are deregistered at their last put; a miss registering that
+ * memory meanwhile is retried. Returns 0; EINVAL for a NULL cache, length 0
+ * or a range that wraps; ECHILD in a fork child. Thread-safe. */
 int mrc_invalidate(mrc_cache_t *cache, void *addr, size_t length);
-int mrc_flush(mrc_cache_t *cache); /* deregister every unused region */
-/* Writes through the registration as a device would (uring: a fixed-buffer read
- * from a memfd); ENOTSUP where the registrar cannot; EINVAL if out of range. */
+/* Deregisters every unused region now; held ones are untouched. Returns 0;
+ * EINVAL for a NULL cache; ECHILD in a fork child. Thread-safe. */
+int mrc_flush(mrc_cache_t *cache);
+/* Writes `length` bytes from src at `offset` into the region through the
+ * registration, as a device would (uring: a fixed-buffer read from a memfd),
+ * so that a stale registration is visible to the caller. Returns 0; EINVAL
+ * for NULL arguments or a range outside the region; ENOTSUP where the
+ * registrar cannot write through its registrations. Thread-safe. */
 int mrc_region_device_write(mrc_cache_t *cache, mrc_region_t *region, size_t offset, const void *src,
                             size_t length);
 
@@ -126,9 +162,13 @@ typedef struct {
              uint32_t *rkey);
   int (*dereg)(void *ctx, uint64_t handle);
 } mrc_registrar_ops_t;
+/* Like mrc_cache_create, with `ops` (copied) called with `ctx` instead of a
+ * built-in registrar. Returns 0; EINVAL if ops, ops->reg, ops->dereg or cache
+ * is NULL, or for a bad config; ENOMEM. */
 int mrc_cache_create_custom(const mrc_config_t *cfg, const mrc_registrar_ops_t *ops, void *ctx,
                             mrc_cache_t **cache);
-uint64_t mrc_region_handle(const mrc_region_t *region); /* the handle the registrar returned */
+/* The handle the registrar returned for this held region (0 for NULL). */
+uint64_t mrc_region_handle(const mrc_region_t *region);
 
 /* Counters of one cache. Fields are only ever appended, never reordered: an
  * application built against an older mrcache.h passes the size of its smaller
@@ -166,6 +206,8 @@ int mrc_stats_sized(const mrc_cache_t *cache, mrc_stats_t *stats, size_t size);
  * writes the 14 fields of that header's mrc_stats_t (hits .. remote_private)
  * and nothing beyond. New code gets it through the macro above. */
 void(mrc_stats)(const mrc_cache_t *cache, mrc_stats_t *stats);
+/* A sentence describing an errno value as mrcache's functions mean it
+ * (static storage; never NULL). Thread-safe. */
 const char *mrc_strerror(int err);
 
 /* ---- messages -------------------------------------------------------------
@@ -184,15 +226,32 @@ void mrc_set_log_callback(mrc_log_cb_t fn, void *arg);
  * destroyed) when its registration is released, never from inside a memory
  * hook and never with a cache lock held. NULL removes the callback. */
 typedef void (*mrc_retire_cb_t)(void *arg, void *addr, size_t length, uint64_t handle);
+/* Returns 0; EINVAL for a NULL cache. Thread-safe; takes effect for regions
+ * retired after it returns. */
 int mrc_set_retire_callback(mrc_cache_t *cache, mrc_retire_cb_t fn, void *arg);
 
 /* ---- pool of pre-registered buffers -------------------------------------- */
+/* In libmrcache_pool.so (-lmrcache_pool). Buffers come from chunks of
+ * pool_chunk_bytes, each registered once through `cache` and kept registered
+ * until mrc_pool_destroy. All pool functions are thread-safe. */
 typedef struct mrc_pool mrc_pool_t;
-int mrc_pool_create(mrc_cache_t *cache, const mrc_config_t *cfg /* NULL = defaults+env */, mrc_pool_t **pool);
-void *mrc_pool_alloc(mrc_pool_t *pool, size_t size, mrc_region_info_t *keys); /* NULL and errno set on failure; keys cover [ptr, ptr+size) */
-int mrc_pool_keys(mrc_pool_t *pool, const void *ptr, mrc_region_info_t *keys); /* EINVAL if ptr is not from this pool */
+/* Creates a pool on `cache` (which must outlive it) with `cfg`'s pool_* keys
+ * (NULL: defaults, then the environment). Returns 0 and sets *pool; EINVAL
+ * for NULL cache or pool or a bad config; ENOMEM. */
+int mrc_pool_create(mrc_cache_t *cache, const mrc_config_t *cfg, mrc_pool_t **pool);
+/* Returns a buffer of at least `size` bytes inside one registered chunk and,
+ * if keys is not NULL, the keys that cover [ptr, ptr+size). On failure
+ * returns NULL with errno set: EINVAL (NULL pool, size 0), ENOMEM (past
+ * pool_max_bytes or the pin budget). */
+void *mrc_pool_alloc(mrc_pool_t *pool, size_t size, mrc_region_info_t *keys);
+/* The keys of a buffer from this pool, found from any address inside it.
+ * Returns 0; EINVAL for NULL arguments or a ptr not from this pool. */
+int mrc_pool_keys(mrc_pool_t *pool, const void *ptr, mrc_region_info_t *keys);
+/* Returns a buffer to the pool (NULL is ignored); it stays registered. */
 void mrc_pool_free(mrc_pool_t *pool, void *ptr);
-void mrc_pool_destroy(mrc_pool_t *pool); /* deregisters its chunks; buffers still allocated are reported */
+/* Deregisters the pool's chunks and frees it (NULL is ignored); buffers
+ * still allocated are reported through the log and become invalid. */
+void mrc_pool_destroy(mrc_pool_t *pool);
 
 #ifdef __cplusplus
 }
