@@ -51,4 +51,8 @@ size_t AliasRegistry::size() const {
   return aliases_.size();
 }
 
+void AliasRegistry::LockForFork() { mu_.lock(); }
+
+void AliasRegistry::UnlockAfterFork() { mu_.unlock(); }
+
 }  // namespace mrcache_preload

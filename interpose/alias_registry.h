@@ -73,6 +73,12 @@ class AliasRegistry {
   std::vector<Orphaned> OrphanAll(const PdCache* cache);
   size_t size() const;
 
+  // fork() protocol (shim.h "fork()"): LockForFork takes the registry's
+  // mutex before a fork; UnlockAfterFork releases it in the parent and in
+  // the child (the map is consistent: nobody held it mid-update).
+  void LockForFork();
+  void UnlockAfterFork();
+
  private:
   mutable std::mutex mu_;
   std::unordered_map<const ibv_mr*, Alias*> aliases_;  // guarded by mu_

@@ -152,4 +152,8 @@ std::string PdCaches::monitor_name() const {
   return monitor_name_;
 }
 
+void PdCaches::LockForFork() { mu_.lock(); }
+
+void PdCaches::UnlockAfterFork() { mu_.unlock(); }
+
 }  // namespace mrcache_preload

@@ -88,6 +88,13 @@ class PdCaches {
   RegistrarCosts& costs() { return costs_; }
   const RegistrarCosts& costs() const { return costs_; }
 
+  // fork() protocol (shim.h "fork()"): LockForFork takes the map lock before
+  // a fork, ahead of the library's cache locks (Totals() holds the map lock
+  // while reading each cache's stats under its lock); UnlockAfterFork
+  // releases it in the parent and in the child.
+  void LockForFork();
+  void UnlockAfterFork();
+
  private:
   void Retire(std::unique_ptr<PdCache> cache);
 

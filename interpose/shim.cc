@@ -1,5 +1,7 @@
 #include "interpose/shim.h"
 
+#include <pthread.h>
+
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -9,6 +11,7 @@
 #include "interpose/real_verbs.h"
 #include "interpose/shim_scope.h"
 #include "mrcache/errno_status.h"
+#include "mrcache/monitors/fork_guard.h"
 #include "mrcache/registrar.h"
 #include "mrcache/log.h"
 
@@ -31,15 +34,40 @@ ibv_mr* MissingFunction() {
 
 void Relax(std::atomic<uint64_t>& counter) { counter.fetch_add(1, std::memory_order_relaxed); }
 
+// pthread_atfork handlers of the shim (shim.h "fork()"): lock order alias
+// registry, then PD cache map; released in reverse order.
+void OnForkPrepare() {
+  if (Shim* shim = Shim::IfCreated()) shim->LockForFork();
+}
+
+void OnForkRelease() {
+  if (Shim* shim = Shim::IfCreated()) shim->UnlockAfterFork();
+}
+
 }  // namespace
 
 Shim& Shim::Get() {
   static Shim* shim = [] {
     Shim* s = new Shim;  // leaked: interposers may run during exit
     g_shim.store(s, std::memory_order_release);
+    // After the library's handlers, so that these run first at prepare
+    // (pthread_atfork runs prepare handlers in reverse order): the shim's
+    // locks come before the caches' (shim.h "fork()").
+    mrcache::EnsureForkGuardInstalled();
+    pthread_atfork(&OnForkPrepare, &OnForkRelease, &OnForkRelease);
     return s;
   }();
   return *shim;
+}
+
+void Shim::LockForFork() {
+  aliases_.LockForFork();
+  if (caches_ != nullptr) caches_->LockForFork();
+}
+
+void Shim::UnlockAfterFork() {
+  if (caches_ != nullptr) caches_->UnlockAfterFork();
+  aliases_.UnlockAfterFork();
 }
 
 Shim* Shim::IfCreated() { return g_shim.load(std::memory_order_acquire); }

@@ -41,6 +41,20 @@
 // and every release the monitors report are written to PATH (recorder.h);
 // nothing is recorded while caching is disabled.
 //
+// fork() without exec, with other threads inside the shim: pthread_atfork
+// handlers (installed when the shim is created, after the library's own,
+// so they run first before the fork and last after it) take the alias
+// registry's mutex, then the PD cache map's, and release them in reverse in
+// the parent and in the child; the library's handlers then take the
+// monitors' and caches' locks (mrcache/monitors/fork_guard.h), so no child
+// inherits a lock another thread held. A child never uses its parent's registrations,
+// as the library's caches enforce (they answer ECHILD there): its
+// ibv_reg_mr on a PD inherited from the parent gets a registration of its
+// own (the cache fails, the request is registered directly); ibv_dereg_mr
+// of an alias inherited from the parent fails with ECHILD and deregisters
+// nothing; a device opened and a PD allocated in the child get a new cache.
+// (tests/interpose/fork_test.cc)
+//
 // Caching is disabled (everything passes through, with one warning on
 // stderr) when the MRCACHE_* configuration is invalid, or when no memory
 // monitor can be installed although the configuration relies on one
@@ -88,6 +102,11 @@ class Shim {
 
   Report MakeReport() const;
   size_t live_aliases() const { return aliases_.size(); }
+
+  // The fork() protocol (above): takes the shim's locks in their order /
+  // releases them (in the parent, and in the child where no other thread exists).
+  void LockForFork();
+  void UnlockAfterFork();
 
  private:
   Shim();
