@@ -29,9 +29,12 @@
  * addresses, keys or times), so runs with and without the shim print the
  * same. The client's wall time and process CPU time go to stderr.
  *
- * Usage: legacy_rpc server SOCKET
- *        legacy_rpc client SOCKET [-n REQUESTS] [-l]       (default 400)
+ * Usage: legacy_rpc server SOCKET [-d DEVICE] [-g GID_INDEX]
+ *        legacy_rpc client SOCKET [-d DEVICE] [-g GID_INDEX] [-n REQUESTS] [-l]
  * SOCKET is a unix socket path: the server listens there, the client connects.
+ * DEVICE: the ibv device to use (default: the first); GID_INDEX: address the
+ * peer through a GRH with that local GID (needed on RoCE), as the pingpongs'
+ * -g does. REQUESTS defaults to 400.
  * Exit status: 0 every response verified (with -l: and the late write was
  * refused with a remote access error); 1 corrupted responses, a failed verb,
  * or (-l) a late write that was not refused; 2 bad usage or no device.
@@ -78,6 +81,13 @@ struct endpoint {
   uint32_t lid;
   uint32_t qpn;
   uint32_t psn;
+  union ibv_gid gid;
+};
+
+/* The command line's device choice. */
+struct options {
+  const char *device;  /* NULL: the first device */
+  int gid_index;       /* < 0: no GRH */
 };
 
 struct conn {
@@ -156,16 +166,22 @@ static int open_socket(const char *path, int server) {
   return fd;
 }
 
-/* Opens the first device, creates the PD, CQ and an RC QP, exchanges
- * endpoints over the socket and moves the QP to RTS. */
-static void connect_qp(struct conn *c, const char *path, int server) {
-  int ndev = 0;
+/* Opens the device, creates the PD, CQ and an RC QP, exchanges endpoints
+ * over the socket and moves the QP to RTS. */
+static void connect_qp(struct conn *c, const char *path, int server, const struct options *opt) {
+  int ndev = 0, pick = 0;
   struct ibv_device **devs = ibv_get_device_list(&ndev);
   if (devs == NULL || ndev == 0) {
     fprintf(stderr, "%s: no RDMA device\n", g_role);
     exit(2);
   }
-  c->ctx = ibv_open_device(devs[0]);
+  while (opt->device != NULL && pick < ndev && strcmp(ibv_get_device_name(devs[pick]), opt->device) != 0)
+    ++pick;
+  if (pick == ndev) {
+    fprintf(stderr, "%s: device %s not found\n", g_role, opt->device);
+    exit(2);
+  }
+  c->ctx = ibv_open_device(devs[pick]);
   ibv_free_device_list(devs);
   if (c->ctx == NULL) die("ibv_open_device");
   c->pd = ibv_alloc_pd(c->ctx);
@@ -185,7 +201,9 @@ static void connect_qp(struct conn *c, const char *path, int server) {
 
   c->sock = open_socket(path, server);
   struct endpoint me = {htobe32(port.lid), htobe32(c->qp->qp_num),
-                        htobe32(server ? kPsnServer : kPsnClient)};
+                        htobe32(server ? kPsnServer : kPsnClient), {.raw = {0}}};
+  if (opt->gid_index >= 0 && ibv_query_gid(c->ctx, 1, opt->gid_index, &me.gid) != 0)
+    die("ibv_query_gid");
   struct endpoint peer;
   if (write_all(c->sock, &me, sizeof me) != 0 || read_all(c->sock, &peer, sizeof peer) != 0)
     die("endpoint exchange");
@@ -208,6 +226,12 @@ static void connect_qp(struct conn *c, const char *path, int server) {
   attr.min_rnr_timer = 12;
   attr.ah_attr.dlid = (uint16_t)be32toh(peer.lid);
   attr.ah_attr.port_num = 1;
+  if (opt->gid_index >= 0) {
+    attr.ah_attr.is_global = 1;
+    attr.ah_attr.grh.dgid = peer.gid;
+    attr.ah_attr.grh.sgid_index = (uint8_t)opt->gid_index;
+    attr.ah_attr.grh.hop_limit = 1;
+  }
   if (ibv_modify_qp(c->qp, &attr,
                     IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
                         IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER) != 0)
@@ -268,10 +292,10 @@ static void teardown(struct conn *c) {
   close(c->sock);
 }
 
-static int run_server(const char *path) {
+static int run_server(const char *path, const struct options *opt) {
   g_role = "legacy_rpc server";
   struct conn c;
-  connect_qp(&c, path, 1);
+  connect_qp(&c, path, 1, opt);
   /* The response source buffer and the request slots: registered once. */
   unsigned char *source = malloc(kMaxResponse);
   struct message *slots = calloc(kRecvDepth, sizeof *slots);
@@ -360,13 +384,13 @@ static void free_response(long request, void *buf, size_t size) {
   }
 }
 
-static int run_client(const char *path, long requests, int late_write) {
+static int run_client(const char *path, const struct options *opt, long requests, int late_write) {
   g_role = "legacy_rpc client";
   /* glibc raises its mmap threshold after the first free of an mmapped
    * chunk; pin it so the large responses keep coming from mmap. */
   mallopt(M_MMAP_THRESHOLD, 128 * 1024);
   struct conn c;
-  connect_qp(&c, path, 0);
+  connect_qp(&c, path, 0, opt);
   struct message *request_msg = malloc(sizeof *request_msg);
   if (request_msg == NULL) die("malloc");
   struct ibv_mr *msg_mr = ibv_reg_mr(c.pd, request_msg, sizeof *request_msg, IBV_ACCESS_LOCAL_WRITE);
@@ -444,34 +468,52 @@ static int run_client(const char *path, long requests, int late_write) {
 
 static int usage(const char *argv0) {
   fprintf(stderr,
-          "usage: %s server SOCKET\n"
-          "       %s client SOCKET [-n REQUESTS] [-l]\n",
+          "usage: %s server SOCKET [-d DEVICE] [-g GID_INDEX]\n"
+          "       %s client SOCKET [-d DEVICE] [-g GID_INDEX] [-n REQUESTS] [-l]\n",
           argv0, argv0);
   return 2;
 }
 
+/* Parses TEXT as an integer in [lo, hi] into *out; -1 if it is not one. */
+static int parse_long(const char *text, long lo, long hi, long *out) {
+  char *end = NULL;
+  errno = 0;
+  long v = strtol(text, &end, 10);
+  if (end == text || *end != '\0' || errno != 0 || v < lo || v > hi) return -1;
+  *out = v;
+  return 0;
+}
+
 int main(int argc, char **argv) {
   if (argc < 3) return usage(argv[0]);
-  if (strcmp(argv[1], "server") == 0) {
-    if (argc != 3) return usage(argv[0]);
-    return run_server(argv[2]);
-  }
-  if (strcmp(argv[1], "client") != 0) return usage(argv[0]);
-  long requests = 400;
+  int server = strcmp(argv[1], "server") == 0;
+  if (!server && strcmp(argv[1], "client") != 0) return usage(argv[0]);
+  struct options opt = {NULL, -1};
+  long requests = 400, gid_index = -1;
   int late_write = 0;
   for (int i = 3; i < argc; ++i) {
-    if (strcmp(argv[i], "-l") == 0) {
+    const char *flag = argv[i], *value = i + 1 < argc ? argv[i + 1] : NULL;
+    if (!server && strcmp(flag, "-l") == 0) {
       late_write = 1;
-    } else if (strcmp(argv[i], "-n") == 0 && i + 1 < argc) {
-      char *end = NULL;
-      requests = strtol(argv[++i], &end, 10);
-      if (end == argv[i] || *end != '\0' || requests <= 0 || requests > 10000000) {
+    } else if (strcmp(flag, "-d") == 0 && value != NULL) {
+      opt.device = value;
+      ++i;
+    } else if (strcmp(flag, "-g") == 0 && value != NULL) {
+      if (parse_long(value, 0, 255, &gid_index) != 0) {
+        fprintf(stderr, "%s: -g takes a GID index in 0..255\n", argv[0]);
+        return 2;
+      }
+      opt.gid_index = (int)gid_index;
+      ++i;
+    } else if (!server && strcmp(flag, "-n") == 0 && value != NULL) {
+      if (parse_long(value, 1, 10000000, &requests) != 0) {
         fprintf(stderr, "%s: -n takes a request count in 1..10000000\n", argv[0]);
         return 2;
       }
+      ++i;
     } else {
       return usage(argv[0]);
     }
   }
-  return run_client(argv[2], requests, late_write);
+  return server ? run_server(argv[2], &opt) : run_client(argv[2], &opt, requests, late_write);
 }

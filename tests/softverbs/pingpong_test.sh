@@ -8,6 +8,11 @@
 #
 # Usage: pingpong_test.sh rc|uc|ud|srq
 #
+# With MRCACHE_TEST_DEVICE=<ibv device> (scripts/test; README "Verifying on
+# your hardware") the programs run on that device through the system
+# libibverbs instead, with -d DEVICE -g 0 (RoCE needs a GRH); the ODP
+# variants, which need SOFTVERBS_ODP, are skipped there.
+#
 # Debian's -c checks the first byte of every page of the received buffer
 # ("invalid data in page N" on stdout, exit status unchanged); this test fails
 # on that line. softverbs' own transport_test checks every byte.
@@ -29,8 +34,15 @@ if [ -n "$runtime" ]; then
   export LD_PRELOAD="$runtime"
   export ASAN_OPTIONS="${ASAN_OPTIONS:-}:detect_leaks=0:verify_asan_link_order=0"
 fi
-# Tests run in the runfiles root; the programs may change directory.
-export LD_LIBRARY_PATH="$PWD/tests/softverbs"
+device_args=()
+if [ -n "${MRCACHE_TEST_DEVICE:-}" ]; then
+  unset LD_LIBRARY_PATH
+  device_args=(-d "$MRCACHE_TEST_DEVICE" -g 0)
+  echo "on device $MRCACHE_TEST_DEVICE (not softverbs)"
+else
+  # Tests run in the runfiles root; the programs may change directory.
+  export LD_LIBRARY_PATH="$PWD/tests/softverbs"
+fi
 
 # listening PORT: is a TCP socket listening on PORT (IPv4 or IPv6)?
 listening() {
@@ -49,7 +61,7 @@ pingpong() {
     port=$((20000 + (RANDOM * 7 + $$) % 40000))
     listening "$port" && continue
     # shellcheck disable=SC2086  # $wrap is a word list on purpose
-    timeout 60 $wrap "$prog" -p "$port" "$@" >"$out/$name.server" 2>&1 &
+    timeout 60 $wrap "$prog" -p "$port" "${device_args[@]}" "$@" >"$out/$name.server" 2>&1 &
     spid=$!
     for _ in $(seq 200); do
       listening "$port" && break
@@ -62,7 +74,7 @@ pingpong() {
       fail "$name: the server never listened: $(cat "$out/$name.server")"
     fi
     # shellcheck disable=SC2086
-    timeout 60 $wrap "$prog" -p "$port" "$@" localhost >"$out/$name.client" 2>&1
+    timeout 60 $wrap "$prog" -p "$port" "${device_args[@]}" "$@" localhost >"$out/$name.client" 2>&1
     local crc=$? src=0
     wait "$spid" || src=$?
     [ "$crc" = 0 ] || fail "$name: client exit $crc: $(cat "$out/$name.client")"
@@ -85,6 +97,10 @@ pingpong() {
 both() {
   local name=$1
   shift
+  if [ -n "${MRCACHE_TEST_DEVICE:-}" ] && [ -n "${SOFTVERBS_ODP:-}" ]; then
+    echo "skipped on $MRCACHE_TEST_DEVICE: $prog $* (an ODP variant, for softverbs)"
+    return 0
+  fi
   pingpong "$name" "" "$@"
   pingpong "$name.shim" "$run --stats --" "$@"
   local side pattern="through the cache [1-9]"
