@@ -429,12 +429,13 @@ static int run_client(const char *path, const struct options *opt, long requests
       corrupted_requests += bad != 0;
       bytes += size;
     }
+    const uint32_t rkey = mr->rkey; /* mr is gone after ibv_dereg_mr */
     if (ibv_dereg_mr(mr) != 0) die("ibv_dereg_mr of a response buffer");
     if (late_write && r == requests - 1 && failures == 0) {
       /* Ask for one more write through the rkey just deregistered; the
        * buffer stays allocated until the verdict is in. */
       *request_msg = (struct message){htobe32(kOpLateWrite), htobe32((uint32_t)r),
-                                      htobe64((uintptr_t)buf), htobe32(mr->rkey),
+                                      htobe64((uintptr_t)buf), htobe32(rkey),
                                       htobe32((uint32_t)size)};
       if (post_send_wait(&c, &send) != IBV_WC_SUCCESS) die("sending the late-write request");
       uint32_t verdict;

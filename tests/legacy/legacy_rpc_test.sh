@@ -17,8 +17,16 @@
 # libibverbs, addressed with GID index 0 (RoCE needs a GRH); softverbs'
 # counters do not exist there, so the registration counts are not checked.
 set -uo pipefail
-# Sanitizer builds: the preloaded shim precedes the ASan runtime (harmless here).
-[ -n "${ASAN_OPTIONS:-}" ] && export ASAN_OPTIONS="$ASAN_OPTIONS:verify_asan_link_order=0"
+# Sanitizer builds: the preloaded shim precedes the ASan runtime (harmless
+# here). ASan's allocator serves the large responses from its own mappings
+# and unmaps them with raw syscalls, which the patch monitor (`auto`) cannot
+# see: once its quarantine recycles an address the cache would serve a stale
+# registration (seen: 43 of 200 responses corrupted). userfaultfd sees those
+# unmaps, so under ASan the shim runs with auto+uffd.
+if [ -n "${ASAN_OPTIONS:-}" ]; then
+  export ASAN_OPTIONS="$ASAN_OPTIONS:verify_asan_link_order=0"
+  export MRCACHE_MONITOR=auto+uffd
+fi
 
 rpc="$PWD/tests/legacy/legacy_rpc"
 run="$PWD/interpose/mrcache-run"
@@ -56,6 +64,16 @@ session() {
   SOFTVERBS_COUNTERS_FILE="$out/$name.client.counters" timeout 120 $wrap "$rpc" client "$sock" \
     "${device_args[@]}" -n "$requests" "$@" >"$out/$name.client" 2>"$out/$name.client.err"
   echo $? >"$out/$name.client.rc"
+  # The server ends right after its client; one whose client died would
+  # poll for ever.
+  for _ in $(seq 100); do
+    kill -0 "$spid" 2>/dev/null || break
+    sleep 0.1
+  done
+  if kill -0 "$spid" 2>/dev/null; then
+    kill "$spid"
+    fail "$name: the server did not end after the client (exit $(cat "$out/$name.client.rc")): $(cat "$out/$name.client" "$out/$name.client.err")"
+  fi
   wait "$spid" || fail "$name: server exit $?: $(cat "$out/$name.server" "$out/$name.server.err")"
   local side regs deregs live
   [ -n "${MRCACHE_TEST_DEVICE:-}" ] && return 0
@@ -126,6 +144,12 @@ grep -q "corrupted_bytes 0 corrupted_requests 0 failures 0" "$out/shared_late.cl
 
 # The check can fail: without a memory monitor the cache keeps registrations
 # of freed and unmapped buffers, and the server's writes go to the old pages.
+# Not under ASan: whether its quarantine lets an address be reused within
+# the run is not up to the test.
+if [ -n "${ASAN_OPTIONS:-}" ]; then
+  echo "PASS (negative control skipped under ASan)"
+  exit 0
+fi
 session blind "$run --remote-keys shared --monitor none --"
 [ "$(cat "$out/blind.client.rc")" = 1 ] || fail "blind: client exit $(cat "$out/blind.client.rc")"
 grep -Eq "corrupted_bytes [1-9][0-9]* corrupted_requests [1-9]" "$out/blind.client" ||
