@@ -11,6 +11,8 @@
 #  - MRCACHE_MONITOR=none with shared keys: the cache serves registrations of
 #    unmapped buffers and the client counts corrupted bytes (the check can
 #    fail, so the runs above prove the monitor works);
+#  - unprivileged (no CAP_IPC_LOCK, RLIMIT_MEMLOCK 8 MiB, both sides), with
+#    shared keys: the same output (the caches stay within the pin budget);
 #  - registrations == deregistrations, no MR left, in every process.
 # With MRCACHE_TEST_DEVICE=<ibv device> (scripts/test; README "Verifying on
 # your hardware") the same runs use that device through the system
@@ -125,6 +127,16 @@ if [ -z "${MRCACHE_TEST_DEVICE:-}" ]; then
   # private: every REMOTE_WRITE response buffer has its own registration.
   [ "$private_regs" -ge "$plain_regs" ] || fail "private keys shared registrations"
 fi
+
+# Unprivileged: the shim's caches share a pin budget under RLIMIT_MEMLOCK.
+if [ "$(id -u)" = 0 ]; then
+  session unprivileged "setpriv --inh-caps=-ipc_lock --bounding-set=-ipc_lock \
+    prlimit --memlock=8388608 $run --remote-keys shared --"
+else
+  session unprivileged "prlimit --memlock=8388608 $run --remote-keys shared --"
+fi
+expect_ok unprivileged
+same_output unprivileged plain
 
 # A late write through a deregistered rkey.
 session plain_late "" -l
