@@ -116,6 +116,22 @@ void ResolveFault(int uffd, const uffd_msg& m) {
   }
 }
 
+// Releases the userfaultfd's context before the reader exits: dup2 puts a
+// duplicate of the stop eventfd in its slot, which drops the last reference
+// (every registration goes, and every thread waiting for an event to be read
+// is released) while the descriptor number stays taken until Disable closes
+// it, so no other file can get that number under Watch's ioctls.
+void RetireUffd(int uffd, int stop) {
+  while (dup2(stop, uffd) < 0 && (errno == EBUSY || errno == EINTR)) {
+  }
+}
+
+// The reader. Once it stops reading, a thread that unmaps, moves or
+// madvises registered memory waits in the kernel until the userfaultfd is
+// released; the thread's own exit does exactly that (glibc madvises the
+// unused part of its stack, the sanitizer runtimes unmap their per-thread
+// state, which the kernel may have merged into a mapping Watch registered
+// whole). So the reader retires the userfaultfd itself, before it returns.
 void* ReaderMain(void* arg) {
   sigset_t all;
   sigfillset(&all);
@@ -161,6 +177,7 @@ void* ReaderMain(void* arg) {
     }
     EndLateReports();
   }
+  RetireUffd(uffd, stop);
   return arg;
 }
 
@@ -474,12 +491,13 @@ void Disable() {
     uint64_t one = 1;
     if (write(g_stop_fd, &one, sizeof(one)) == sizeof(one)) pthread_join(g_reader, nullptr);
   }  // in a fork child the reader does not exist: nothing to join
-  // Closing the descriptor drops every registration (and releases any thread
-  // that unmapped a watched range after the reader stopped).
+  std::lock_guard<std::mutex> lock(WatchMutex());  // no Watch/Unwatch ioctl in flight
+  // The reader retired the userfaultfd (RetireUffd): g_uffd holds a
+  // duplicate of the eventfd. In a fork child it is still the inherited
+  // userfaultfd; closing it drops the child's reference.
   close(g_uffd);
   close(g_stop_fd);
   g_uffd = g_stop_fd = -1;
-  std::lock_guard<std::mutex> lock(WatchMutex());
   Counts().clear();
   Spans().clear();
 }

@@ -67,6 +67,16 @@
 // inert (the registrations and the reader belong to the parent, and the
 // inherited descriptor still refers to the parent's address space).
 //
+// Stopping: a thread that unmaps, moves or madvises registered memory waits
+// in the kernel until the reader has read the event, and the reader is the
+// only thread that reads. So the reader must never release memory in a
+// registered mapping itself, and its exit does (glibc madvises the unused
+// part of a finished thread's stack; ASan and TSan unmap their per-thread
+// state, which the kernel may have merged into a mapping registered whole).
+// Disable therefore asks the reader to stop, and the reader releases the
+// userfaultfd (every registration, every waiting thread) before it returns;
+// Disable then joins it.
+//
 // Watch/Unwatch allocate and take a mutex: never call them from a hook. The
 // reader never takes that mutex.
 #ifndef MRCACHE_UFFD_MONITOR_H_

@@ -35,15 +35,6 @@ TEST_P(ReleaseWaysTest, ReportsExactlyTheExpectedWays) {
   const Cell& cell = GetParam();
   const ReleaseWay* way = FindReleaseWay(cell.way);
   ASSERT_NE(way, nullptr);
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-  if (std::string(cell.monitor).find("uffd") != std::string::npos &&
-      std::string(cell.way) == "shmat_remap") {
-    // Known defect (tests/monitors/README.md): under ASan and TSan the uffd reader
-    // thread blocks in munmap on memory in a mapping uffd registered whole,
-    // waiting for the event only it can read.
-    GTEST_SKIP() << "uffd's reader deadlocks on shmat(SHM_REMAP) under a sanitizer";
-  }
-#endif
   auto lease = AcquireMonitor(cell.monitor);
   if (MonitorUnavailable(lease.status())) GTEST_SKIP() << lease.status();
   ASSERT_TRUE(lease.ok()) << lease.status();

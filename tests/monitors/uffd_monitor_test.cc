@@ -4,14 +4,17 @@
 // follows unmaps and moves. Through a cache: uffd_mappings_test.cc.
 #include "mrcache/monitors/uffd_monitor.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstring>
 #include <fstream>
+#include <sstream>
 #include <string>
 
 #include "gtest/gtest.h"
@@ -216,6 +219,59 @@ TEST(UffdMonitorEnableTest, WithoutFreeDescriptorsTheCauseIsEmfile) {
     EXPECT_EQ(WEXITSTATUS(status), 0) << free_fds << " free descriptors (11: acquired, 12: not "
                                       << "EMFILE, 13: the sysctl hint)";
   }
+}
+
+// The uffd reader thread's stack pointer while it is in a system call (from
+// /proc/self/task/<tid>/syscall: number, six arguments, sp, pc); 0 while it
+// is not found there.
+uintptr_t ReaderStackPointer() {
+  DIR* dir = opendir("/proc/self/task");
+  if (dir == nullptr) return 0;
+  uintptr_t sp = 0;
+  while (dirent* entry = readdir(dir)) {
+    std::string task = std::string("/proc/self/task/") + entry->d_name;
+    std::ifstream comm(task + "/comm");
+    std::string name;
+    if (!std::getline(comm, name) || name != "mrcache-uffd") continue;
+    std::ifstream syscall(task + "/syscall");
+    std::string line;
+    std::getline(syscall, line);
+    std::istringstream fields(line);
+    std::string field[9];
+    int n = 0;
+    while (n < 9 && fields >> field[n]) ++n;
+    if (n == 9 && field[0] != "running" && field[0] != "-1") {
+      sp = static_cast<uintptr_t>(std::stoull(field[7], nullptr, 16));
+    }
+  }
+  closedir(dir);
+  return sp;
+}
+
+// In a child (a hang ends in SIGALRM): enables uffd, watches a page of the
+// reader's own stack (the whole stack mapping is registered), and disables.
+// 0 if Disable returned.
+int ChildDisableWithTheReadersStackWatched() {
+  alarm(10);
+  if (!uffd_monitor::Enable().ok()) return 11;
+  uintptr_t sp = 0;
+  for (int i = 0; i < 1000 && (sp = ReaderStackPointer()) == 0; ++i) usleep(1000);
+  if (sp == 0) return 12;
+  void* page = reinterpret_cast<void*>(sp & ~uintptr_t{4095});
+  if (uffd_monitor::Watch(page, 4096) != 0) return 13;
+  uffd_monitor::Disable();  // the exiting reader madvises its stack's unused part
+  return 0;
+}
+
+TEST(UffdMonitorDisableTest, ReaderExitReleasingWatchedMemoryDoesNotBlockDisable) {
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) _exit(ChildDisableWithTheReadersStackWatched());
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_FALSE(WIFSIGNALED(status)) << "Disable hung (signal " << WTERMSIG(status) << ")";
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "11: Enable failed, 12: reader not found, 13: Watch failed";
 }
 
 TEST_F(UffdMonitorTest, ReportArrivesBeforeSyncReturns) {
