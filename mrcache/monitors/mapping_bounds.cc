@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstring>
 
 namespace mrcache {
 namespace {
@@ -131,21 +132,37 @@ bool FindMappingExtent(uintptr_t low, uintptr_t high, MappingExtent* out) {
   return found_low && found_high;
 }
 
+// True for a private mapping of no file: perms "...p", device 00:00, inode
+// 0 and no name (not [heap], [stack], [vdso], ...).
+static bool PrivateAnonymous(const MapsLine& line) {
+  const char* k = line.kind;
+  if (strlen(k) < 4 || k[3] != 'p') return false;
+  k += 4;
+  while (*k == ' ') ++k;
+  if (strncmp(k, "00:00 0", 7) != 0) return false;
+  for (k += 7; *k != '\0'; ++k) {
+    if (*k != ' ' && *k != '\n') return false;
+  }
+  return true;
+}
+
 bool ScanMappings(uintptr_t start, uintptr_t end, MappingScan* out) {
   *out = MappingScan();
   uintptr_t next = start;  // the first address of [start, end) no line has covered yet
-  bool hole = false, any = false;
+  bool hole = false, any = false, anonymous = true;
   bool read = ForEachMapsLine([&](const MapsLine& line) {
     ++out->map_count;
     if (line.end <= start || line.start >= end) return true;
     if (!any) out->first = line.start;
     any = true;
+    anonymous &= PrivateAnonymous(line);
     out->last = line.end;
     if (line.start > next) hole = true;
     if (line.end > next) next = line.end;
     return true;
   });
   out->covered = read && !hole && start < end && next >= end;
+  out->anonymous = any && anonymous;
   return read;
 }
 

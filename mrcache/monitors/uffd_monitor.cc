@@ -400,7 +400,15 @@ int AddSpansLocked(uintptr_t start, uintptr_t end) {
   reg.range.start = scan.first;
   reg.range.len = scan.last - scan.first;
   reg.mode = UFFDIO_REGISTER_MODE_WP;
-  if (ioctl(g_uffd, UFFDIO_REGISTER, &reg) != 0) return errno;
+  if (ioctl(g_uffd, UFFDIO_REGISTER, &reg) != 0) {
+    // Private anonymous memory can always be registered: EINVAL there says
+    // the range was unmapped (no mapping left in it) between the scan and the
+    // ioctl. Answered as ENOMEM, like the hole check below: the memory is
+    // changing, and a miss must not cache a registration of it unwatched
+    // (the pages mapped there next would send no event when they go).
+    if (errno == EINVAL && scan.anonymous) return ENOMEM;
+    return errno;
+  }
   AddSpanLocked(scan.first, scan.last);
   // The kernel skips holes: if the range was unmapped between the scan and
   // the registration, part of it may not be registered (and a mapping made

@@ -54,6 +54,46 @@ TEST_F(MappingProbesTest, AddressesInDifferentMappingsHaveNoCommonExtent) {
   EXPECT_FALSE(FindMappingExtent(At(20), At(40), &m));
 }
 
+TEST_F(MappingProbesTest, ScanOfPrivateAnonymousMemorySaysAnonymous) {
+  MappingScan scan;
+  ASSERT_TRUE(ScanMappings(At(18), At(30), &scan));
+  EXPECT_TRUE(scan.covered);
+  EXPECT_TRUE(scan.anonymous);
+}
+
+TEST_F(MappingProbesTest, ScanOfSharedFileMemoryIsNotAnonymous) {
+  int fd = memfd_create("mrcache-mapping-probes", MFD_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(ftruncate(fd, static_cast<off_t>(4 * kPage)), 0);
+  void* p = mmap(nullptr, 4 * kPage, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ASSERT_NE(p, MAP_FAILED);
+  uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  MappingScan scan;
+  ASSERT_TRUE(ScanMappings(a, a + 4 * kPage, &scan));
+  EXPECT_TRUE(scan.covered);
+  EXPECT_FALSE(scan.anonymous);
+  munmap(p, 4 * kPage);
+  close(fd);
+}
+
+TEST_F(MappingProbesTest, ScanOfTheStackIsNotAnonymous) {
+  int local = 0;
+  uintptr_t a = reinterpret_cast<uintptr_t>(&local);
+  MappingScan scan;
+  ASSERT_TRUE(ScanMappings(a, a + 1, &scan));
+  EXPECT_FALSE(scan.anonymous) << "the main thread's [stack] has a name";
+}
+
+TEST_F(MappingProbesTest, ScanOfAnUnmappedRangeIsNotAnonymous) {
+  ASSERT_EQ(munmap(base_ + 24 * kPage, kPage), 0);
+  MappingScan scan;
+  ASSERT_TRUE(ScanMappings(At(24), At(25), &scan));
+  EXPECT_FALSE(scan.covered);
+  EXPECT_FALSE(scan.anonymous);
+  ASSERT_EQ(mmap(base_ + 24 * kPage, kPage, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0),
+            base_ + 24 * kPage);
+}
+
 TEST_F(MappingProbesTest, UnmappedAddressHasNoExtent) {
   ASSERT_EQ(munmap(base_ + 24 * kPage, kPage), 0);
   MappingExtent m;

@@ -311,9 +311,10 @@ TEST_P(ReplacementRaceTest, ReplacingPagesWithMmapFixedDuringGetsNeverPoisonsLat
 
 TEST_P(ReplacementRaceTest, UnmappingAndRemappingDuringGetsNeverPoisonsLaterGets) {
   if (GetParam() == "uffd") {
-    // Known defect (tests/monitors/README.md): with uffd alone, about half
-    // the runs of this test find most rounds stale (0 or 400-500 of 500),
-    // cause not found yet. auto (patch) keeps the rule; uffd alone is opt-in.
+    // Known defect (tests/monitors/README.md): with uffd alone, some runs
+    // find every round after the first stale one stale; the cached region's
+    // mapping is then not registered with the userfaultfd. Cause not
+    // confirmed. auto (patch) keeps the rule; uffd alone is opt-in.
     GTEST_SKIP() << "uffd alone does not yet keep the rule for munmap + mmap races";
   }
   RunRounds(Replacement::kMunmapMmap);
