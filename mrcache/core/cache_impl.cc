@@ -382,6 +382,7 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
   bool allow_merge = config_.max_merge_bytes > 0;
   int memory_refusals = 0;  // registrar ENOMEM/EAGAIN so far
   int widened_spoils = 0;  // attempts whose widened registration was spoiled
+  int exact_spoils = 0;    // attempts whose registration of the requested pages was spoiled
   int in_flight_waits = 0;  // attempts that met another thread's release under way
   GrowThreadCache(tc);
 
@@ -544,15 +545,17 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
         continue;
       }
       const bool widened = reg_start != page_start || reg_end != page_end;
-      if (widened && ++widened_spoils >= 2) {
-        // Releases keep landing in what widening added: register exactly
-        // the requested pages, which only a release of the caller's own
-        // memory can spoil.
-        allow_merge = false;
-        aligned_start = page_start;
-        aligned_end = page_end;
-      }
-      if (attempt + 1 >= kMaxMissAttempts) {
+      if (widened) {
+        if (++widened_spoils >= 2) {
+          // Releases keep landing in what widening added: register exactly
+          // the requested pages, which only a release of the caller's own
+          // memory can spoil.
+          allow_merge = false;
+          aligned_start = page_start;
+          aligned_end = page_end;
+        }
+      } else if (++exact_spoils >= kMaxMissAttempts) {
+        // Only this: a get never fails because other memory changed.
         return ErrnoStatus(EAGAIN, "mrc_get: the requested memory kept being released while it "
                                    "was registered");
       }
@@ -874,14 +877,12 @@ void CacheImpl::MaintainLocked(DeadList* dead) {
     CacheImpl* self;
     Region** candidates;
   } drain{this, &candidates};
-  bool lost = ring_.Drain([&drain](uintptr_t s, uintptr_t e) {
+  // Ranges that found the ring full come last, as their 2 MiB-aligned hull
+  // (invalidation_ring.h): releases are never lost, only coarsened.
+  ring_.Drain([&drain](uintptr_t s, uintptr_t e) {
     drain.self->InvalidateRangeLocked(s, e, drain.candidates);
     drain.self->SpoilPendingLocked(s, e);
   });
-  if (lost) {
-    InvalidateRangeLocked(0, UINTPTR_MAX, &candidates);
-    SpoilPendingLocked(0, UINTPTR_MAX);
-  }
   FoldOrphansLocked();
   if (candidates != nullptr) SettleLocked(candidates, dead);
   RecheckRetiredLocked(dead);
@@ -1341,10 +1342,7 @@ void CacheImpl::InvalidateRangeLocked(uintptr_t start, uintptr_t end, Region** c
 
 void CacheImpl::SpoilPendingLocked(uintptr_t start, uintptr_t end) {
   for (PendingMiss* p = pending_; p != nullptr; p = p->next) {
-    if (p->start < end && start < p->end) {
-      if (start < p->spoiled_start) p->spoiled_start = start;
-      if (end > p->spoiled_end) p->spoiled_end = end;
-    }
+    if (p->start < end && start < p->end) p->Record(start, end);
   }
 }
 

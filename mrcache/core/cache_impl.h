@@ -115,16 +115,35 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
       head = r;
     }
   };
-  // A miss registering outside the lock; an invalidation that touches
-  // [start, end) meanwhile spoils it (linked in pending_ under mu_).
-  // [spoiled_start, spoiled_end) is the hull of the invalidations that
-  // overlapped [start, end) meanwhile: the registration is spoiled if it
-  // overlaps the hull.
+  // A miss registering outside the lock (linked in pending_ under mu_).
+  // [start, end) is everything it may register (a bridging plan's whole
+  // block); the invalidations that overlap it meanwhile are recorded, the
+  // first kExact of them exactly and the rest as their hull. Once the miss
+  // knows what it registered, only a recorded invalidation that overlaps
+  // that range spoils it: unrelated releases elsewhere in a bridging block
+  // (a busy allocator next door) do not, wherever they fall around it.
   struct PendingMiss {
+    static constexpr int kExact = 8;
     uintptr_t start = 0, end = 0;
-    uintptr_t spoiled_start = UINTPTR_MAX, spoiled_end = 0;
+    uintptr_t seen_start[kExact] = {}, seen_end[kExact] = {};
+    int seen = 0;
+    uintptr_t hull_start = UINTPTR_MAX, hull_end = 0;
     PendingMiss* next = nullptr;
-    bool Spoils(uintptr_t s, uintptr_t e) const { return spoiled_start < e && s < spoiled_end; }
+    void Record(uintptr_t s, uintptr_t e) {
+      if (seen < kExact) {
+        seen_start[seen] = s;
+        seen_end[seen++] = e;
+        return;
+      }
+      if (s < hull_start) hull_start = s;
+      if (e > hull_end) hull_end = e;
+    }
+    bool Spoils(uintptr_t s, uintptr_t e) const {
+      for (int i = 0; i < seen; ++i) {
+        if (seen_start[i] < e && s < seen_end[i]) return true;
+      }
+      return hull_start < e && s < hull_end;
+    }
   };
 
   // What a miss registers: [start, end) (the request merged with the regions

@@ -2,11 +2,14 @@
 // memory hooks, drained later by the cache under its lock.
 //
 // Producers (hooks, any thread, possibly re-entrant) call Push: no allocation,
-// no lock, wait-free. A consumer (one at a time: the cache lock) calls Drain.
-// If a producer finds its slot still occupied (the ring is full), it sets the
-// overflow flag instead; the next Drain then reports `overflowed` and the
-// cache falls back to a full invalidation: memory stays bounded and no stale
-// range is ever lost.
+// no lock, lock-free. A consumer (one at a time: the cache lock) calls Drain.
+// If a producer finds its slot still occupied (the ring is full), it merges
+// its range into the lost hull instead: one word holding the 2 MiB-aligned
+// hull of every range that found no slot (a compare-exchange loop). The next
+// Drain hands that hull to the consumer as one more range: memory stays
+// bounded, no released range is ever lost, and a burst of unrelated releases
+// (a busy allocator) coarsens only what lies around them instead of
+// invalidating everything.
 //
 // Slot protocol (per slot, `seq`): seq == t means "free for ticket t";
 // seq == t + 1 means "ticket t written". A producer claims ticket t (advances
@@ -14,7 +17,7 @@
 // written a few instructions later; the consumer waits for it (yielding), and
 // frees the slot for the next round by storing t + kCapacity. A producer that
 // finds the slot at head still occupied from the previous lap (seq < ticket)
-// sets the overflow flag instead; one that finds it claimed in this lap
+// merges into the lost hull instead; one that finds it claimed in this lap
 // (seq > ticket: another producer won the ticket) reloads head and retries,
 // so concurrent producers never report overflow while the ring has room.
 #ifndef MRCACHE_INVALIDATION_RING_H_
@@ -50,7 +53,7 @@ class InvalidationRing {
           continue;
         }
         // seq < ticket: the slot still holds the previous lap's range.
-        overflow_.store(true, std::memory_order_release);
+        MergeLost(start, end);
         return;
       }
       if (head_.compare_exchange_weak(ticket, ticket + 1, std::memory_order_acq_rel,
@@ -64,11 +67,12 @@ class InvalidationRing {
   }
 
   // Consumer (one at a time). Calls fn(start, end) for every pushed range not
-  // yet drained. Returns true if a range was lost to overflow: the caller must
-  // then treat every range as invalid.
+  // yet drained, in order, then once for the lost hull if some range found
+  // no slot (a range covering all of those, aligned to kLostGrain). Returns
+  // true in that case.
   template <typename Fn>
   bool Drain(Fn&& fn) {
-    bool lost = overflow_.exchange(false, std::memory_order_acq_rel);
+    const uint64_t lost = lost_.exchange(kNoneLost, std::memory_order_acq_rel);
     uint64_t head = head_.load(std::memory_order_acquire);
     for (; tail_ < head; ++tail_) {
       Slot& s = slots_[tail_ % kCapacity];
@@ -80,12 +84,21 @@ class InvalidationRing {
       fn(s.start.load(std::memory_order_relaxed), s.end.load(std::memory_order_relaxed));
       s.seq.store(tail_ + kCapacity, std::memory_order_release);
     }
-    return lost;
+    if (lost == kNoneLost) return false;
+    const uint64_t lo = lost >> 32, hi = lost & 0xffffffffu;
+    fn(static_cast<uintptr_t>(lo << kLostShift),
+       hi == kTopGrain ? UINTPTR_MAX : static_cast<uintptr_t>((hi + 1) << kLostShift));
+    return true;
   }
 
+  // True if nothing was pushed since the last Drain.
   bool empty() const {
-    return tail_ == head_.load(std::memory_order_acquire) && !overflow_.load(std::memory_order_acquire);
+    return tail_ == head_.load(std::memory_order_acquire) &&
+           lost_.load(std::memory_order_acquire) == kNoneLost;
   }
+
+  // The granularity of the lost hull.
+  static constexpr uintptr_t kLostGrain = uintptr_t{1} << 21;
 
  private:
   struct Slot {
@@ -94,10 +107,37 @@ class InvalidationRing {
     std::atomic<uintptr_t> end{0};
   };
 
+  // The lost hull packs the first and the last kLostGrain-sized grain it
+  // covers (32 bits each: grains of addresses below 2^53) into one word,
+  // first << 32 | last; kTopGrain as the last grain means "to the end of the
+  // address space". kNoneLost (first > last) is the empty hull.
+  static constexpr int kLostShift = 21;
+  static constexpr uint64_t kTopGrain = 0xffffffffu;
+  static constexpr uint64_t kNoneLost = uint64_t{0xffffffffu} << 32;
+
+  void MergeLost(uintptr_t start, uintptr_t end) noexcept {
+    uint64_t lo = start >> kLostShift;
+    if (lo > kTopGrain - 1) lo = kTopGrain - 1;  // wider is safe
+    uint64_t hi = end == 0 ? 0 : (end - 1) >> kLostShift;
+    if (hi > kTopGrain - 1) hi = kTopGrain;
+    uint64_t cur = lost_.load(std::memory_order_relaxed);
+    for (;;) {
+      uint64_t clo = cur >> 32, chi = cur & 0xffffffffu;
+      uint64_t nlo = cur == kNoneLost || lo < clo ? lo : clo;
+      uint64_t nhi = cur == kNoneLost || hi > chi ? hi : chi;
+      uint64_t want = nlo << 32 | nhi;
+      if (want == cur) return;
+      if (lost_.compare_exchange_weak(cur, want, std::memory_order_acq_rel,
+                                      std::memory_order_relaxed)) {
+        return;
+      }
+    }
+  }
+
   Slot slots_[kCapacity];
   alignas(64) std::atomic<uint64_t> head_{0};
   alignas(64) uint64_t tail_ = 0;  // consumer only
-  std::atomic<bool> overflow_{false};
+  alignas(64) std::atomic<uint64_t> lost_{kNoneLost};
 };
 
 }  // namespace mrcache

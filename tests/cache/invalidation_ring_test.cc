@@ -32,8 +32,40 @@ TEST(InvalidationRingTest, AFullRingReportsOverflowAndKeepsWhatItStored) {
   uint64_t count = 0;
   bool lost = ring.Drain([&](uintptr_t, uintptr_t) { ++count; });
   EXPECT_TRUE(lost);
-  EXPECT_EQ(count, InvalidationRing::kCapacity);
+  EXPECT_EQ(count, InvalidationRing::kCapacity + 1);  // the stored ranges, then the lost hull
   EXPECT_TRUE(ring.empty());
+}
+
+// A burst that overflows the ring costs precision only around the ranges
+// that found no slot: their hull, aligned to kLostGrain, comes last.
+TEST(InvalidationRingTest, RangesThatFindTheRingFullAreDrainedAsTheirAlignedHull) {
+  InvalidationRing ring;
+  const uintptr_t grain = InvalidationRing::kLostGrain;
+  for (uint64_t i = 0; i < InvalidationRing::kCapacity; ++i) ring.Push(i, i + 1);
+  const uintptr_t a = 0x7f0000000000 + 3 * grain + 4096, b = 0x7f0000000000 + 9 * grain + 8192;
+  ring.Push(b, b + 4096);
+  ring.Push(a, a + 4096);
+  std::vector<std::pair<uintptr_t, uintptr_t>> seen;
+  EXPECT_TRUE(ring.Drain([&](uintptr_t s, uintptr_t e) { seen.emplace_back(s, e); }));
+  ASSERT_EQ(seen.size(), InvalidationRing::kCapacity + 1);
+  EXPECT_EQ(seen.back(), std::make_pair(0x7f0000000000 + 3 * grain, 0x7f0000000000 + 10 * grain));
+  EXPECT_TRUE(ring.empty());
+  // The next lap starts with an empty hull.
+  ring.Push(a, a + 4096);
+  seen.clear();
+  EXPECT_FALSE(ring.Drain([&](uintptr_t s, uintptr_t e) { seen.emplace_back(s, e); }));
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(seen[0], std::make_pair(a, a + 4096));
+}
+
+// A release reaching the end of the address space stays unbounded.
+TEST(InvalidationRingTest, ALostRangeToTheEndOfTheAddressSpaceStaysUnbounded) {
+  InvalidationRing ring;
+  for (uint64_t i = 0; i < InvalidationRing::kCapacity; ++i) ring.Push(i, i + 1);
+  ring.Push(4096, UINTPTR_MAX);
+  std::pair<uintptr_t, uintptr_t> last{1, 1};
+  EXPECT_TRUE(ring.Drain([&](uintptr_t s, uintptr_t e) { last = {s, e}; }));
+  EXPECT_EQ(last, std::make_pair(uintptr_t{0}, UINTPTR_MAX));
 }
 
 // Producers that race for the same ticket never mistake a slot their rival
