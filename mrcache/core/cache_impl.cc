@@ -218,10 +218,27 @@ CacheImpl::~CacheImpl() {
 // ---- memory events (hook context) -----------------------------------------
 
 void CacheImpl::OnMemoryRelease(uintptr_t start, uintptr_t end) noexcept {
-  // Record first, then bump: a get that sees the new generation drains a ring
-  // that already holds the range.
-  ring_.Push(start, end);
-  gen_.fetch_add(1, std::memory_order_acq_rel);
+  // Record first, then bump: a get that sees a new generation drains a ring
+  // that already holds the range. Only the lookup entries of regions the
+  // range overlaps become void (their buckets'), unless the ring asks to be
+  // drained: then every entry does, so that each thread's next get drains.
+  const bool drain_soon = ring_.Push(start, end);
+  BumpReleaseGens(start, end);
+  if (drain_soon) gen_.fetch_add(1, std::memory_order_acq_rel);
+}
+
+void CacheImpl::BumpReleaseGens(uintptr_t start, uintptr_t end) noexcept {
+  if (end <= start) return;
+  for (int level = 0; level < kReleaseLevels; ++level) {
+    const int shift = ReleaseShift(level);
+    const uintptr_t first = start >> shift;
+    const uintptr_t span = ((end - 1) >> shift) - first;
+    const uintptr_t n = span < kReleaseBuckets ? span + 1 : kReleaseBuckets;
+    for (uintptr_t i = 0; i < n; ++i) {
+      release_gen_[level * kReleaseBuckets + ((first + i) & (kReleaseBuckets - 1))].fetch_add(
+          1, std::memory_order_acq_rel);
+    }
+  }
 }
 
 void CacheImpl::OnForkPrepare() noexcept { mu_.lock(); }
@@ -257,7 +274,11 @@ absl::StatusOr<Region*> CacheImpl::Acquire(void* addr, size_t length, int access
   if (ThreadCache* tc = FindThreadCache(uid_)) {
     uint64_t gen = gen_.load(std::memory_order_acquire);
     const ThreadCache::Line& e = tc->LookupFor(start);
-    if (e.gen == gen && e.access == access && e.start <= start && end <= e.end && start < end) {
+    // The release generation of the entry's region (cache_impl.h); an empty
+    // entry names level 0, address 0.
+    const uint64_t released =
+        ReleaseGen(e.release_level, e.start).load(std::memory_order_acquire);
+    if (e.gen == gen + released && e.access == access && e.start <= start && end <= e.end && start < end) {
       Region* r = e.region;
       ThreadCache::Line& slot = tc->lines[e.slot];
       // A slot naming r is r's (see thread_cache.h). It cannot be kDead while
@@ -1158,7 +1179,18 @@ void CacheImpl::FillLookupLocked(ThreadCache* tc, uintptr_t start, uintptr_t /*e
   // The entry holds the region's range (so a later get of any part of it
   // hits) and sits at the line of the requested start.
   ThreadCache::Line& e = tc->LookupFor(start);
-  e.gen = drained_gen_;
+  const int level = ReleaseLevel(r->start, r->end);
+  uint64_t released = 0;
+  if (level < kReleaseLevels) released = ReleaseGen(level, r->start).load(std::memory_order_acquire);
+  // After reading the counter: a release pushed since the drain may overlap
+  // r and be counted in `released` already (cache_impl.h). Then, and for a
+  // region no bucket holds, leave the line empty.
+  if (level == kReleaseLevels || !ring_.empty()) {
+    e.gen = 0;
+    return;
+  }
+  e.gen = drained_gen_ + released;
+  e.release_level = static_cast<uint8_t>(level);
   e.start = r->start;
   e.end = r->end;
   e.access = access;

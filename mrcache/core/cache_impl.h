@@ -9,9 +9,38 @@
 // the retire callback, or a Region allocation/deletion. Memory-event handlers
 // (OnMemoryRelease) never take it.
 //
+// Generations. A lookup entry (thread_cache.h) is valid while two counters
+// it was filled with are unchanged:
+//  - gen_, the cache-wide generation: bumped under mu_ by every change that
+//    removes a region from the index (invalidation, eviction, merge, flush),
+//    by a fork child, and by a memory event when the ring asks to be drained
+//    (invalidation_ring.h: once per quarter of its capacity), so that the
+//    threads' next gets drain it;
+//  - the release generation of the entry's bucket: memory events bump, for
+//    each of three levels (2 MiB, 128 MiB, 8 GiB buckets, 256 counters per
+//    level, an address's bucket being (addr >> shift) mod 256), the counters
+//    of every bucket the released range overlaps. An entry uses the finest
+//    level at which its *region's* range [start, end) lies in one bucket
+//    (no entry is filled for a region that crosses an 8 GiB boundary), so a
+//    release that overlaps any part of the region bumps that counter, even
+//    one far from the addresses the entry was filled for.
+// The entry stores the sum of the two as it was filled; both only grow, so
+// the sum is unchanged exactly when both are. A release elsewhere bumps
+// other buckets only: it costs the hits nothing (the entry stays valid), and
+// it is drained by the next slow path like any other report.
+//
+// Filling (under mu_, for a region in the index): the cache-wide part is
+// drained_gen_, the generation read before the last drain of the ring; the
+// release part is the bucket's counter, read *then* the ring is checked
+// empty: a memory event pushes before it bumps, so if the read saw a bump
+// whose range is still in the ring, the ring is not empty and no entry is
+// filled. Hence every release pushed after the drain that overlaps the
+// region bumps past the entry's sum.
+//
 // Reclamation protocol (why a lock-free hit never sees a freed region):
-//   hit (owner thread T):  load gen g; entry.gen == g; slot.count += 1;
-//                          [fence]; reload gen == g ? use region : undo.
+//   hit (owner thread T):  load gen g, release counter c; entry.gen == g + c;
+//                          slot.count += 1; [fence]; reload gen == g ?
+//                          use region : undo.
 //   reclaimer (under mu_): remove region from the index, mark the slots
 //                          naming it kRetired; gen += 1;
 //                          [asymmetric fence: membarrier]; sum the counts.
@@ -20,6 +49,8 @@
 // kInvalid and is deregistered after its last put). Lookup entries are only
 // filled under mu_, for regions in the index, so none can name a region that
 // left it at a generation still current. The hit reads no Region field.
+// Release counters play no part in reclamation: no region leaves the index
+// without a gen_ bump.
 //
 // Put (owner thread T, lock-free when T's slot holds a reference):
 //   slot.count -= 1; [fence]; slot.state != kLive ? recheck under mu_.
@@ -94,6 +125,10 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   const Config& config() const { return config_; }
   Registrar& registrar() { return *registrar_; }
   std::string monitor_name() const { return monitor_ ? monitor_->name() : "none"; }
+  // Gets answered from the index under mu_ rather than by a lookup entry of
+  // the calling thread (a subset of stats().hits): what tests observe to
+  // tell a lock-free hit from a locked one.
+  uint64_t locked_hits() const { return slow_hits_.load(std::memory_order_relaxed); }
 
   // MemoryEventListener: hook context (no lock, no allocation, no registrar).
   void OnMemoryRelease(uintptr_t start, uintptr_t end) noexcept override;
@@ -241,6 +276,27 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   void RecheckRetiredLocked(DeadList* dead);
   void FoldOrphansLocked();
   void BumpGenerationAndFence();
+
+  // Release generations (see the protocol comment at the top).
+  static constexpr int kReleaseLevels = 3;
+  static constexpr uintptr_t kReleaseBuckets = 256;  // per level, a power of two
+  static constexpr int ReleaseShift(int level) { return 21 + 6 * level; }
+  // The finest level whose bucket holds all of [start, end) (end > start),
+  // or kReleaseLevels if none does.
+  static int ReleaseLevel(uintptr_t start, uintptr_t end) {
+    const uintptr_t differ = start ^ (end - 1);
+    int level = 0;
+    while (level < kReleaseLevels && (differ >> ReleaseShift(level)) != 0) ++level;
+    return level;
+  }
+  // The counter of addr's bucket at `level` (< kReleaseLevels).
+  const std::atomic<uint64_t>& ReleaseGen(int level, uintptr_t addr) const {
+    return release_gen_[level * kReleaseBuckets +
+                        ((addr >> ReleaseShift(level)) & (kReleaseBuckets - 1))];
+  }
+  // Hook context: bumps the counter of every bucket [start, end) overlaps,
+  // at every level.
+  void BumpReleaseGens(uintptr_t start, uintptr_t end) noexcept;
   void LinkRetiredLocked(Region* r);
   void UnlinkRetiredLocked(Region* r);
 
@@ -276,6 +332,10 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   std::atomic<bool> forked_{false};
   // Per-thread table size to aim for: about four slots per cached region.
   std::atomic<size_t> wanted_thread_slots_{ThreadCache::kMinSlots};
+
+  // Release generations, kReleaseBuckets per level (hit path: read-mostly;
+  // memory events write them).
+  std::atomic<uint64_t> release_gen_[kReleaseLevels * kReleaseBuckets] = {};
 
   InvalidationRing ring_;
 

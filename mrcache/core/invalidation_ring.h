@@ -2,7 +2,9 @@
 // memory hooks, drained later by the cache under its lock.
 //
 // Producers (hooks, any thread, possibly re-entrant) call Push: no allocation,
-// no lock, lock-free. A consumer (one at a time: the cache lock) calls Drain.
+// no lock, lock-free; every kCapacity / 4 ranges (and on overflow) Push
+// asks for a drain (the cache then makes its threads' next gets take the
+// slow path, which drains). A consumer (one at a time: the cache lock) calls Drain.
 // If a producer finds its slot still occupied (the ring is full), it merges
 // its range into the lost hull instead: one word holding the 2 MiB-aligned
 // hull of every range that found no slot (a compare-exchange loop). The next
@@ -39,8 +41,10 @@ class InvalidationRing {
     for (uint64_t i = 0; i < kCapacity; ++i) slots_[i].seq.store(i, std::memory_order_relaxed);
   }
 
-  // Hook context. Never blocks, never allocates.
-  void Push(uintptr_t start, uintptr_t end) noexcept {
+  // Hook context. Never blocks, never allocates. Returns true when the
+  // consumer should drain soon: this range completed another quarter of the
+  // ring's capacity (counted since the ring was created), or found it full.
+  bool Push(uintptr_t start, uintptr_t end) noexcept {
     uint64_t ticket = head_.load(std::memory_order_acquire);
     for (;;) {
       Slot& s = slots_[ticket % kCapacity];
@@ -54,14 +58,14 @@ class InvalidationRing {
         }
         // seq < ticket: the slot still holds the previous lap's range.
         MergeLost(start, end);
-        return;
+        return true;
       }
       if (head_.compare_exchange_weak(ticket, ticket + 1, std::memory_order_acq_rel,
                                       std::memory_order_acquire)) {
         s.start.store(start, std::memory_order_relaxed);
         s.end.store(end, std::memory_order_relaxed);
         s.seq.store(ticket + 1, std::memory_order_release);
-        return;
+        return (ticket + 1) % (kCapacity / 4) == 0;
       }
     }
   }

@@ -11,9 +11,11 @@
 // its lookup entry and its reference slot on one cache line:
 //  - the lookup entry of line LookupFor(addr): a recent get() answer, read
 //    and written only by the owner thread. It is valid only while its `gen`
-//    equals the cache's generation (every event that could make an answer
-//    wrong -- invalidation, eviction, merge, flush -- bumps the generation
-//    first) and it is used only for the same `access`. It stores the region's
+//    equals the sum of the cache's generation (every event that could make
+//    an answer wrong -- invalidation, eviction, merge, flush -- bumps it
+//    first) and the release generation of the region's bucket at
+//    `release_level` (every memory event that overlaps the region bumps it;
+//    see cache_impl.h), and it is used only for the same `access`. It stores the region's
 //    own range and the index of the region's slot, SlotIndex(region start),
 //    which stays right as long as the table does (a new table starts empty).
 //  - the reference slot of line SlotIndex(region start): this thread's share
@@ -75,6 +77,7 @@ struct alignas(64) ThreadCache {
     Region* region = nullptr;
     int access = 0;         // what the get asked for
     uint16_t slot = 0;      // SlotIndex(start) when filled (saves rehashing)
+    uint8_t release_level = 0;  // the level of the release generation in `gen`
     // Reference slot (see the header comment).
     std::atomic<uint8_t> ref_state{kLive};
     Region* ref_region = nullptr;
