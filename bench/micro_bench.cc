@@ -19,14 +19,32 @@
 //   BM_MrcacheHitDefaultMonitor,    the same with the default monitor (`auto`:
 //   BM_MrcacheMissDefaultMonitor    patch here) instead of none
 //
+//   BM_MrcacheRandomHit /           get+put of a cached region in pseudo-random
+//   BM_UcxRandomHit                 order over 64, 10,000, 100,000 or 1,000,000
+//                                   regions 64 KiB apart (4 KiB gets at +64);
+//                                   monitor none, UCX hooks off; with 2 threads
+//                                   both use the same regions
+//   BM_MrcacheHitUnderChurn /       get+put cycling over 64 cached regions
+//   BM_UcxHitUnderChurn             while another thread maps, touches and
+//                                   unmaps 4 KiB of unrelated memory at 1 or
+//                                   10 per ms, or as fast as it can (arg 0).
+//                                   mrcache runs the default monitor; UCX
+//                                   gets every release reported as its hooks
+//                                   would (ucm_vm_munmap, ucs_api.h). The
+//                                   `releases_per_ms` counter is the
+//                                   churner's rate during the timed loop.
+//
 // The registrar is `sim` with sim_base_ns = sim_page_ns = 0. mrcache runs with
 // monitor=none unless the name says DefaultMonitor; UCX is loaded with
 // UCX_MEM_MMAP_HOOK_MODE=none (ucs_api.h), which main() checks before any
 // benchmark runs.
 #include <sys/mman.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <thread>
+#include <time.h>
 #include <memory>
 #include <string>
 #include <vector>
@@ -57,6 +75,25 @@ char* Arena() {
   return arena;
 }
 char* Range(size_t i) { return Arena() + 2 * i * kPage; }
+
+// Random hits: kMaxSpread one-page ranges 64 KiB apart, gets at +64.
+constexpr size_t kSpacing = 64 * 1024;
+constexpr size_t kMaxSpread = 1000000;
+
+// kMaxSpread slots kSpacing apart, reserved (not committed) once.
+char* SpreadArena() {
+  static char* arena = [] {
+    void* p = mmap(nullptr, kMaxSpread * kSpacing, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) {
+      std::perror("micro_bench: mmap of the spread arena");
+      std::abort();
+    }
+    return static_cast<char*>(p);
+  }();
+  return arena;
+}
+char* Spot(size_t i) { return SpreadArena() + i * kSpacing + 64; }
 
 // The monitor of the default configuration (mrcache::Config's, i.e. `auto`).
 const std::string& DefaultMonitor() {
@@ -108,10 +145,12 @@ Ucx MakeUcx(size_t max_regions) {
 std::unique_ptr<mrcache::Cache> g_cache;
 Ucx g_ucx;
 
-void FillMrcache(const benchmark::State& state, const std::string& monitor) {
+// Caches range(0) regions, the i-th at at(i).
+void FillMrcache(const benchmark::State& state, const std::string& monitor,
+                 char* (*at)(size_t) = Range) {
   g_cache = MakeCache(0, monitor);
   for (int64_t i = 0; i < state.range(0); ++i) {
-    auto region = g_cache->Acquire(Range(i), kPage, kAccess);
+    auto region = g_cache->Acquire(at(i), kPage, kAccess);
     if (!region.ok() || !g_cache->Put(*region).ok()) std::abort();
   }
 }
@@ -136,17 +175,18 @@ void BM_MrcacheHit(benchmark::State& state) {
 }
 void BM_MrcacheHitDefaultMonitor(benchmark::State& state) { BM_MrcacheHit(state); }
 
-void SetUpUcxHit(const benchmark::State& state) {
+void FillUcx(const benchmark::State& state, char* (*at)(size_t)) {
   g_ucx = MakeUcx(0);
   const UcsApi& api = g_ucx.cache->api();
   for (int64_t i = 0; i < state.range(0); ++i) {
     ucs_rcache_region_t* region;
-    if (api.rcache_get(g_ucx.cache->rcache(), Range(i), kPage, UcxRcache::Prot(), nullptr, &region) != UCS_OK) {
+    if (api.rcache_get(g_ucx.cache->rcache(), at(i), kPage, UcxRcache::Prot(), nullptr, &region) != UCS_OK) {
       std::abort();
     }
     api.rcache_region_put(g_ucx.cache->rcache(), region);
   }
 }
+void SetUpUcxHit(const benchmark::State& state) { FillUcx(state, Range); }
 void TearDownUcx(const benchmark::State&) {
   g_ucx.cache.reset();
   g_ucx.registrar.reset();
@@ -256,6 +296,146 @@ void BM_MrcacheFirstMissBesideARegion(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations());
 }
 
+// A cheap pseudo-random index in [0, n): the same sequence for both caches.
+struct RandomIndex {
+  uint64_t x;
+  explicit RandomIndex(uint64_t seed) : x(seed * 0x9e3779b97f4a7c15ull + 1) {}
+  size_t Next(size_t n) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<size_t>((uint64_t{static_cast<uint32_t>(x >> 32)} * n) >> 32);
+  }
+};
+
+void SetUpMrcacheRandomHit(const benchmark::State& state) { FillMrcache(state, "none", Spot); }
+
+void BM_MrcacheRandomHit(benchmark::State& state) {
+  const size_t n = static_cast<size_t>(state.range(0));
+  RandomIndex random(static_cast<uint64_t>(state.thread_index()) + 1);
+  mrcache::Cache& cache = *g_cache;
+  for (auto _ : state) {
+    absl::StatusOr<mrcache::Region*> region = cache.Acquire(Spot(random.Next(n)), kPage, kAccess);
+    benchmark::DoNotOptimize(region);
+    (void)cache.Put(*region);
+  }
+  state.SetItemsProcessed(state.iterations());
+  if (state.thread_index() == 0) state.counters["misses"] = double(cache.stats().misses);
+}
+
+void SetUpUcxRandomHit(const benchmark::State& state) { FillUcx(state, Spot); }
+
+void BM_UcxRandomHit(benchmark::State& state) {
+  const size_t n = static_cast<size_t>(state.range(0));
+  RandomIndex random(static_cast<uint64_t>(state.thread_index()) + 1);
+  const UcsApi& api = g_ucx.cache->api();
+  ucs_rcache_t* rcache = g_ucx.cache->rcache();
+  for (auto _ : state) {
+    ucs_rcache_region_t* region;
+    ucs_status_t status =
+        api.rcache_get(rcache, Spot(random.Next(n)), kPage, UcxRcache::Prot(), nullptr, &region);
+    benchmark::DoNotOptimize(status);
+    api.rcache_region_put(rcache, region);
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+
+// ---- hits while another thread releases unrelated memory ------------------------
+// The churner: maps, touches and unmaps 4 KiB, `per_ms` times per millisecond
+// (0: as fast as it can), reporting each release to UCX if `ucx` is set.
+class Churner {
+ public:
+  void Start(int per_ms, const UcsApi* ucx) {
+    stop_ = false;
+    releases_ = 0;
+    thread_ = std::thread([this, per_ms, ucx] {
+      timespec next;
+      clock_gettime(CLOCK_MONOTONIC, &next);
+      while (!stop_.load(std::memory_order_relaxed)) {
+        void* p = mmap(nullptr, kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p == MAP_FAILED) continue;
+        static_cast<char*>(p)[0] = 1;
+        munmap(p, kPage);
+        if (ucx != nullptr) ucx->vm_munmap(p, kPage);
+        releases_.fetch_add(1, std::memory_order_relaxed);
+        if (per_ms == 0) continue;
+        next.tv_nsec += 1000000 / per_ms;
+        if (next.tv_nsec >= 1000000000) {
+          next.tv_nsec -= 1000000000;
+          ++next.tv_sec;
+        }
+        clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &next, nullptr);
+      }
+    });
+  }
+  void Stop() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+  }
+  uint64_t releases() const { return releases_.load(std::memory_order_relaxed); }
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::atomic<uint64_t> releases_{0};
+  std::thread thread_;
+};
+Churner g_churner;
+
+// Thread 0 measures the churner's rate over the timed loop.
+class ChurnRate {
+ public:
+  explicit ChurnRate(const benchmark::State& state)
+      : on_(state.thread_index() == 0),
+        releases_(g_churner.releases()),
+        t0_(std::chrono::steady_clock::now()) {}
+  void Report(benchmark::State& state) const {
+    if (!on_) return;
+    const double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0_).count();
+    state.counters["releases_per_ms"] = ms > 0 ? double(g_churner.releases() - releases_) / ms : 0;
+  }
+
+ private:
+  bool on_;
+  uint64_t releases_;
+  std::chrono::steady_clock::time_point t0_;
+};
+
+void SetUpMrcacheHitUnderChurn(const benchmark::State& state) {
+  FillMrcache(state, DefaultMonitor());
+  g_churner.Start(static_cast<int>(state.range(1)), nullptr);
+}
+void TearDownMrcacheHitUnderChurn(const benchmark::State& state) {
+  g_churner.Stop();
+  TearDownMrcache(state);
+}
+void SetUpUcxHitUnderChurn(const benchmark::State& state) {
+  SetUpUcxHit(state);
+  g_churner.Start(static_cast<int>(state.range(1)), &g_ucx.cache->api());
+}
+void TearDownUcxHitUnderChurn(const benchmark::State& state) {
+  g_churner.Stop();
+  TearDownUcx(state);
+}
+
+// range(0) is the working set (regions), range(1) the churn rate.
+void BM_MrcacheHitUnderChurn(benchmark::State& state) {
+  ChurnRate rate(state);
+  BM_MrcacheHit(state);
+  rate.Report(state);
+}
+
+void BM_UcxHitUnderChurn(benchmark::State& state) {
+  ChurnRate rate(state);
+  BM_UcxHit(state);
+  rate.Report(state);
+}
+
+void RandomHitArgs(benchmark::internal::Benchmark* b) {
+  b->Arg(64)->Arg(10000)->Arg(100000)->Arg(1000000)->Threads(1)->Threads(2)->UseRealTime();
+}
+void ChurnArgs(benchmark::internal::Benchmark* b) {
+  b->Args({64, 1})->Args({64, 10})->Args({64, 0})->Threads(1)->Threads(2)->UseRealTime();
+}
+
 void HitArgs(benchmark::internal::Benchmark* b) {
   b->Arg(64)->Arg(4096)->Threads(1)->Threads(2)->UseRealTime();
 }
@@ -266,6 +446,19 @@ BENCHMARK(BM_MrcacheHitDefaultMonitor)
     ->Setup(SetUpMrcacheHitDefaultMonitor)
     ->Teardown(TearDownMrcache);
 BENCHMARK(BM_UcxHit)->Apply(HitArgs)->Setup(SetUpUcxHit)->Teardown(TearDownUcx);
+BENCHMARK(BM_MrcacheRandomHit)
+    ->Apply(RandomHitArgs)
+    ->Setup(SetUpMrcacheRandomHit)
+    ->Teardown(TearDownMrcache);
+BENCHMARK(BM_UcxRandomHit)->Apply(RandomHitArgs)->Setup(SetUpUcxRandomHit)->Teardown(TearDownUcx);
+BENCHMARK(BM_MrcacheHitUnderChurn)
+    ->Apply(ChurnArgs)
+    ->Setup(SetUpMrcacheHitUnderChurn)
+    ->Teardown(TearDownMrcacheHitUnderChurn);
+BENCHMARK(BM_UcxHitUnderChurn)
+    ->Apply(ChurnArgs)
+    ->Setup(SetUpUcxHitUnderChurn)
+    ->Teardown(TearDownUcxHitUnderChurn);
 BENCHMARK(BM_MrcacheMiss);
 BENCHMARK(BM_MrcacheMissDefaultMonitor);
 BENCHMARK(BM_UcxMiss);
