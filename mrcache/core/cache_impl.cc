@@ -165,7 +165,7 @@ CacheImpl::~CacheImpl() {
   DeadList dead;
   int64_t held = 0;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     FoldOrphansLocked();
     Region* all = nullptr;
     index_.ForEach([&all](uintptr_t, uintptr_t, Region* r) {
@@ -241,11 +241,13 @@ void CacheImpl::BumpReleaseGens(uintptr_t start, uintptr_t end) noexcept {
   }
 }
 
-void CacheImpl::OnForkPrepare() noexcept { mu_.lock(); }
+// The fork handlers lock in one call and unlock in the next: beyond the
+// analysis (fork_guard.h states the protocol).
+void CacheImpl::OnForkPrepare() noexcept ABSL_NO_THREAD_SAFETY_ANALYSIS { mu_.lock(); }
 
-void CacheImpl::OnForkParent() noexcept { mu_.unlock(); }
+void CacheImpl::OnForkParent() noexcept ABSL_NO_THREAD_SAFETY_ANALYSIS { mu_.unlock(); }
 
-void CacheImpl::OnForkChild() noexcept {
+void CacheImpl::OnForkChild() noexcept ABSL_NO_THREAD_SAFETY_ANALYSIS {
   forked_.store(true, std::memory_order_release);
   gen_.fetch_add(1, std::memory_order_acq_rel);
   // Taken by OnForkPrepare on this (the only) thread: the guarded state is
@@ -337,7 +339,7 @@ void CacheImpl::GrowThreadCache(ThreadCache* tc) {
   // Allocate outside the lock; migrate under it; free outside it.
   ThreadCache fresh(want);
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     // Lookup entries simply start empty. Live slots move to their region's
     // line in the new table, state and all; one that collides there goes to
     // its region's shared count and stamp. (A slot that is not kDead names a
@@ -372,7 +374,7 @@ ThreadCache* CacheImpl::AttachThread() {
   tc->cache_uid = uid_;
   tc->cache = this;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     tc->next = threads_;
     threads_ = tc;
   }
@@ -416,7 +418,7 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
     auto* node = IntervalTree<Region*>::AllocateNode();
     size_t shortfall = 0;  // bytes the budget lacks after evicting our unused regions
     {
-      std::unique_lock<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       MaintainLocked(&dead);
       if (Region* hit = FindCoveringLocked(start, end, request_access)) {
         TakeRefLocked(tc, hit);
@@ -424,7 +426,7 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
         TouchLocked(hit);
         // A retry was already counted as a miss: one get, one count.
         if (attempt == 0) slow_hits_.fetch_add(1, std::memory_order_relaxed);
-        lock.unlock();
+        lock.Unlock();
         delete fresh;
         IntervalTree<Region*>::FreeNode(node);
         Release(&dead);
@@ -458,7 +460,7 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
         !monitor_ || monitor_->Watch(reinterpret_cast<void*>(reg_start), reg_end - reg_start);
     absl::StatusOr<Registration> reg = TimedRegister(reg_start, reg_end, reg_access);
 
-    std::unique_lock<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     MaintainLocked(&dead);  // drains invalidations that arrived meanwhile
     if (plan.has_block() && !bridged) {
       // Nothing resident to bridge here: do not look again on every miss.
@@ -477,7 +479,7 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
       if (bridged && (err == EFAULT || err == EINVAL)) {
         bridge_failed_.Mark(reg_start, reg_end, misses_.load(std::memory_order_relaxed));
       }
-      lock.unlock();
+      lock.Unlock();
       Release(&dead);
       if (monitor_) monitor_->Unwatch(reinterpret_cast<void*>(reg_start), reg_end - reg_start);
       delete fresh;
@@ -544,7 +546,7 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
         FillLookupLocked(tc, start, end, user_access, raced);
         TouchLocked(raced);
       }
-      lock.unlock();
+      lock.Unlock();
       CountRegistration(reg->length);
       TimedDeregister(*reg);
       if (monitor_) monitor_->Unwatch(reinterpret_cast<void*>(reg_start), reg_end - reg_start);
@@ -638,11 +640,12 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
     const size_t max_bytes = config_.max_bytes;
     EvictLocked(
         [this, max_regions, max_bytes] {
+          mu_.AssertHeld();  // EvictLocked calls this with mu_ held
           return (max_regions && index_.size() > max_regions) ||
                  (max_bytes && cached_bytes_ > max_bytes);
         },
         &dead);
-    lock.unlock();
+    lock.Unlock();
     Release(&dead);
     if (odp_ == OdpMode::kExplicit && config_.odp_prefetch_bytes &&
         end - start >= config_.odp_prefetch_bytes) {
@@ -758,7 +761,7 @@ absl::Status CacheImpl::Put(Region* r) {
 __attribute__((noinline)) void CacheImpl::SettleRetired() {
   DeadList dead;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     RecheckRetiredLocked(&dead);
   }
   Release(&dead);
@@ -785,7 +788,7 @@ __attribute__((noinline)) absl::Status CacheImpl::PutShared(Region* r) {
   }
   DeadList dead;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     --r->shared_refs;
     if (TotalRefsLocked(r) < 0) {
       ++r->shared_refs;
@@ -806,7 +809,7 @@ absl::Status CacheImpl::Invalidate(void* addr, size_t length) {
   if (absl::Status child = CheckNotForked("mrc_invalidate"); !child.ok()) return child;
   DeadList dead;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     MaintainLocked(&dead);
     Region* candidates = nullptr;
     InvalidateRangeLocked(start, start + length, &candidates);
@@ -821,9 +824,14 @@ absl::Status CacheImpl::Flush() {
   if (absl::Status child = CheckNotForked("mrc_flush"); !child.ok()) return child;
   DeadList dead;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     MaintainLocked(&dead);
-    EvictLocked([this] { return lru_head_ != nullptr; }, &dead);
+    EvictLocked(
+        [this] {
+          mu_.AssertHeld();  // EvictLocked calls this with mu_ held
+          return lru_head_ != nullptr;
+        },
+        &dead);
   }
   Release(&dead);
   return absl::OkStatus();
@@ -846,7 +854,7 @@ CacheStats CacheImpl::stats() {
   CacheStats s;
   uint64_t thread_hits = 0;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     for (ThreadCache* tc = threads_; tc != nullptr; tc = tc->next) {
       thread_hits += tc->hits.load(std::memory_order_relaxed);
     }
@@ -882,7 +890,7 @@ CacheStats CacheImpl::stats() {
 }
 
 void CacheImpl::SetRetireCallback(Cache::RetireCallback callback) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   retire_cb_ = std::move(callback);
 }
 
@@ -901,6 +909,7 @@ void CacheImpl::MaintainLocked(DeadList* dead) {
   // Ranges that found the ring full come last, as their 2 MiB-aligned hull
   // (invalidation_ring.h): releases are never lost, only coarsened.
   ring_.Drain([&drain](uintptr_t s, uintptr_t e) {
+    drain.self->mu_.AssertHeld();  // drained under mu_ (this function requires it)
     drain.self->InvalidateRangeLocked(s, e, drain.candidates);
     drain.self->SpoilPendingLocked(s, e);
   });
@@ -1032,7 +1041,12 @@ size_t CacheImpl::FitPlanLocked(MissPlan* plan, uintptr_t exact_start, uintptr_t
 
 size_t CacheImpl::EvictBytesLocked(size_t bytes, DeadList* dead) {
   const size_t before = cached_bytes_;
-  EvictLocked([this, before, bytes] { return before - cached_bytes_ < bytes; }, dead);
+  EvictLocked(
+      [this, before, bytes] {
+        mu_.AssertHeld();  // EvictLocked calls this with mu_ held
+        return before - cached_bytes_ < bytes;
+      },
+      dead);
   return before - cached_bytes_;
 }
 
@@ -1040,7 +1054,7 @@ size_t CacheImpl::MakeRoom(size_t bytes) {
   DeadList dead;
   size_t released;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     MaintainLocked(&dead);
     released = EvictBytesLocked(bytes, &dead);
   }
@@ -1057,7 +1071,7 @@ size_t CacheImpl::ReclaimUnused(size_t bytes) {
   DeadList dead;
   size_t released;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     released = EvictBytesLocked(bytes, &dead);
   }
   Release(&dead);
@@ -1068,12 +1082,13 @@ absl::Status CacheImpl::OutOfPinnedMemory(uintptr_t start, uintptr_t end,
                                           const absl::Status& cause) {
   size_t in_use = 0;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     struct Sum {
       const CacheImpl* self;
       size_t bytes;
     } sum{this, 0};
     index_.ForEach([&sum](uintptr_t s, uintptr_t e, Region* r) {
+      sum.self->mu_.AssertHeld();  // ForEach runs under the lock taken above
       if (sum.self->TotalRefsLocked(r) > 0) sum.bytes += e - s;
     });
     in_use = sum.bytes;
@@ -1469,7 +1484,7 @@ void CacheImpl::Release(DeadList* dead) {
   if (dead->head == nullptr) return;
   Cache::RetireCallback cb;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     cb = retire_cb_;
   }
   for (Region* r = dead->head; r != nullptr;) {

@@ -82,7 +82,6 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 
 #include "absl/status/status.h"
@@ -93,6 +92,7 @@
 #include "mrcache/core/address_heat.h"
 #include "mrcache/core/invalidation_ring.h"
 #include "mrcache/monitors/memory_events.h"
+#include "mrcache/mutex.h"
 #include "mrcache/monitors/monitor.h"
 #include "mrcache/registrars/pin_budget.h"
 #include "mrcache/core/region.h"
@@ -221,10 +221,10 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   // Grows the calling thread's tables to wanted_thread_slots_ (owner only).
   void GrowThreadCache(ThreadCache* tc);
 
-  // All *Locked functions require mu_.
-  void MaintainLocked(DeadList* dead);
+  // All *Locked functions require mu_ (checked: ABSL_EXCLUSIVE_LOCKS_REQUIRED).
+  void MaintainLocked(DeadList* dead) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Plans a miss of the aligned range [start, end): merging, then bridging.
-  MissPlan PlanMissLocked(uintptr_t start, uintptr_t end, int access);
+  MissPlan PlanMissLocked(uintptr_t start, uintptr_t end, int access) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Bytes this cache may pin now: the process budget, or max_bytes if
   // smaller; 0 = no limit (and always 0 for on-demand paging).
   size_t PinBudgetBytes() const;
@@ -236,10 +236,10 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   // least recently used first, until it fits. Returns the bytes still
   // missing (to ask of the other caches), 0 if it fits or if even the exact
   // pages exceed the budget (they are tried anyway, without evicting).
-  size_t FitPlanLocked(MissPlan* plan, uintptr_t exact_start, uintptr_t exact_end, DeadList* dead);
+  size_t FitPlanLocked(MissPlan* plan, uintptr_t exact_start, uintptr_t exact_end, DeadList* dead) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Evicts unused regions, least recently used first, until `bytes` left the
   // index or none is left; returns the bytes that left it.
-  size_t EvictBytesLocked(size_t bytes, DeadList* dead);
+  size_t EvictBytesLocked(size_t bytes, DeadList* dead) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Outside mu_: releases about `bytes` of unused regions, this cache's first,
   // then the other caches'; returns the bytes released.
   size_t MakeRoom(size_t bytes);
@@ -248,34 +248,34 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   absl::Status OutOfPinnedMemory(uintptr_t start, uintptr_t end, const absl::Status& cause);
   // True if regions died by invalidation in [start, end) lately: widening a
   // miss over it (merging, bridging) is unlikely to pay off.
-  bool InvalidatedLatelyLocked(uintptr_t start, uintptr_t end, uint64_t now) const;
+  bool InvalidatedLatelyLocked(uintptr_t start, uintptr_t end, uint64_t now) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Without the lock: the bridged range for a plan with a block, or false.
   bool BridgeOutsideLock(const MissPlan& plan, uintptr_t* start, uintptr_t* end) const;
-  Region* FindCoveringLocked(uintptr_t start, uintptr_t end, int access);
-  void TakeRefLocked(ThreadCache* tc, Region* r);
-  void FillLookupLocked(ThreadCache* tc, uintptr_t start, uintptr_t end, int access, Region* r);
-  void TouchLocked(Region* r);
+  Region* FindCoveringLocked(uintptr_t start, uintptr_t end, int access) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void TakeRefLocked(ThreadCache* tc, Region* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FillLookupLocked(ThreadCache* tc, uintptr_t start, uintptr_t end, int access, Region* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void TouchLocked(Region* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Raises r->last_use to `used` (a slot's stamp that is about to go away).
-  void FoldLastUseLocked(Region* r, uint64_t used);
+  void FoldLastUseLocked(Region* r, uint64_t used) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The sum of r's shared and per-thread counts; with last_use, also the max
   // of r's own stamp and its live slots' stamps.
-  int64_t TotalRefsLocked(const Region* r, uint64_t* last_use = nullptr) const;
+  int64_t TotalRefsLocked(const Region* r, uint64_t* last_use = nullptr) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Sets the state of every thread's non-dead slot naming r.
-  void MarkSlotsLocked(const Region* r, uint8_t state);
+  void MarkSlotsLocked(const Region* r, uint8_t state) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Removes r from the index and LRU and queues it on `candidates` (via
   // next_dead); SettleLocked then bumps the generation, fences, and sends each
   // candidate to `dead` (no references) or to the retired list.
-  void UnindexLocked(Region* r, Region** candidates);
-  void SettleLocked(Region* candidates, DeadList* dead);
-  void KillLocked(Region* r, DeadList* dead);
-  void InvalidateRangeLocked(uintptr_t start, uintptr_t end, Region** candidates);
-  void SpoilPendingLocked(uintptr_t start, uintptr_t end);
+  void UnindexLocked(Region* r, Region** candidates) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void SettleLocked(Region* candidates, DeadList* dead) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void KillLocked(Region* r, DeadList* dead) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void InvalidateRangeLocked(uintptr_t start, uintptr_t end, Region** candidates) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void SpoilPendingLocked(uintptr_t start, uintptr_t end) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Evicts unused regions, least recently used first, while `over()` holds.
   template <typename Pred>
-  void EvictLocked(Pred over, DeadList* dead);
-  void RecheckRetiredLocked(DeadList* dead);
-  void FoldOrphansLocked();
-  void BumpGenerationAndFence();
+  void EvictLocked(Pred over, DeadList* dead) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RecheckRetiredLocked(DeadList* dead) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FoldOrphansLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void BumpGenerationAndFence() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Release generations (see the protocol comment at the top).
   static constexpr int kReleaseLevels = 3;
@@ -297,8 +297,8 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   // Hook context: bumps the counter of every bucket [start, end) overlaps,
   // at every level.
   void BumpReleaseGens(uintptr_t start, uintptr_t end) noexcept;
-  void LinkRetiredLocked(Region* r);
-  void UnlinkRetiredLocked(Region* r);
+  void LinkRetiredLocked(Region* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void UnlinkRetiredLocked(Region* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Outside mu_: deregisters, reports, frees.
   void Release(DeadList* dead);
@@ -339,23 +339,23 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
 
   InvalidationRing ring_;
 
-  mutable std::mutex mu_;
-  IntervalTree<Region*> index_;             // guarded
-  Region* lru_head_ = nullptr;              // guarded; most recently used
-  Region* lru_tail_ = nullptr;              // guarded
-  Region* retired_ = nullptr;               // guarded; kInvalid regions still referenced
-  ThreadCache* threads_ = nullptr;          // guarded
-  PendingMiss* pending_ = nullptr;          // guarded
-  AddressHeat invalidated_;                 // guarded; where regions died by invalidation
-  AddressHeat bridge_failed_;               // guarded; where bridging found nothing or failed
+  mutable Mutex mu_;
+  IntervalTree<Region*> index_ ABSL_GUARDED_BY(mu_);
+  Region* lru_head_ ABSL_GUARDED_BY(mu_) = nullptr;  // most recently used
+  Region* lru_tail_ ABSL_GUARDED_BY(mu_) = nullptr;
+  Region* retired_ ABSL_GUARDED_BY(mu_) = nullptr;  // kInvalid regions still referenced
+  ThreadCache* threads_ ABSL_GUARDED_BY(mu_) = nullptr;
+  PendingMiss* pending_ ABSL_GUARDED_BY(mu_) = nullptr;
+  AddressHeat invalidated_ ABSL_GUARDED_BY(mu_);  // where regions died by invalidation
+  AddressHeat bridge_failed_ ABSL_GUARDED_BY(mu_);  // where bridging found nothing or failed
   // The generation read before the last drain of ring_ (MaintainLocked),
   // raised by this cache's own bumps that no report raced with. A lookup
   // entry is filled with it, never with a later generation: a release pushed
   // after the drain then voids the entry.
-  uint64_t drained_gen_ = 0;                // guarded
-  size_t cached_bytes_ = 0;                 // guarded; bytes of regions in the index
-  uint64_t folded_hits_ = 0;                // guarded; hits of orphaned threads
-  Cache::RetireCallback retire_cb_;         // guarded (copied out before calling)
+  uint64_t drained_gen_ ABSL_GUARDED_BY(mu_) = 0;
+  size_t cached_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // bytes of regions in the index
+  uint64_t folded_hits_ ABSL_GUARDED_BY(mu_) = 0;  // hits of orphaned threads
+  Cache::RetireCallback retire_cb_ ABSL_GUARDED_BY(mu_);  // (copied out before calling)
 
   // Counters (slow paths; relaxed atomics so stats() needs no lock for them).
   std::atomic<uint64_t> slow_hits_{0}, misses_{0}, registrations_{0}, deregistrations_{0},

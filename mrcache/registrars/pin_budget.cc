@@ -57,7 +57,7 @@ size_t MemlockLimitThatApplies() {
 PinBudget& PinBudget::Process() {
   static PinBudget* const budget = [] {
     auto* b = new PinBudget;  // never destroyed: caches may outlive static destructors
-    pthread_atfork([] { Process().mu_.lock(); }, [] { Process().mu_.unlock(); },
+    pthread_atfork(&PinBudget::LockForFork, &PinBudget::UnlockAfterFork,
                    [] { Process().ResetInChild(); });
     return b;
   }();
@@ -106,22 +106,27 @@ void PinBudget::Accepted(size_t bytes) {
   } while (!learned_.compare_exchange_weak(cur, next, std::memory_order_relaxed));
 }
 
+// The fork handlers lock in one call and unlock in the next: beyond the
+// analysis.
+void PinBudget::LockForFork() ABSL_NO_THREAD_SAFETY_ANALYSIS { Process().mu_.lock(); }
+void PinBudget::UnlockAfterFork() ABSL_NO_THREAD_SAFETY_ANALYSIS { Process().mu_.unlock(); }
+
 void PinBudget::Join(Member* m) {
   auto* node = new Node{m, 0, nullptr};
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   node->next = members_;
   members_ = node;
 }
 
 void PinBudget::Leave(Member* m) {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   for (Node** p = &members_; *p != nullptr; p = &(*p)->next) {
     if ((*p)->member != m) continue;
     Node* node = *p;
     while (node->busy > 0) {  // a reclaim of m is under way in another thread
-      lock.unlock();
+      lock.Unlock();
       sched_yield();
-      lock.lock();
+      lock.Lock();
     }
     // The list may have changed while unlocked: find the node again.
     for (Node** q = &members_; *q != nullptr; q = &(*q)->next) {
@@ -130,7 +135,7 @@ void PinBudget::Leave(Member* m) {
         break;
       }
     }
-    lock.unlock();
+    lock.Unlock();
     delete node;
     return;
   }
@@ -138,19 +143,19 @@ void PinBudget::Leave(Member* m) {
 
 size_t PinBudget::ReclaimOthers(Member* self, size_t bytes) {
   size_t released = 0;
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   for (Node* node = members_; node != nullptr && released < bytes; node = node->next) {
     if (node->member == self) continue;
     ++node->busy;  // keeps node (and its member) alive while unlocked
-    lock.unlock();
+    lock.Unlock();
     released += node->member->ReclaimUnused(bytes - released);
-    lock.lock();
+    lock.Lock();
     --node->busy;
   }
   return released;
 }
 
-void PinBudget::ResetInChild() {
+void PinBudget::ResetInChild() ABSL_NO_THREAD_SAFETY_ANALYSIS {
   // The forking thread took mu_ in the prepare handler; the threads that
   // were reclaiming do not exist here. The parent's pins are not the
   // child's (its caches never deregister here, fork_guard.h): start at 0.

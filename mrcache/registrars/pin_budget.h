@@ -33,7 +33,8 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
-#include <mutex>
+
+#include "mrcache/mutex.h"
 
 namespace mrcache {
 
@@ -106,17 +107,19 @@ class PinBudget {
  private:
   struct Node {
     Member* member;
-    int busy;  // reclaims of it under way (guarded by mu_)
+    int busy;  // reclaims of it under way (guarded by the budget's mu_)
     Node* next;
   };
   PinBudget() = default;
+  static void LockForFork();
+  static void UnlockAfterFork();
 
   std::atomic<size_t> limit_{0};
   std::atomic<size_t> computed_{0};
   std::atomic<size_t> learned_{SIZE_MAX};  // SIZE_MAX: nothing learned
   std::atomic<size_t> pinned_{0};
-  std::mutex mu_;
-  Node* members_ = nullptr;  // guarded by mu_
+  Mutex mu_;
+  Node* members_ ABSL_GUARDED_BY(mu_) = nullptr;
 };
 
 }  // namespace mrcache
