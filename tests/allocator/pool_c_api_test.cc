@@ -98,7 +98,7 @@ TEST_F(PoolCApiTest, AllocFailureIsNullWithErrno) {
 }
 
 TEST_F(PoolCApiTest, KeysOfAForeignPointerIsEinval) {
-  void* heap = std::malloc(64);
+  void* heap = std::calloc(1, 64);
   mrc_region_info_t keys;
   EXPECT_EQ(mrc_pool_keys(pool_, heap, &keys), EINVAL);
   EXPECT_EQ(mrc_pool_keys(pool_, nullptr, &keys), EINVAL);
@@ -106,7 +106,7 @@ TEST_F(PoolCApiTest, KeysOfAForeignPointerIsEinval) {
 }
 
 TEST_F(PoolCApiTest, FreeOfAForeignPointerPrintsAnErrorAndFreesNothing) {
-  void* heap = std::malloc(64);
+  void* heap = std::calloc(1, 64);
   ::testing::internal::CaptureStderr();
   mrc_pool_free(pool_, heap);
   std::string err = ::testing::internal::GetCapturedStderr();

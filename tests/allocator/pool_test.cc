@@ -81,7 +81,9 @@ TEST_P(PoolTest, KeysCoverEveryByteOfEveryAllocation) {
       buffers.push_back(*p);
     }
   }
-  for (void* p : buffers) EXPECT_TRUE(pool.Free(p).ok());
+  for (void* p : buffers) {
+    EXPECT_TRUE(pool.Free(p).ok());
+  }
 }
 
 TEST_P(PoolTest, BuffersAre64ByteAlignedAndNeverOverlap) {
@@ -99,7 +101,9 @@ TEST_P(PoolTest, BuffersAre64ByteAlignedAndNeverOverlap) {
     EXPECT_GE(addr, end) << "buffers overlap";
     end = addr + size;
   }
-  for (const auto& entry : taken) EXPECT_TRUE(pool.Free(reinterpret_cast<void*>(entry.first)).ok());
+  for (const auto& entry : taken) {
+    EXPECT_TRUE(pool.Free(reinterpret_cast<void*>(entry.first)).ok());
+  }
 }
 
 TEST_P(PoolTest, KeysOfAnAddressInsideABufferReachTheEndOfItsChunk) {
@@ -148,7 +152,9 @@ TEST_P(PoolTest, ExtentsOfDifferentChunksNeverMerge) {
   Pool& pool = MakePool();
   std::vector<void*> buffers;
   for (int i = 0; i < 32; ++i) buffers.push_back(*pool.Alloc(40 << 10));
-  for (void* p : buffers) ASSERT_TRUE(pool.Free(p).ok());
+  for (void* p : buffers) {
+    ASSERT_TRUE(pool.Free(p).ok());
+  }
   buffers.clear();
   for (int i = 0; i < 16; ++i) {
     RegionInfo keys;
@@ -157,7 +163,9 @@ TEST_P(PoolTest, ExtentsOfDifferentChunksNeverMerge) {
     ExpectCovered(*p, 96 << 10, keys);
     buffers.push_back(*p);
   }
-  for (void* p : buffers) ASSERT_TRUE(pool.Free(p).ok());
+  for (void* p : buffers) {
+    ASSERT_TRUE(pool.Free(p).ok());
+  }
 }
 
 TEST_P(PoolTest, ManyThreadsNeitherLoseNorDoubleHandBuffers) {
@@ -222,7 +230,9 @@ TEST_P(PoolTest, ManyThreadsNeitherLoseNorDoubleHandBuffers) {
   std::vector<std::thread> threads;
   for (int i = 0; i < kThreads; ++i) threads.emplace_back(worker, i);
   for (auto& t : threads) t.join();
-  for (auto [p, size] : handoff) EXPECT_TRUE(pool.Free(p).ok());
+  for (auto [p, size] : handoff) {
+    EXPECT_TRUE(pool.Free(p).ok());
+  }
   EXPECT_EQ(failures.load(), 0);
   EXPECT_TRUE(live.empty());
   // The threads have exited and given their caches back: nothing is lost.
@@ -247,7 +257,9 @@ TEST_P(PoolTest, PoolMaxBytesGivesEnomemNotACrash) {
   EXPECT_LE(pool.stats().registered_bytes, 4 * kMiB);
   EXPECT_GE(buffers.size(), 32u);  // at least one full chunk of 64 KiB buffers
   EXPECT_EQ(StatusToErrno(pool.Alloc(5 * kMiB).status()), ENOMEM);
-  for (void* p : buffers) ASSERT_TRUE(pool.Free(p).ok());
+  for (void* p : buffers) {
+    ASSERT_TRUE(pool.Free(p).ok());
+  }
   // What was freed can be handed out again.
   absl::StatusOr<void*> again = pool.Alloc(64 << 10);
   ASSERT_TRUE(again.ok()) << again.status();
@@ -266,14 +278,18 @@ TEST_P(PoolTest, FreeOfAForeignPointerIsRejectedAndChangesNothing) {
   EXPECT_EQ(StatusToErrno(misaligned), EINVAL);
   EXPECT_NE(misaligned.message().find("not a buffer of this pool"), absl::string_view::npos);
   // Nothing was corrupted: the heap block is intact and the pool still works.
-  for (int i = 0; i < 256; ++i) ASSERT_EQ(heap[i], 0x5a);
+  for (int i = 0; i < 256; ++i) {
+    ASSERT_EQ(heap[i], 0x5a);
+  }
   std::free(heap);
   EXPECT_EQ(stack, 7);
   std::vector<void*> buffers;
   for (int i = 0; i < 1000; ++i) buffers.push_back(*pool.Alloc(256));
   std::sort(buffers.begin(), buffers.end());
   EXPECT_EQ(std::adjacent_find(buffers.begin(), buffers.end()), buffers.end());
-  for (void* p : buffers) EXPECT_TRUE(pool.Free(p).ok());
+  for (void* p : buffers) {
+    EXPECT_TRUE(pool.Free(p).ok());
+  }
   EXPECT_TRUE(pool.Free(mine).ok());
 }
 
@@ -282,7 +298,9 @@ TEST_P(PoolTest, ChunksStayRegisteredUntilThePoolIsDestroyed) {
   std::vector<void*> buffers;
   for (int i = 0; i < 100; ++i) buffers.push_back(*pool.Alloc(100000));
   buffers.push_back(*pool.Alloc(5 * kMiB));
-  for (void* p : buffers) ASSERT_TRUE(pool.Free(p).ok());
+  for (void* p : buffers) {
+    ASSERT_TRUE(pool.Free(p).ok());
+  }
   EXPECT_EQ(pool.allocated_buffers(), 0u);
   EXPECT_EQ(registrar_.deregistrations(), 0u);
   EXPECT_EQ(registrar_.live(), pool.stats().chunks);
@@ -357,7 +375,9 @@ TEST_P(PoolTest, HugepagesWhenAvailableElseOneLogLine) {
     EXPECT_NE(err.find("falling back to normal pages"), std::string::npos) << err;
     EXPECT_EQ(stats.hugepage_chunks, 0u);
   }
-  for (void* p : buffers) EXPECT_TRUE(pool.Free(p).ok());
+  for (void* p : buffers) {
+    EXPECT_TRUE(pool.Free(p).ok());
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(TcacheModes, PoolTest, ::testing::Bool(),

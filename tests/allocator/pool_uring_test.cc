@@ -62,7 +62,9 @@ TEST_F(PoolUringTest, DeviceWritesThroughTheKeysLandInEveryByteOfEveryBuffer) {
       ++fill;
     }
   }
-  for (auto [p, size] : buffers) EXPECT_TRUE((*pool)->Free(p).ok());
+  for (auto [p, size] : buffers) {
+    EXPECT_TRUE((*pool)->Free(p).ok());
+  }
 }
 
 TEST_F(PoolUringTest, ForcedPurgeNeverSwapsPagesUnderARegistration) {
@@ -73,7 +75,9 @@ TEST_F(PoolUringTest, ForcedPurgeNeverSwapsPagesUnderARegistration) {
   ASSERT_TRUE(pool.ok()) << pool.status();
   std::vector<void*> freed;
   for (int i = 0; i < 8; ++i) freed.push_back(*(*pool)->Alloc(size_t{256} << 10));
-  for (void* p : freed) ASSERT_TRUE((*pool)->Free(p).ok());
+  for (void* p : freed) {
+    ASSERT_TRUE((*pool)->Free(p).ok());
+  }
   (*pool)->allocated_buffers();  // returns this thread's cached buffers to the arena
   const std::string purge = absl::StrCat("arena.", (*pool)->arena_index(), ".purge");
   ASSERT_EQ(mrcache_je_mallctl(purge.c_str(), nullptr, nullptr, nullptr, 0), 0);

@@ -83,7 +83,9 @@ TEST(Mrbench, SimRunOrdersHitRatesSanelyWithNoStaleRegistration) {
     EXPECT_EQ(at("none").hit_rate, 0) << w;
     EXPECT_GE(at("mrcache").hit_rate, at("none").hit_rate) << w;
     EXPECT_GT(at("mrcache").hit_rate, 0) << w;
-    for (const char* c : {"none", "mrcache", "mrcache-nomerge", "ucx"}) EXPECT_EQ(at(c).stale, "0") << w << " " << c;
+    for (const char* c : {"none", "mrcache", "mrcache-nomerge", "ucx"}) {
+      EXPECT_EQ(at(c).stale, "0") << w << " " << c;
+    }
     EXPECT_EQ(at("belady-nomerge").stale, "null");
   }
   // Whole-buffer workloads: the offline optimum bounds every cache without merging.

@@ -22,7 +22,9 @@ TEST(InvalidationRingTest, DrainReturnsEveryPushedRangeInOrder) {
   bool lost = ring.Drain([&](uintptr_t s, uintptr_t e) { seen.emplace_back(s, e); });
   EXPECT_FALSE(lost);
   ASSERT_EQ(seen.size(), 10u);
-  for (uintptr_t i = 0; i < 10; ++i) EXPECT_EQ(seen[i], std::make_pair(i * 4096, i * 4096 + 100));
+  for (uintptr_t i = 0; i < 10; ++i) {
+    EXPECT_EQ(seen[i], std::make_pair(i * 4096, i * 4096 + 100));
+  }
   EXPECT_TRUE(ring.empty());
 }
 

@@ -112,7 +112,9 @@ TEST_F(StatsAbiTest, ANewerLargerStructHasItsUnknownFieldsZeroed) {
   ASSERT_EQ(mrc_stats_sized(cache_, reinterpret_cast<mrc_stats_t*>(&g.stats), sizeof g.stats), 0);
   EXPECT_TRUE(CanariesIntact(g));
   EXPECT_EQ(g.stats.known.hits, 1u);
-  for (uint64_t f : g.stats.future) EXPECT_EQ(f, 0u);
+  for (uint64_t f : g.stats.future) {
+    EXPECT_EQ(f, 0u);
+  }
 }
 
 TEST_F(StatsAbiTest, ASizeEndingInsideAFieldLeavesThatFieldAlone) {

@@ -42,8 +42,12 @@ class ShimTest : public ::testing::Test {
   // Deallocating the PD flushes its cache: afterwards every registration the
   // test caused has been deregistered.
   void TearDown() override {
-    if (pd_ != nullptr) EXPECT_EQ(ibv_dealloc_pd(pd_), 0);
-    if (ctx_ != nullptr) EXPECT_EQ(ibv_close_device(ctx_), 0);
+    if (pd_ != nullptr) {
+      EXPECT_EQ(ibv_dealloc_pd(pd_), 0);
+    }
+    if (ctx_ != nullptr) {
+      EXPECT_EQ(ibv_close_device(ctx_), 0);
+    }
     if (list_ != nullptr) ibv_free_device_list(list_);
     free(buf_);
     softverbs_counters now = client_.Counters();

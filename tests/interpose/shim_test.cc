@@ -435,7 +435,9 @@ TEST_F(SharedRemoteKeysTest, RkeyReachesNoPageThatNoRemoteRequestNamed) {
       << "the rkey reaches a page between the two requests";
   EXPECT_EQ(PeerWrite(client_, remote_b->rkey, buf_ + 2 * page_), IBV_WC_REM_ACCESS_ERR);
   EXPECT_EQ(PeerWrite(client_, remote_b->rkey, buf_ + 40 * page_, 100), IBV_WC_SUCCESS);
-  for (ibv_mr* mr : {local_a, local_b, remote_a, remote_b}) EXPECT_EQ(ibv_dereg_mr(mr), 0);
+  for (ibv_mr* mr : {local_a, local_b, remote_a, remote_b}) {
+    EXPECT_EQ(ibv_dereg_mr(mr), 0);
+  }
 }
 
 }  // namespace

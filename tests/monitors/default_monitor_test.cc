@@ -34,7 +34,9 @@ constexpr size_t kPage = 4096;
 mrc_cache_t* CreateCache(const std::vector<std::pair<const char*, const char*>>& settings) {
   mrc_config_t* cfg = nullptr;
   EXPECT_EQ(mrc_config_create(&cfg), 0);
-  for (const auto& kv : settings) EXPECT_EQ(mrc_config_set(cfg, kv.first, kv.second), 0) << kv.first;
+  for (const auto& kv : settings) {
+    EXPECT_EQ(mrc_config_set(cfg, kv.first, kv.second), 0) << kv.first;
+  }
   mrc_cache_t* cache = nullptr;
   int rc = mrc_cache_create(cfg, nullptr, &cache);
   EXPECT_EQ(rc, 0) << mrc_strerror(rc);

@@ -270,7 +270,9 @@ TEST_F(UffdMappingsTest, ApplicationsOwnUserfaultfdKeepsWorkingAndTheWatchFailur
   {
     OwnUserfaultfd own;
     ASSERT_TRUE(own.Start(area, len)) << strerror(errno);
-    for (size_t i = 0; i < len; i += kPage) ASSERT_EQ(area[i], 0x5a) << "page " << i / kPage;
+    for (size_t i = 0; i < len; i += kPage) {
+      ASSERT_EQ(area[i], 0x5a) << "page " << i / kPage;
+    }
     EXPECT_EQ(own.faults(), 16);
 
     ASSERT_TRUE(GetPut(area, len));
@@ -280,7 +282,9 @@ TEST_F(UffdMappingsTest, ApplicationsOwnUserfaultfdKeepsWorkingAndTheWatchFailur
 
     // The application's userfaultfd still resolves its faults.
     ASSERT_EQ(madvise(area, len, MADV_DONTNEED), 0);
-    for (size_t i = 0; i < len; i += kPage) ASSERT_EQ(area[i], 0x5a) << "page " << i / kPage;
+    for (size_t i = 0; i < len; i += kPage) {
+      ASSERT_EQ(area[i], 0x5a) << "page " << i / kPage;
+    }
     EXPECT_EQ(own.faults(), 32);
   }
   // The cache stays correct: the memory goes and fresh memory comes at the

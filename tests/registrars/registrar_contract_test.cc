@@ -107,7 +107,9 @@ TEST_P(RegistrarContractTest, CountsRegistrationsDeregistrationsAndLive) {
   ASSERT_TRUE(registrar_->Deregister(regs[0]).ok());
   EXPECT_EQ(GetCounts().deregistrations, 1u);
   EXPECT_EQ(GetCounts().live, 2u);
-  for (size_t i = 1; i < regs.size(); ++i) ASSERT_TRUE(registrar_->Deregister(regs[i]).ok());
+  for (size_t i = 1; i < regs.size(); ++i) {
+    ASSERT_TRUE(registrar_->Deregister(regs[i]).ok());
+  }
   EXPECT_EQ(GetCounts().live, 0u);
 }
 

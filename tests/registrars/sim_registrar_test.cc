@@ -91,7 +91,9 @@ TEST_F(SimRegistrarTest, EveryRegistrationOfTheSameRangeGetsNewKeysFromItsHandle
   }
   EXPECT_EQ(handles.size(), 10u);
   EXPECT_EQ(keys.size(), 10u);
-  for (const Registration& reg : regs) EXPECT_TRUE(registrar_->Deregister(reg).ok());
+  for (const Registration& reg : regs) {
+    EXPECT_TRUE(registrar_->Deregister(reg).ok());
+  }
 }
 
 TEST_F(SimRegistrarTest, WholeAddressSpaceWithoutOnDemandIsEfault) {

@@ -381,7 +381,9 @@ class DifferentialTest : public ::testing::Test {
     std::lock_guard<std::mutex> lock(counters_->mu);
     auto held = HeldCounts();
     EXPECT_EQ(counters_->live.size(), held.size()) << "flush keeps exactly the held regions";
-    for (const auto& entry : held) EXPECT_EQ(counters_->live.count(entry.first), 1u);
+    for (const auto& entry : held) {
+      EXPECT_EQ(counters_->live.count(entry.first), 1u);
+    }
   }
 
   // Unmaps 1-4 mapped pages (invalidating them first, as a monitor would).

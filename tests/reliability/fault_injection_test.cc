@@ -266,7 +266,9 @@ std::vector<int> RunWorkloadFailingNth(int err, int nth, size_t max_merge_bytes,
         EXPECT_TRUE(cache.Invalidate(buf + (rng() % 60) * kPage, 2 * kPage).ok());
       }
     }
-    for (Region* r : held) EXPECT_TRUE(cache.Put(r).ok());
+    for (Region* r : held) {
+      EXPECT_TRUE(cache.Put(r).ok());
+    }
   }
   EXPECT_EQ(state->registrations.load(), state->deregistrations.load())
       << "errno " << err << ", call " << nth;
@@ -292,7 +294,9 @@ TEST(FailNthCallTest, EveryCallOfAWorkloadFailingInTurnSurfacesOrRecoversWithout
         } else if (err == EFAULT && merge != 0) {
           // A merged (widened) attempt falls back to the exact pages.
           EXPECT_LE(failures.size(), 1u);
-          for (int f : failures) EXPECT_EQ(f, EFAULT);
+          for (int f : failures) {
+            EXPECT_EQ(f, EFAULT);
+          }
         } else {
           ASSERT_EQ(failures.size(), 1u) << "errno " << err << ", call " << nth;
           EXPECT_EQ(failures[0], err);

@@ -340,7 +340,9 @@ TEST_P(ForkTest, ChildGetsEchildFromEveryCallThatWouldReachTheParentsRegistrar) 
   ASSERT_TRUE(held.ok()) << held.status();
   ForkChildren(kForksPerStep, [&] { return UseParentsRegion(*held, buf, len); });
   EXPECT_TRUE(cache_->Put(*held).ok()) << "the parent's reference is intact";
-  if (config_.monitor == "none") EXPECT_TRUE(cache_->Invalidate(buf, len).ok());
+  if (config_.monitor == "none") {
+    EXPECT_TRUE(cache_->Invalidate(buf, len).ok());
+  }
   munmap(buf, len);
 }
 

@@ -374,7 +374,9 @@ TEST_P(ReleaseRaceTest, UnrelatedMunmapsFromSeveralThreadsNeverFlushTheCache) {
   mrc_stats(cache_, &after);
   EXPECT_EQ(after.invalidations, before.invalidations);
   EXPECT_EQ(after.registrations, before.registrations);
-  for (mrc_region_t* r : held) EXPECT_EQ(mrc_put(cache_, r), 0);
+  for (mrc_region_t* r : held) {
+    EXPECT_EQ(mrc_put(cache_, r), 0);
+  }
   munmap(area, 2 * kRegions * kPage);
   ExpectNoLeak();
 }

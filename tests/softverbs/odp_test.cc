@@ -89,7 +89,9 @@ TEST_F(ExplicitOdp, AdvisePrefetchWriteFaultsThePagesIn) {
             0);
   EXPECT_EQ(client_.Counters().advise_calls, advised + 1);
   ASSERT_EQ(mincore(buf, kBytes, resident), 0);
-  for (size_t i = 0; i < kBytes / 4096; ++i) EXPECT_EQ(resident[i] & 1, 1) << "page " << i;
+  for (size_t i = 0; i < kBytes / 4096; ++i) {
+    EXPECT_EQ(resident[i] & 1, 1) << "page " << i;
+  }
   EXPECT_EQ(ibv_dereg_mr(mr), 0);
   munmap(buf, kBytes);
 }

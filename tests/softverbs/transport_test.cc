@@ -43,12 +43,18 @@ class Transport : public SoftverbsTest {
 
   void TearDown() override {
     for (ibv_qp*& qp : qp_) {
-      if (qp != nullptr) EXPECT_EQ(ibv_destroy_qp(qp), 0);
+      if (qp != nullptr) {
+        EXPECT_EQ(ibv_destroy_qp(qp), 0);
+      }
       qp = nullptr;
     }
-    if (cq_ != nullptr) EXPECT_EQ(ibv_destroy_cq(cq_), 0);
+    if (cq_ != nullptr) {
+      EXPECT_EQ(ibv_destroy_cq(cq_), 0);
+    }
     for (int i = 0; i < 2; ++i) {
-      if (mr_[i] != nullptr) EXPECT_EQ(ibv_dereg_mr(mr_[i]), 0);
+      if (mr_[i] != nullptr) {
+        EXPECT_EQ(ibv_dereg_mr(mr_[i]), 0);
+      }
       if (buf_[i] != nullptr) munmap(buf_[i], kBuf);
     }
     SoftverbsTest::TearDown();
@@ -345,7 +351,9 @@ TEST_F(Transport, WriteBeyondTheMrIsRemoteAccessErrorAndFlushesTheRest) {
   ASSERT_EQ(ibv_query_qp(qp_[0], &q, IBV_QP_STATE, &init), 0);
   EXPECT_EQ(q.qp_state, IBV_QPS_ERR);
   // The 8 bytes inside the MR were not written either.
-  for (size_t i = kBuf - 8; i < kBuf; ++i) ASSERT_EQ(buf_[1][i], 0);
+  for (size_t i = kBuf - 8; i < kBuf; ++i) {
+    ASSERT_EQ(buf_[1][i], 0);
+  }
 }
 
 TEST_F(Transport, WriteToAnMrWithoutRemoteWriteIsRemoteAccessError) {
@@ -399,8 +407,12 @@ TEST_F(Transport, SendLargerThanTheReceiveIsLocalLengthErrorThere) {
   ASSERT_EQ(PostSend(qp_[0], IBV_WR_SEND, 8, buf_[0], 200, mr_[0]->lkey), 0);
   std::vector<ibv_wc> got = {Next(), Next()};
   for (const ibv_wc& wc : got) {
-    if (wc.wr_id == 7) EXPECT_EQ(wc.status, IBV_WC_LOC_LEN_ERR);
-    if (wc.wr_id == 8) EXPECT_EQ(wc.status, IBV_WC_REM_INV_REQ_ERR);
+    if (wc.wr_id == 7) {
+      EXPECT_EQ(wc.status, IBV_WC_LOC_LEN_ERR);
+    }
+    if (wc.wr_id == 8) {
+      EXPECT_EQ(wc.status, IBV_WC_REM_INV_REQ_ERR);
+    }
   }
   EXPECT_NE(got[0].wr_id, got[1].wr_id);
 }
@@ -442,7 +454,9 @@ TEST_F(Transport, WriteLandsInThePagesPinnedAtRegistration) {
             0);
   ASSERT_EQ(Wait(8).status, IBV_WC_SUCCESS);
   // The new mapping never sees the bytes; reading through the stale rkey does.
-  for (size_t i = 0; i < 4096; ++i) ASSERT_EQ(target[i], 0) << i;
+  for (size_t i = 0; i < 4096; ++i) {
+    ASSERT_EQ(target[i], 0) << i;
+  }
   std::vector<char> back(4096);
   ASSERT_EQ(client_.remote_read(mr_[1]->rkey, reinterpret_cast<uintptr_t>(target), back.data(),
                                 back.size()),

@@ -58,7 +58,9 @@ class CacheOdpTest : public ::testing::Test {
               now.deregistrations - before_.deregistrations)
         << "registrations != deregistrations";
     if (buf_ != nullptr) munmap(buf_, 512 * kPage);
-    if (pd_ != nullptr) EXPECT_EQ(ibv_dealloc_pd(pd_), 0);
+    if (pd_ != nullptr) {
+      EXPECT_EQ(ibv_dealloc_pd(pd_), 0);
+    }
     if (ctx_ != nullptr) ibv_close_device(ctx_);
     if (list_ != nullptr) ibv_free_device_list(list_);
   }
