@@ -17,12 +17,17 @@
 set -euo pipefail
 [ -n "${ASAN_OPTIONS:-}" ] && export ASAN_OPTIONS="$ASAN_OPTIONS:verify_asan_link_order=0"
 # Under ASan its allocator unmaps with raw system calls that only the uffd
-# monitor sees (monitor=patch would serve stale registrations), and under TSan
-# the patch monitor is not available: there the exact runs use monitor=auto,
-# and their counts are printed, not compared.
+# monitor sees (monitor=patch, and auto, which is patch, would serve stale
+# registrations): every run uses monitor=auto+uffd there. Under TSan the
+# patch monitor is not available: the exact runs use monitor=auto (symbols).
+# In both, their counts are printed, not compared.
 monitor=patch
 exact=1
-if [ -n "${ASAN_OPTIONS:-}" ] || [ -n "${TSAN_OPTIONS:-}" ]; then
+if [ -n "${ASAN_OPTIONS:-}" ]; then
+  monitor=auto+uffd
+  export MRCACHE_MONITOR=$monitor
+  exact=0
+elif [ -n "${TSAN_OPTIONS:-}" ]; then
   monitor=auto
   exact=0
 fi

@@ -14,6 +14,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "mrcache/monitors/jemalloc_monitor.h"
+
 namespace mrcache {
 namespace testing {
 namespace {
@@ -322,13 +324,9 @@ bool GlibcMallocIsAllocator() {
          strstr(info.dli_fname, "libc.so") != nullptr;
 }
 
-bool JemallocIsAllocator() {
-  MallctlFn mallctl = Mallctl();
-  if (mallctl == nullptr) return false;
-  const char* version = nullptr;
-  size_t len = sizeof(version);
-  return mallctl("version", &version, &len, nullptr, 0) == 0;
-}
+// mallctl alone is not enough: under ASan/TSan jemalloc is linked but the
+// sanitizer's malloc is the one the process calls.
+bool JemallocIsAllocator() { return jemalloc_monitor::JemallocIsProcessAllocator(); }
 
 std::vector<ReleaseWay> AllReleaseWays() {
   std::vector<ReleaseWay> ways = {

@@ -17,6 +17,7 @@
 #include "mrcache/monitors/monitor_sync.h"
 #include "tests/monitors/recording_listener.h"
 #include "tests/monitors/release_ways.h"
+#include "tests/reliability/process_probes.h"
 #include "tests/monitors/monitor_expectations.h"
 
 namespace mrcache {
@@ -94,6 +95,18 @@ TEST(ReleaseWayVictims, DontneedThpRangeIsInsideATransparentHugePage) {
   way->cleanup(v);
   EXPECT_GE(kb, 2048) << "the victim is not backed by a 2 MiB huge page";
 }
+
+#if defined(MRCACHE_TEST_LINKS_JEMALLOC)
+// This variant links jemalloc so that it is the process's allocator; without
+// that its jemalloc row and column would silently not exist.
+TEST(JemallocVariant, JemallocIsTheProcessAllocator) {
+  if (UnderSanitizer()) {
+    GTEST_SKIP() << "the sanitizer's malloc replaces jemalloc's: no jemalloc_purge row, no "
+                    "jemalloc column";
+  }
+  EXPECT_TRUE(JemallocIsAllocator());
+}
+#endif
 
 std::vector<Cell> AllCells() {
   std::vector<Cell> cells;

@@ -166,6 +166,15 @@ class DifferentialTest : public ::testing::Test {
 
   bool HeldIndexed(const Held& h) const { return retired_.count(h.handle) == 0; }
 
+  // Records that a request with `remote` rights named the arena's pages in
+  // [start, start + length): an rkey with those rights may reach them.
+  void NameRemotely(uintptr_t start, size_t length, int remote) {
+    if (remote == 0) return;
+    for (uintptr_t p = start & ~(kPage - 1); p < start + length; p += kPage) {
+      if (InArena(p, p + kPage)) remote_named_[remote >> 1][PageOf(p)] = true;
+    }
+  }
+
   // ---- operations ----
 
   void Get(std::mt19937_64& rng) {
@@ -217,11 +226,7 @@ class DifferentialTest : public ::testing::Test {
       }
     }
     const int remote = access & kAccessRemoteBits;
-    if (expected == 0 && remote != 0) {
-      for (uintptr_t p = start & ~(kPage - 1); p < start + length; p += kPage) {
-        if (InArena(p, p + kPage)) remote_named_[remote >> 1][PageOf(p)] = true;
-      }
-    }
+    if (expected == 0) NameRemotely(start, length, remote);
     const uint64_t registered_before = counters_->registered;
     std::map<uint64_t, Registration> live_before;  // a miss may replace some of these
     {
@@ -239,6 +244,10 @@ class DifferentialTest : public ::testing::Test {
       ASSERT_EQ(err, EFAULT) << got.status();
       ++outside_gets_;
       return;
+    } else {
+      // A get over pages someone else had mapped succeeded: it named them
+      // too, and its region may still cover them once they are ours again.
+      NameRemotely(start, length, remote);
     }
     if (must_hit) {
       ASSERT_FALSE(missed) << "a held, indexed region covered the request";
