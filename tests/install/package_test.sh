@@ -57,7 +57,9 @@ echo "Depends: $depends"
 # The packages that hold the libraries the binaries link: the C and C++
 # runtimes, libibverbs, liburing and Abseil, each with a minimum version.
 for p in libc6 libstdc++6 libibverbs1 liburing2 libabsl; do
-  [[ $depends =~ (^|,\ )$p[^,]*\ \(\>=\ [^\)]+\) ]] || fail "Depends lacks a versioned $p: $depends"
+  echo "$depends" | tr ',' '\n' | sed 's/^ *//' |
+    awk -v p="$p" 'index($0, p) == 1 && / \(>= [^)]+\)$/ {found = 1} END {exit !found}' ||
+    fail "Depends lacks a versioned $p: $depends"
 done
 dpkg-deb --info "$deb" triggers | grep -qx "activate-noawait ldconfig" || fail "no ldconfig trigger"
 

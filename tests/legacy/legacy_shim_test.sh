@@ -11,10 +11,11 @@
 set -euo pipefail
 # Sanitizer builds: the preloaded shim precedes the ASan runtime (harmless here).
 [ -n "${ASAN_OPTIONS:-}" ] && export ASAN_OPTIONS="$ASAN_OPTIONS:verify_asan_link_order=0"
-# Under ASan its allocator unmaps with raw system calls that only uffd sees:
-# the default monitor (auto, that is patch) would serve stale registrations
-# to the instrumented program, so the shim runs use auto+uffd there.
-[ -n "${ASAN_OPTIONS:-}" ] && export MRCACHE_MONITOR=auto+uffd
+# Under ASan and TSan their allocators unmap with raw system calls that only
+# uffd sees: the default monitor (auto: patch, or symbols under TSan) would
+# serve stale registrations to the instrumented program, so the shim runs use
+# auto+uffd there.
+if [ -n "${ASAN_OPTIONS:-}" ] || [ -n "${TSAN_OPTIONS:-}" ]; then export MRCACHE_MONITOR=auto+uffd; fi
 
 app=tests/legacy/legacy_app
 shim="$PWD/interpose/libmrcache_preload.so"

@@ -16,19 +16,16 @@
 # leaks nothing (mrbench fails on registrations != deregistrations).
 set -euo pipefail
 [ -n "${ASAN_OPTIONS:-}" ] && export ASAN_OPTIONS="$ASAN_OPTIONS:verify_asan_link_order=0"
-# Under ASan its allocator unmaps with raw system calls that only the uffd
-# monitor sees (monitor=patch, and auto, which is patch, would serve stale
-# registrations): every run uses monitor=auto+uffd there. Under TSan the
-# patch monitor is not available: the exact runs use monitor=auto (symbols).
-# In both, their counts are printed, not compared.
+# Under ASan and TSan their allocators unmap with raw system calls that only
+# the uffd monitor sees (patch, which auto is, would serve stale registrations,
+# and is not available under TSan, where auto is symbols): every run uses
+# monitor=auto+uffd there, and the exact runs' counts are printed, not
+# compared.
 monitor=patch
 exact=1
-if [ -n "${ASAN_OPTIONS:-}" ]; then
+if [ -n "${ASAN_OPTIONS:-}" ] || [ -n "${TSAN_OPTIONS:-}" ]; then
   monitor=auto+uffd
   export MRCACHE_MONITOR=$monitor
-  exact=0
-elif [ -n "${TSAN_OPTIONS:-}" ]; then
-  monitor=auto
   exact=0
 fi
 
