@@ -32,10 +32,10 @@ namespace mrcache {
 
 // One mapped, registered range of the pool.
 struct PoolChunk {
-  uintptr_t start = 0;      // granule-aligned
-  size_t length = 0;        // bytes handed to jemalloc (and registered)
-  size_t map_length = 0;    // bytes mapped (>= length; hugepage rounding)
-  bool hugepages = false;   // mapped with MAP_HUGETLB
+  uintptr_t start = 0;     // granule-aligned
+  size_t length = 0;       // bytes handed to jemalloc (and registered)
+  size_t map_length = 0;   // bytes mapped (>= length; hugepage rounding)
+  bool hugepages = false;  // mapped with MAP_HUGETLB
   Registration registration;
 };
 

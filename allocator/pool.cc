@@ -105,8 +105,8 @@ absl::StatusOr<std::unique_ptr<Pool>> Pool::Create(Registrar& registrar, const C
   if (!access.ok()) return access;
   const size_t chunk = config.pool_chunk_bytes;
   if (chunk < (size_t{64} << 10) || (chunk & (chunk - 1)) != 0 || chunk > (size_t{1} << 40)) {
-    return ErrnoStatus(EINVAL, absl::StrCat("pool_chunk_bytes ", chunk,
-                                            " is not a power of two from 64K to 1T"));
+    return ErrnoStatus(
+        EINVAL, absl::StrCat("pool_chunk_bytes ", chunk, " is not a power of two from 64K to 1T"));
   }
   if (config.pool_max_bytes < chunk) {
     return ErrnoStatus(EINVAL, absl::StrCat("pool_max_bytes ", config.pool_max_bytes,
@@ -153,8 +153,9 @@ absl::Status Pool::Init() {
   int err = mrcache_je_mallctl("arenas.create", &arena_, &len, &hooks_ptr, sizeof hooks_ptr);
   t_creating_pool = nullptr;
   if (err != 0) {
-    return ErrnoStatus(err, absl::StrCat("jemalloc arenas.create failed: ", std::strerror(err),
-                                         t_hook_errno ? std::string(" (") + t_hook_message + ")" : ""));
+    return ErrnoStatus(err,
+                       absl::StrCat("jemalloc arenas.create failed: ", std::strerror(err),
+                                    t_hook_errno ? std::string(" (") + t_hook_message + ")" : ""));
   }
   arena_created_ = true;
   arena_flags_ = MALLOCX_ARENA(arena_);
@@ -164,7 +165,8 @@ absl::Status Pool::Init() {
   for (const char* key : {"dirty_decay_ms", "muzzy_decay_ms"}) {
     err = Mallctl(arena + key, nullptr, nullptr, &never, sizeof never);
     if (err != 0) {
-      return ErrnoStatus(err, absl::StrCat("jemalloc ", arena, key, " = -1 failed: ", std::strerror(err)));
+      return ErrnoStatus(
+          err, absl::StrCat("jemalloc ", arena, key, " = -1 failed: ", std::strerror(err)));
     }
   }
   bool retain = false;
@@ -174,8 +176,8 @@ absl::Status Pool::Init() {
     size_t limit = chunk_bytes_;
     err = Mallctl(arena + "retain_grow_limit", nullptr, nullptr, &limit, sizeof limit);
     if (err != 0) {
-      return ErrnoStatus(err, absl::StrCat("jemalloc ", arena, "retain_grow_limit failed: ",
-                                           std::strerror(err)));
+      return ErrnoStatus(
+          err, absl::StrCat("jemalloc ", arena, "retain_grow_limit failed: ", std::strerror(err)));
     }
   } else {
     Log(LogLevel::kWarning,
@@ -215,17 +217,17 @@ void* Pool::AllocChunk(size_t size, size_t alignment) {
   if (t_creating_pool == this) {
     void* p = MapAligned(size, alignment, false, &map_length);
     if (p == nullptr) {
-      SetHookError(errno, absl::StrCat("mmap of ", size, " bytes for jemalloc metadata: ",
-                                       std::strerror(errno)));
+      SetHookError(errno, absl::StrCat("mmap of ", size,
+                                       " bytes for jemalloc metadata: ", std::strerror(errno)));
       return nullptr;
     }
     metadata_maps_.emplace_back(p, map_length);
     return p;
   }
   if (stats_.registered_bytes + size > max_bytes_ || size > max_bytes_) {
-    SetHookError(ENOMEM, absl::StrCat("pool_max_bytes ", max_bytes_, " reached (",
-                                      stats_.registered_bytes, " bytes registered, a chunk of ",
-                                      size, " more needed)"));
+    SetHookError(ENOMEM,
+                 absl::StrCat("pool_max_bytes ", max_bytes_, " reached (", stats_.registered_bytes,
+                              " bytes registered, a chunk of ", size, " more needed)"));
     return nullptr;
   }
   const size_t align = std::max(alignment, chunk_bytes_);
@@ -305,8 +307,8 @@ void Pool::BuildSizeClasses() {
     if (usize == 0 || usize % 64 != 0 || usize > kMagazineMaxBytes) continue;
     if (usize != last) {
       if (bins == pool_internal::Magazine::kMaxBins) break;
-      bin_depth_[bins] = static_cast<uint8_t>(
-          std::min<size_t>(pool_internal::Magazine::kMaxDepth, std::max<size_t>(1, kBinBytes / usize)));
+      bin_depth_[bins] = static_cast<uint8_t>(std::min<size_t>(
+          pool_internal::Magazine::kMaxDepth, std::max<size_t>(1, kBinBytes / usize)));
       last = usize;
       ++bins;
     }

@@ -68,7 +68,7 @@ struct PoolStats {
   uint64_t registered_bytes = 0;  // their total length (<= pool_max_bytes)
   uint64_t registrations = 0;     // registrar calls that succeeded
   uint64_t deregistrations = 0;
-  uint64_t hugepage_chunks = 0;   // chunks backed by MAP_HUGETLB pages
+  uint64_t hugepage_chunks = 0;  // chunks backed by MAP_HUGETLB pages
 };
 
 class Pool {
@@ -137,11 +137,11 @@ class Pool {
   const size_t max_bytes_;
   const PoolOptions options_;
   const uint64_t id_;
-  bool hugepages_;               // still trying MAP_HUGETLB
+  bool hugepages_;  // still trying MAP_HUGETLB
   std::unique_ptr<Hooks> hooks_;
   unsigned arena_ = 0;
   bool arena_created_ = false;
-  int arena_flags_ = 0;          // MALLOCX_ARENA(arena_)
+  int arena_flags_ = 0;  // MALLOCX_ARENA(arena_)
   ChunkMap map_;
   // Magazine bins: by (size class >> 6) for classes up to kMagazineMaxBytes,
   // the bin (kNoBin: not cached), and each bin's depth.
@@ -150,7 +150,7 @@ class Pool {
   uint8_t bin_of_[kMagazineMaxBytes / 64 + 1];
   uint8_t bin_depth_[64];
 
-  mutable std::mutex mu_;        // guards the fields below
+  mutable std::mutex mu_;  // guards the fields below
   std::vector<std::unique_ptr<PoolChunk>> chunks_;
   std::vector<std::pair<void*, size_t>> metadata_maps_;  // jemalloc's own, unregistered
   PoolStats stats_;

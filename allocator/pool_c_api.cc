@@ -47,7 +47,8 @@ int mrc_pool_create(mrc_cache_t* cache, const mrc_config_t* cfg, mrc_pool_t** po
   } else {
     absl::StatusOr<mrcache::Config> env = mrcache::Config::FromEnvironment();
     if (!env.ok()) {
-      mrcache::Log(mrcache::LogLevel::kError, absl::StrCat("mrc_pool_create: ", env.status().message()));
+      mrcache::Log(mrcache::LogLevel::kError,
+                   absl::StrCat("mrc_pool_create: ", env.status().message()));
       return mrcache::StatusToErrno(env.status());
     }
     config = *env;
@@ -55,7 +56,8 @@ int mrc_pool_create(mrc_cache_t* cache, const mrc_config_t* cfg, mrc_pool_t** po
   absl::StatusOr<std::unique_ptr<mrcache::Pool>> p =
       mrcache::Pool::Create(cache->cache->registrar(), config);
   if (!p.ok()) {
-    mrcache::Log(mrcache::LogLevel::kError, absl::StrCat("mrc_pool_create: ", p.status().message()));
+    mrcache::Log(mrcache::LogLevel::kError,
+                 absl::StrCat("mrc_pool_create: ", p.status().message()));
     return mrcache::StatusToErrno(p.status());
   }
   *pool = new (std::nothrow) mrc_pool{std::move(*p)};
@@ -89,11 +91,13 @@ int mrc_pool_keys(mrc_pool_t* pool, const void* ptr, mrc_region_info_t* keys) {
 void mrc_pool_free(mrc_pool_t* pool, void* ptr) {
   if (ptr == nullptr) return;
   if (pool == nullptr) {
-    mrcache::Log(mrcache::LogLevel::kError, absl::StrFormat("mrc_pool_free: pool is NULL; %p not freed", ptr));
+    mrcache::Log(mrcache::LogLevel::kError,
+                 absl::StrFormat("mrc_pool_free: pool is NULL; %p not freed", ptr));
     return;
   }
   absl::Status s = pool->pool->Free(ptr);
-  if (!s.ok()) mrcache::Log(mrcache::LogLevel::kError, absl::StrCat("mrc_pool_free: ", s.message()));
+  if (!s.ok())
+    mrcache::Log(mrcache::LogLevel::kError, absl::StrCat("mrc_pool_free: ", s.message()));
 }
 
 void mrc_pool_destroy(mrc_pool_t* pool) { delete pool; }

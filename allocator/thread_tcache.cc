@@ -42,7 +42,8 @@ void Drain(Magazine* magazine, unsigned tcache) {
   if (magazine == nullptr) return;
   const int flags = FlagsOf(tcache);
   for (int bin = 0; bin < Magazine::kMaxBins; ++bin) {
-    for (int i = 0; i < magazine->count[bin]; ++i) mrcache_je_dallocx(magazine->slots[bin][i], flags);
+    for (int i = 0; i < magazine->count[bin]; ++i)
+      mrcache_je_dallocx(magazine->slots[bin][i], flags);
     magazine->count[bin] = 0;
   }
 }

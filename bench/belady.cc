@@ -32,7 +32,8 @@ void EraseOverlapping(Map& m, uintptr_t start, uintptr_t end, F&& on_erase) {
 }
 
 bool Contains(const Key& outer, const CacheEvent& e) {
-  return std::get<2>(outer) == e.access && std::get<0>(outer) <= e.start && e.end <= std::get<1>(outer);
+  return std::get<2>(outer) == e.access && std::get<0>(outer) <= e.start &&
+         e.end <= std::get<1>(outer);
 }
 
 // The index of the first access after `from` that `key` contains, or kNever
@@ -54,7 +55,7 @@ size_t NextUse(const std::vector<CacheEvent>& events, size_t from, const Key& ke
 OptimalResult OptimalHits(const std::vector<CacheEvent>& events, size_t max_regions,
                           size_t max_bytes) {
   OptimalResult r;
-  std::map<Key, size_t> cached;             // key -> next use
+  std::map<Key, size_t> cached;              // key -> next use
   std::set<std::pair<size_t, Key>> by_next;  // (next use, key), furthest last
   uint64_t pinned = 0;
   auto drop = [&](const std::pair<const Key, size_t>& item) {
@@ -97,8 +98,8 @@ OptimalResult OptimalHits(const std::vector<CacheEvent>& events, size_t max_regi
       }
     }
     r.peak_pinned_bytes = std::max(r.peak_pinned_bytes, pinned + size);  // registered while in use
-    if (next == kNever) continue;  // not worth keeping
-    if (max_bytes != 0 && size > max_bytes) continue;  // can never be kept
+    if (next == kNever) continue;                                        // not worth keeping
+    if (max_bytes != 0 && size > max_bytes) continue;                    // can never be kept
     if (max_regions != 0 && cached.size() >= max_regions) {
       auto furthest = std::prev(by_next.end());
       if (furthest->first <= next) continue;  // everything cached is needed sooner
@@ -137,7 +138,8 @@ std::vector<CacheEvent> TraceEvents(const Trace& trace) {
         e.access = op.access;
         break;
       case TraceOp::kReg:  // recorded: the recorded addresses are the layout
-        PageAlign(reinterpret_cast<void*>(static_cast<uintptr_t>(op.offset)), op.length, &e.start, &e.end);
+        PageAlign(reinterpret_cast<void*>(static_cast<uintptr_t>(op.offset)), op.length, &e.start,
+                  &e.end);
         e.access = op.access;
         break;
       case TraceOp::kDereg:  // the model holds nothing between accesses

@@ -45,9 +45,9 @@ struct CacheEvent {
 struct OptimalResult {
   uint64_t accesses = 0;
   uint64_t hits = 0;
-  uint64_t registrations = 0;     // misses
-  uint64_t registered_bytes = 0;  // sum of missed region sizes
-  uint64_t peak_pinned_bytes = 0; // largest sum of cached region sizes (including the one in use)
+  uint64_t registrations = 0;      // misses
+  uint64_t registered_bytes = 0;   // sum of missed region sizes
+  uint64_t peak_pinned_bytes = 0;  // largest sum of cached region sizes (including the one in use)
 };
 
 // max_regions, max_bytes: 0 = unlimited.

@@ -16,12 +16,15 @@ absl::StatusOr<ibv_pd*> OpenFirstPd() {
   ibv_device** devices = ibv_get_device_list(&n);
   if (devices == nullptr || n == 0) {
     if (devices != nullptr) ibv_free_device_list(devices);
-    return mrcache::ErrnoStatus(ENODEV, "no RDMA device for --registrar verbs (try --registrar uring or sim)");
+    return mrcache::ErrnoStatus(
+        ENODEV, "no RDMA device for --registrar verbs (try --registrar uring or sim)");
   }
   ibv_context* context = ibv_open_device(devices[0]);
   const std::string name = ibv_get_device_name(devices[0]);
   ibv_free_device_list(devices);
-  if (context == nullptr) return mrcache::ErrnoStatus(errno ? errno : ENODEV, absl::StrCat("ibv_open_device(", name, ")"));
+  if (context == nullptr)
+    return mrcache::ErrnoStatus(errno ? errno : ENODEV,
+                                absl::StrCat("ibv_open_device(", name, ")"));
   ibv_pd* pd = ibv_alloc_pd(context);
   if (pd == nullptr) {
     const int err = errno ? errno : ENOMEM;
@@ -33,7 +36,8 @@ absl::StatusOr<ibv_pd*> OpenFirstPd() {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<mrcache::Registrar>> MakeBenchRegistrar(const mrcache::Config& config) {
+absl::StatusOr<std::unique_ptr<mrcache::Registrar>> MakeBenchRegistrar(
+    const mrcache::Config& config) {
   ibv_pd* pd = nullptr;
   if (config.registrar == "verbs") {
     static const absl::StatusOr<ibv_pd*>* opened = new absl::StatusOr<ibv_pd*>(OpenFirstPd());

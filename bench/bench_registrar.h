@@ -15,7 +15,8 @@
 
 namespace mrbench {
 
-absl::StatusOr<std::unique_ptr<mrcache::Registrar>> MakeBenchRegistrar(const mrcache::Config& config);
+absl::StatusOr<std::unique_ptr<mrcache::Registrar>> MakeBenchRegistrar(
+    const mrcache::Config& config);
 
 }  // namespace mrbench
 

@@ -3,8 +3,8 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
-#include "bench/bench_registrar.h"
 #include "bench/belady.h"
+#include "bench/bench_registrar.h"
 #include "bench/counting_registrar.h"
 #include "bench/mrcache_driver.h"
 #include "bench/none_driver.h"
@@ -35,7 +35,8 @@ void Fill(const ReplayResult& r, bool verified, Row* row) {
   row->verified = verified;
 }
 
-absl::StatusOr<ReplayResult> RunInProcess(const std::string& name, const Trace& trace, const BenchOptions& options,
+absl::StatusOr<ReplayResult> RunInProcess(const std::string& name, const Trace& trace,
+                                          const BenchOptions& options,
                                           const ReplayOptions& replay) {
   mrcache::Config config = LimitedConfig(options, trace);
   absl::StatusOr<std::unique_ptr<mrcache::Registrar>> inner = MakeBenchRegistrar(config);
@@ -47,7 +48,8 @@ absl::StatusOr<ReplayResult> RunInProcess(const std::string& name, const Trace& 
     return Replay(trace, driver, *counters, replay);
   }
   if (name == "mrcache-nomerge") config.max_merge_bytes = 0;
-  absl::StatusOr<std::unique_ptr<MrcacheDriver>> driver = MrcacheDriver::Create(config, std::move(registrar));
+  absl::StatusOr<std::unique_ptr<MrcacheDriver>> driver =
+      MrcacheDriver::Create(config, std::move(registrar));
   if (!driver.ok()) return driver.status();
   return Replay(trace, **driver, *counters, replay);
 }
@@ -67,7 +69,8 @@ std::string CanonicalConfigName(absl::string_view name) {
 }
 
 const std::vector<std::string>& ConfigNames() {
-  static const auto* names = new std::vector<std::string>{"none", "mrcache", "mrcache-nomerge", "ucx", "belady-nomerge"};
+  static const auto* names =
+      new std::vector<std::string>{"none", "mrcache", "mrcache-nomerge", "ucx", "belady-nomerge"};
   return *names;
 }
 
@@ -78,7 +81,8 @@ Row RunConfig(const std::string& name, const Trace& trace, const BenchOptions& o
   row.max_regions = options.max_regions;
   if (name == "belady-nomerge") {
     size_t bytes = options.max_bytes;
-    if (options.pin_budget != 0 && (bytes == 0 || options.pin_budget < bytes)) bytes = options.pin_budget;
+    if (options.pin_budget != 0 && (bytes == 0 || options.pin_budget < bytes))
+      bytes = options.pin_budget;
     const OptimalResult r = OptimalHits(TraceEvents(trace), options.max_regions, bytes);
     row.timed = false;
     row.transfers = r.accesses;
@@ -95,7 +99,9 @@ Row RunConfig(const std::string& name, const Trace& trace, const BenchOptions& o
   absl::StatusOr<ReplayResult> result;
   if (name == "ucx") {
     UcxPeerSpec spec;
-    spec.make_registrar = [&options, &trace] { return MakeBenchRegistrar(LimitedConfig(options, trace)); };
+    spec.make_registrar = [&options, &trace] {
+      return MakeBenchRegistrar(LimitedConfig(options, trace));
+    };
     spec.max_regions = options.max_regions;
     spec.max_bytes = options.max_bytes;
     spec.options = replay;

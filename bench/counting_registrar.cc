@@ -10,14 +10,16 @@ uint64_t NowNs() {
   return static_cast<uint64_t>(ts.tv_sec) * 1000000000u + static_cast<uint64_t>(ts.tv_nsec);
 }
 
-absl::StatusOr<mrcache::Registration> CountingRegistrar::Register(void* addr, size_t length, int access) {
+absl::StatusOr<mrcache::Registration> CountingRegistrar::Register(void* addr, size_t length,
+                                                                  int access) {
   const uint64_t start = NowNs();
   absl::StatusOr<mrcache::Registration> reg = inner().Register(addr, length, access);
   counters_->registrar_ns.fetch_add(NowNs() - start, std::memory_order_relaxed);
   if (!reg.ok()) return reg;
   counters_->registrations.fetch_add(1, std::memory_order_relaxed);
   counters_->registered_bytes.fetch_add(reg->length, std::memory_order_relaxed);
-  const uint64_t pinned = counters_->pinned_bytes.fetch_add(reg->length, std::memory_order_relaxed) + reg->length;
+  const uint64_t pinned =
+      counters_->pinned_bytes.fetch_add(reg->length, std::memory_order_relaxed) + reg->length;
   uint64_t peak = counters_->peak_pinned_bytes.load(std::memory_order_relaxed);
   while (pinned > peak && !counters_->peak_pinned_bytes.compare_exchange_weak(peak, pinned)) {
   }

@@ -33,7 +33,8 @@ struct RegistrarCounters {
 
 class CountingRegistrar : public mrcache::ForwardingRegistrar {
  public:
-  CountingRegistrar(std::unique_ptr<mrcache::Registrar> inner, std::shared_ptr<RegistrarCounters> counters)
+  CountingRegistrar(std::unique_ptr<mrcache::Registrar> inner,
+                    std::shared_ptr<RegistrarCounters> counters)
       : ForwardingRegistrar(std::move(inner)), counters_(std::move(counters)) {}
 
   absl::StatusOr<mrcache::Registration> Register(void* addr, size_t length, int access) override;

@@ -40,18 +40,18 @@
 // benchmark runs.
 #include <sys/mman.h>
 
+#include <time.h>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
-#include <thread>
-#include <time.h>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
-#include "benchmark/benchmark.h"
 #include "bench/ucs_api.h"
 #include "bench/ucx_rcache.h"
+#include "benchmark/benchmark.h"
 #include "mrcache/cache.h"
 #include "mrcache/registrars/sim_registrar.h"
 
@@ -65,7 +65,8 @@ constexpr int kAccess = 7;
 // kMaxRanges one-page ranges with a page gap between them (so nothing merges).
 char* Arena() {
   static char* arena = [] {
-    void* p = mmap(nullptr, 2 * kMaxRanges * kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    void* p = mmap(nullptr, 2 * kMaxRanges * kPage, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) {
       std::perror("micro_bench: mmap");
       std::abort();
@@ -180,7 +181,8 @@ void FillUcx(const benchmark::State& state, char* (*at)(size_t)) {
   const UcsApi& api = g_ucx.cache->api();
   for (int64_t i = 0; i < state.range(0); ++i) {
     ucs_rcache_region_t* region;
-    if (api.rcache_get(g_ucx.cache->rcache(), at(i), kPage, UcxRcache::Prot(), nullptr, &region) != UCS_OK) {
+    if (api.rcache_get(g_ucx.cache->rcache(), at(i), kPage, UcxRcache::Prot(), nullptr, &region) !=
+        UCS_OK) {
       std::abort();
     }
     api.rcache_region_put(g_ucx.cache->rcache(), region);
@@ -199,7 +201,8 @@ void BM_UcxHit(benchmark::State& state) {
   ucs_rcache_t* rcache = g_ucx.cache->rcache();
   for (auto _ : state) {
     ucs_rcache_region_t* region;
-    ucs_status_t status = api.rcache_get(rcache, Range(i), kPage, UcxRcache::Prot(), nullptr, &region);
+    ucs_status_t status =
+        api.rcache_get(rcache, Range(i), kPage, UcxRcache::Prot(), nullptr, &region);
     benchmark::DoNotOptimize(status);
     api.rcache_region_put(rcache, region);
     if (++i == n) i = 0;
@@ -232,7 +235,8 @@ void BM_UcxMiss(benchmark::State& state) {
   size_t i = 0;
   for (auto _ : state) {
     ucs_rcache_region_t* region;
-    if (api.rcache_get(ucx.cache->rcache(), Range(i), kPage, UcxRcache::Prot(), nullptr, &region) != UCS_OK) {
+    if (api.rcache_get(ucx.cache->rcache(), Range(i), kPage, UcxRcache::Prot(), nullptr, &region) !=
+        UCS_OK) {
       state.SkipWithError("ucs_rcache_get failed");
       break;
     }

@@ -59,7 +59,8 @@ void BM_MissWithMonitor(benchmark::State& state) {
   mrc_config_t* cfg = nullptr;
   mrc_cache_t* cache = nullptr;
   if (mrc_config_create(&cfg) != 0 || mrc_config_set(cfg, "registrar", "sim") != 0 ||
-      mrc_config_set(cfg, "sim_base_ns", "0") != 0 || mrc_config_set(cfg, "sim_page_ns", "0") != 0 ||
+      mrc_config_set(cfg, "sim_base_ns", "0") != 0 ||
+      mrc_config_set(cfg, "sim_page_ns", "0") != 0 ||
       mrc_config_set(cfg, "max_merge_bytes", "0") != 0 ||
       mrc_config_set(cfg, "bridge_bytes", "0") != 0 ||
       mrc_config_set(cfg, "max_regions", "64") != 0 ||

@@ -82,7 +82,7 @@ struct Flags {
   bool sweep = false;
   uint64_t max_bytes = 0;
   bool limits_given = false;  // --max-regions or --max-bytes
-  uint64_t memlock = 0;  // 0: run with the limits and capabilities inherited
+  uint64_t memlock = 0;       // 0: run with the limits and capabilities inherited
 };
 
 int Fail(const std::string& message) {
@@ -111,16 +111,19 @@ std::string ParseFlags(int argc, char** argv, Flags* flags, bool* help) {
     };
     auto number = [&](uint64_t* out) -> std::string {
       if (!next()) return arg + " needs a value";
-      if (!absl::SimpleAtoi(value, out)) return absl::StrCat(arg, ": '", value, "' is not a non-negative integer");
+      if (!absl::SimpleAtoi(value, out))
+        return absl::StrCat(arg, ": '", value, "' is not a non-negative integer");
       return "";
     };
-    auto list = [&](std::vector<std::string>* out, const std::vector<std::string>& known) -> std::string {
+    auto list = [&](std::vector<std::string>* out,
+                    const std::vector<std::string>& known) -> std::string {
       if (!next()) return arg + " needs a value";
       out->clear();
       for (absl::string_view given : absl::StrSplit(value, ',', absl::SkipEmpty())) {
         const std::string name = CanonicalConfigName(given);
         if (!InList(known, name)) {
-          return absl::StrCat(arg, ": unknown name '", given, "' (known: ", absl::StrJoin(known, ", "), ")");
+          return absl::StrCat(arg, ": unknown name '", given,
+                              "' (known: ", absl::StrJoin(known, ", "), ")");
         }
         out->push_back(name);
       }
@@ -134,7 +137,8 @@ std::string ParseFlags(int argc, char** argv, Flags* flags, bool* help) {
     } else if (arg == "--registrar") {
       if (!next()) return "--registrar needs a value";
       if (value != "sim" && value != "uring" && value != "verbs") {
-        return absl::StrCat("--registrar: unknown registrar '", value, "' (known: sim, uring, verbs)");
+        return absl::StrCat("--registrar: unknown registrar '", value,
+                            "' (known: sim, uring, verbs)");
       }
       flags->registrar = value;
     } else if (arg == "--workload") {
@@ -157,12 +161,14 @@ std::string ParseFlags(int argc, char** argv, Flags* flags, bool* help) {
       flags->limits_given = true;
       if (!next()) return "--max-bytes needs a value";
       absl::StatusOr<uint64_t> size = mrcache::ParseSize(value);
-      if (!size.ok()) return absl::StrCat("--max-bytes: '", value, "' is not a size (e.g. 4096, 64M, 1G)");
+      if (!size.ok())
+        return absl::StrCat("--max-bytes: '", value, "' is not a size (e.g. 4096, 64M, 1G)");
       flags->max_bytes = flags->params.max_bytes = *size;
     } else if (arg == "--memlock") {
       if (!next()) return "--memlock needs a value";
       absl::StatusOr<uint64_t> size = mrcache::ParseSize(value);
-      if (!size.ok() || *size == 0) return absl::StrCat("--memlock: '", value, "' is not a positive size (e.g. 8M)");
+      if (!size.ok() || *size == 0)
+        return absl::StrCat("--memlock: '", value, "' is not a positive size (e.g. 8M)");
       flags->memlock = *size;
     } else if (arg == "--verify" || arg == "--no-verify") {
       flags->verify = arg == "--verify";
@@ -187,12 +193,14 @@ std::string BecomeUnprivileged(uint64_t bytes) {
   prctl(PR_CAPBSET_DROP, CAP_IPC_LOCK, 0, 0, 0);  // EPERM without CAP_SETPCAP: the rest suffices
   __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
   __user_cap_data_struct data[_LINUX_CAPABILITY_U32S_3] = {};
-  if (syscall(SYS_capget, &header, data) != 0) return absl::StrCat("capget: ", std::strerror(errno));
+  if (syscall(SYS_capget, &header, data) != 0)
+    return absl::StrCat("capget: ", std::strerror(errno));
   const uint32_t bit = 1u << (CAP_IPC_LOCK % 32);
   data[CAP_IPC_LOCK / 32].effective &= ~bit;
   data[CAP_IPC_LOCK / 32].permitted &= ~bit;
   data[CAP_IPC_LOCK / 32].inheritable &= ~bit;
-  if (syscall(SYS_capset, &header, data) != 0) return absl::StrCat("capset: ", std::strerror(errno));
+  if (syscall(SYS_capset, &header, data) != 0)
+    return absl::StrCat("capset: ", std::strerror(errno));
   rlimit limit{static_cast<rlim_t>(bytes), static_cast<rlim_t>(bytes)};
   if (setrlimit(RLIMIT_MEMLOCK, &limit) != 0) {
     return absl::StrCat("setrlimit(RLIMIT_MEMLOCK, ", bytes, "): ", std::strerror(errno));
@@ -202,7 +210,8 @@ std::string BecomeUnprivileged(uint64_t bytes) {
 
 bool GnuplotOnPath() {
   const char* path = std::getenv("PATH");
-  for (absl::string_view dir : absl::StrSplit(path ? path : "/usr/bin:/bin", ':', absl::SkipEmpty())) {
+  for (absl::string_view dir :
+       absl::StrSplit(path ? path : "/usr/bin:/bin", ':', absl::SkipEmpty())) {
     if (access(absl::StrCat(dir, "/gnuplot").c_str(), X_OK) == 0) return true;
   }
   return false;
@@ -222,7 +231,8 @@ int Main(int argc, char** argv) {
     if (!dropped.empty()) return Fail(absl::StrCat("--memlock: ", dropped));
   }
   if (!flags.plot.empty() && !GnuplotOnPath()) {
-    return Fail("--plot needs gnuplot, which is not on PATH (install it: apt-get install gnuplot-nox)");
+    return Fail(
+        "--plot needs gnuplot, which is not on PATH (install it: apt-get install gnuplot-nox)");
   }
 
   std::vector<Trace> traces;
@@ -260,11 +270,13 @@ int Main(int argc, char** argv) {
       options.max_regions = flags.params.max_regions = recorded.max_regions;
       options.max_bytes = recorded.max_bytes;
     }
-    std::printf("mrbench: %s is a recording: mrcache replays with its max_merge_bytes %zu, bridge_bytes %zu, "
-                "alignment %zu, remote_keys %s%s; the registrar, monitor and odp are mrbench's\n",
-                traces[0].name.c_str(), recorded.max_merge_bytes, recorded.bridge_bytes, recorded.alignment,
-                mrcache::RemoteKeysName(recorded.remote_keys),
-                flags.limits_given ? "" : ", max_regions and max_bytes");
+    std::printf(
+        "mrbench: %s is a recording: mrcache replays with its max_merge_bytes %zu, bridge_bytes "
+        "%zu, "
+        "alignment %zu, remote_keys %s%s; the registrar, monitor and odp are mrbench's\n",
+        traces[0].name.c_str(), recorded.max_merge_bytes, recorded.bridge_bytes, recorded.alignment,
+        mrcache::RemoteKeysName(recorded.remote_keys),
+        flags.limits_given ? "" : ", max_regions and max_bytes");
   }
   // The budget each cache works out at creation (pin_budget.h).
   const size_t memlock_limit = mrcache::MemlockLimitThatApplies();
@@ -272,23 +284,28 @@ int Main(int argc, char** argv) {
   {
     // Fail before running anything if the registrar cannot work here.
     absl::StatusOr<std::unique_ptr<mrcache::Registrar>> probe = MakeBenchRegistrar(options.base);
-    if (!probe.ok()) return Fail(absl::StrCat("registrar ", flags.registrar, ": ", probe.status().message()));
+    if (!probe.ok())
+      return Fail(absl::StrCat("registrar ", flags.registrar, ": ", probe.status().message()));
   }
 
-  std::printf("mrbench: registrar %s, seed %llu, %zu transfers per workload, max_regions %zu, max_bytes %s, verify %s\n",
-              flags.registrar.c_str(), static_cast<unsigned long long>(flags.params.seed), flags.params.ops,
-              options.max_regions, options.max_bytes ? HumanBytes(options.max_bytes).c_str() : "unlimited",
-              options.verify ? "on" : "off");
+  std::printf(
+      "mrbench: registrar %s, seed %llu, %zu transfers per workload, max_regions %zu, max_bytes "
+      "%s, verify %s\n",
+      flags.registrar.c_str(), static_cast<unsigned long long>(flags.params.seed), flags.params.ops,
+      options.max_regions, options.max_bytes ? HumanBytes(options.max_bytes).c_str() : "unlimited",
+      options.verify ? "on" : "off");
   if (flags.memlock != 0 || options.pin_budget != 0) {
-    std::printf("mrbench: RLIMIT_MEMLOCK %s, CAP_IPC_LOCK %s: the caches' pin budget is %s; belady-nomerge keeps within it\n",
-                HumanBytes(memlock_limit).c_str(),
-                mrcache::PinsCountAgainstMemlock() ? "dropped" : "held",
-                HumanBytes(options.pin_budget).c_str());
+    std::printf(
+        "mrbench: RLIMIT_MEMLOCK %s, CAP_IPC_LOCK %s: the caches' pin budget is %s; belady-nomerge "
+        "keeps within it\n",
+        HumanBytes(memlock_limit).c_str(), mrcache::PinsCountAgainstMemlock() ? "dropped" : "held",
+        HumanBytes(options.pin_budget).c_str());
   }
   std::fflush(stdout);
   std::vector<Row> rows, sweep;
   for (const Trace& trace : traces) {
-    for (const std::string& config : flags.configs) rows.push_back(RunConfig(config, trace, options));
+    for (const std::string& config : flags.configs)
+      rows.push_back(RunConfig(config, trace, options));
   }
   if (flags.sweep) {
     const size_t base_regions = options.max_regions ? options.max_regions : 256;
@@ -328,10 +345,12 @@ int Main(int argc, char** argv) {
     if (!plotted.ok()) return Fail(std::string(plotted.message()));
   }
   if (stale != 0) {
-    std::fprintf(stderr, "mrbench: %llu stale registration(s) detected\n", static_cast<unsigned long long>(stale));
+    std::fprintf(stderr, "mrbench: %llu stale registration(s) detected\n",
+                 static_cast<unsigned long long>(stale));
     status = 1;
   }
-  if (status != 0 && stale == 0) std::fprintf(stderr, "mrbench: some configurations failed (see the table)\n");
+  if (status != 0 && stale == 0)
+    std::fprintf(stderr, "mrbench: some configurations failed (see the table)\n");
   return status;
 }
 

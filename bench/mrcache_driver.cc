@@ -2,9 +2,10 @@
 
 namespace mrbench {
 
-absl::StatusOr<std::unique_ptr<MrcacheDriver>> MrcacheDriver::Create(mrcache::Config config,
-                                                                     std::unique_ptr<mrcache::Registrar> registrar) {
-  absl::StatusOr<std::unique_ptr<mrcache::Cache>> cache = mrcache::Cache::Create(config, std::move(registrar));
+absl::StatusOr<std::unique_ptr<MrcacheDriver>> MrcacheDriver::Create(
+    mrcache::Config config, std::unique_ptr<mrcache::Registrar> registrar) {
+  absl::StatusOr<std::unique_ptr<mrcache::Cache>> cache =
+      mrcache::Cache::Create(config, std::move(registrar));
   if (!cache.ok()) return cache.status();
   return std::unique_ptr<MrcacheDriver>(new MrcacheDriver(std::move(*cache)));
 }
@@ -24,11 +25,14 @@ absl::Status MrcacheDriver::Put(const Lease& lease) {
   return cache_->Put(static_cast<mrcache::Region*>(lease.handle));
 }
 
-absl::Status MrcacheDriver::DeviceWrite(const Lease& lease, size_t offset, const void* src, size_t length) {
+absl::Status MrcacheDriver::DeviceWrite(const Lease& lease, size_t offset, const void* src,
+                                        size_t length) {
   return cache_->DeviceWrite(static_cast<mrcache::Region*>(lease.handle), offset, src, length);
 }
 
-absl::Status MrcacheDriver::Release(void* addr, size_t length) { return cache_->Invalidate(addr, length); }
+absl::Status MrcacheDriver::Release(void* addr, size_t length) {
+  return cache_->Invalidate(addr, length);
+}
 
 absl::Status MrcacheDriver::Finish() {
   cache_.reset();

@@ -22,11 +22,12 @@ namespace mrbench {
 class MrcacheDriver : public Driver {
  public:
   // `config` already carries the limits.
-  static absl::StatusOr<std::unique_ptr<MrcacheDriver>> Create(mrcache::Config config,
-                                                               std::unique_ptr<mrcache::Registrar> registrar);
+  static absl::StatusOr<std::unique_ptr<MrcacheDriver>> Create(
+      mrcache::Config config, std::unique_ptr<mrcache::Registrar> registrar);
   absl::StatusOr<Lease> Get(void* addr, size_t length, int access) override;
   absl::Status Put(const Lease& lease) override;
-  absl::Status DeviceWrite(const Lease& lease, size_t offset, const void* src, size_t length) override;
+  absl::Status DeviceWrite(const Lease& lease, size_t offset, const void* src,
+                           size_t length) override;
   absl::Status Release(void* addr, size_t length) override;
   absl::Status Finish() override;
 

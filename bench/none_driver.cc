@@ -32,8 +32,10 @@ absl::Status NoneDriver::Put(const Lease& lease) {
   return registrar_.Deregister(*held);
 }
 
-absl::Status NoneDriver::DeviceWrite(const Lease& lease, size_t offset, const void* src, size_t length) {
-  return registrar_.DeviceWrite(*static_cast<const mrcache::Registration*>(lease.handle), offset, src, length);
+absl::Status NoneDriver::DeviceWrite(const Lease& lease, size_t offset, const void* src,
+                                     size_t length) {
+  return registrar_.DeviceWrite(*static_cast<const mrcache::Registration*>(lease.handle), offset,
+                                src, length);
 }
 
 }  // namespace mrbench

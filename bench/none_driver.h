@@ -17,7 +17,8 @@ class NoneDriver : public Driver {
   explicit NoneDriver(mrcache::Registrar& registrar) : registrar_(registrar) {}
   absl::StatusOr<Lease> Get(void* addr, size_t length, int access) override;
   absl::Status Put(const Lease& lease) override;
-  absl::Status DeviceWrite(const Lease& lease, size_t offset, const void* src, size_t length) override;
+  absl::Status DeviceWrite(const Lease& lease, size_t offset, const void* src,
+                           size_t length) override;
   absl::Status Release(void*, size_t) override { return absl::OkStatus(); }
   absl::Status Finish() override { return absl::OkStatus(); }
 

@@ -32,10 +32,12 @@ std::vector<std::string> Ordered(const std::vector<Row>& rows, std::string Row::
   return out;
 }
 
-const Row* Find(const std::vector<Row>& rows, const std::string& workload, const std::string& config,
-                size_t max_regions) {
+const Row* Find(const std::vector<Row>& rows, const std::string& workload,
+                const std::string& config, size_t max_regions) {
   for (const Row& r : rows) {
-    if (r.workload == workload && r.config == config && r.max_regions == max_regions && r.error.empty()) return &r;
+    if (r.workload == workload && r.config == config && r.max_regions == max_regions &&
+        r.error.empty())
+      return &r;
   }
   return nullptr;
 }
@@ -63,8 +65,12 @@ DataFiles MakeData(const std::vector<Row>& rows, const std::vector<Row>& sweep) 
     for (const std::string& c : configs) {
       const Row* r = rows.empty() ? nullptr : Find(rows, w, c, rows[0].max_regions);
       hit += r ? absl::StrFormat(" %.6f", 100 * r->hit_rate()) : " NaN";
-      reg += r && r->timed && r->registrar_seconds > 0 ? absl::StrFormat(" %.6g", r->registrar_seconds) : " NaN";
-      total += r && r->timed && r->total_seconds() > 0 ? absl::StrFormat(" %.6g", r->total_seconds()) : " NaN";
+      reg += r && r->timed && r->registrar_seconds > 0
+                 ? absl::StrFormat(" %.6g", r->registrar_seconds)
+                 : " NaN";
+      total += r && r->timed && r->total_seconds() > 0
+                   ? absl::StrFormat(" %.6g", r->total_seconds())
+                   : " NaN";
     }
     hit += "\n", reg += "\n", total += "\n";
   }
@@ -75,7 +81,8 @@ DataFiles MakeData(const std::vector<Row>& rows, const std::vector<Row>& sweep) 
   for (const std::string& w : Ordered(sweep, &Row::workload)) {
     std::vector<size_t> caps;
     for (const Row& r : sweep) {
-      if (r.workload == w && std::find(caps.begin(), caps.end(), r.max_regions) == caps.end()) caps.push_back(r.max_regions);
+      if (r.workload == w && std::find(caps.begin(), caps.end(), r.max_regions) == caps.end())
+        caps.push_back(r.max_regions);
     }
     std::sort(caps.begin(), caps.end());
     std::string text = "max_regions " + absl::StrJoin(sweep_configs, " ") + "\n";
@@ -104,21 +111,23 @@ std::string Colour(const std::string& config) {
 }
 
 // "plot 'file' using 2:xtic(1) title 'a' lc rgb '#..', '' using 3 ..." over `configs`.
-std::string PlotColumns(const std::string& file, const std::vector<std::string>& configs, bool lines) {
+std::string PlotColumns(const std::string& file, const std::vector<std::string>& configs,
+                        bool lines) {
   std::string s = "plot ";
   for (size_t i = 0; i < configs.size(); ++i) {
     if (i > 0) s += ", \\\n     ";
-    absl::StrAppend(&s, i == 0 ? Quote(file) : "''", " using ", lines ? "1:" : "", i + 2, lines ? "" : ":xtic(1)",
-                    " title ", Quote(configs[i]), lines ? " with linespoints pt 7 ps 0.6 lw 2" : "",
-                    " lc rgb ", Quote(Colour(configs[i])));
+    absl::StrAppend(&s, i == 0 ? Quote(file) : "''", " using ", lines ? "1:" : "", i + 2,
+                    lines ? "" : ":xtic(1)", " title ", Quote(configs[i]),
+                    lines ? " with linespoints pt 7 ps 0.6 lw 2" : "", " lc rgb ",
+                    Quote(Colour(configs[i])));
   }
   return s + "\n";
 }
 
 }  // namespace
 
-std::string GnuplotScript(const std::vector<Row>& rows, const std::vector<Row>& sweep, const std::string& dir,
-                          const std::string& svg_path) {
+std::string GnuplotScript(const std::vector<Row>& rows, const std::vector<Row>& sweep,
+                          const std::string& dir, const std::string& svg_path) {
   const std::vector<std::string> configs = Ordered(rows, &Row::config);
   const size_t workloads = Ordered(rows, &Row::workload).size();
   const std::vector<std::string> sweep_workloads = Ordered(sweep, &Row::workload);
@@ -126,8 +135,9 @@ std::string GnuplotScript(const std::vector<Row>& rows, const std::vector<Row>& 
   constexpr size_t kBarPanels = 3;  // hit rate, registrar time, total time
   const size_t panel_rows = (kBarPanels + sweep_panels + 1) / 2;
   std::string s;
-  absl::StrAppend(&s, "set terminal svg size 1200,", 420 * panel_rows, " dynamic enhanced font 'sans,11'\n",
-                  "set output ", Quote(svg_path), "\n", "set datafile missing 'NaN'\n", "set key outside top center horizontal\n",
+  absl::StrAppend(&s, "set terminal svg size 1200,", 420 * panel_rows,
+                  " dynamic enhanced font 'sans,11'\n", "set output ", Quote(svg_path), "\n",
+                  "set datafile missing 'NaN'\n", "set key outside top center horizontal\n",
                   "set grid ytics\n", "set multiplot layout ", panel_rows, ",2 title 'mrbench'\n",
                   "set style data histograms\nset style histogram clustered gap 1\n",
                   "set style fill solid 0.85 border -1\nset boxwidth 0.9\n",
@@ -137,10 +147,13 @@ std::string GnuplotScript(const std::vector<Row>& rows, const std::vector<Row>& 
                   // single cluster, which gets a whole slot.
                   workloads <= 1 ? std::string("set xrange [-1:1]\n")
                                  : absl::StrFormat("set xrange [-0.5:%.1f]\n", workloads - 0.5));
-  absl::StrAppend(&s, "set title 'hit rate'\nset ylabel 'hits / transfers (%)'\nset yrange [0:105]\n",
+  absl::StrAppend(&s,
+                  "set title 'hit rate'\nset ylabel 'hits / transfers (%)'\nset yrange [0:105]\n",
                   PlotColumns(dir + "/hit_rate.dat", configs, false));
-  absl::StrAppend(&s, "set title 'registrar time'\nset ylabel 'seconds (log)'\nset logscale y\nset yrange [*:*]\n",
-                  PlotColumns(dir + "/registrar.dat", configs, false));
+  absl::StrAppend(
+      &s,
+      "set title 'registrar time'\nset ylabel 'seconds (log)'\nset logscale y\nset yrange [*:*]\n",
+      PlotColumns(dir + "/registrar.dat", configs, false));
   absl::StrAppend(&s, "set title 'total time (registrar + cache)'\nset ylabel 'seconds (log)'\n",
                   PlotColumns(dir + "/total.dat", configs, false), "unset logscale y\n");
   if (sweep_panels > 0) {
@@ -156,7 +169,8 @@ std::string GnuplotScript(const std::vector<Row>& rows, const std::vector<Row>& 
   return s;
 }
 
-absl::Status PlotSvg(const std::vector<Row>& rows, const std::vector<Row>& sweep, const std::string& svg_path) {
+absl::Status PlotSvg(const std::vector<Row>& rows, const std::vector<Row>& sweep,
+                     const std::string& svg_path) {
   char dir_template[] = "/tmp/mrbench-plot-XXXXXX";
   if (mkdtemp(dir_template) == nullptr) return ErrnoStatus(errno, "mkdtemp for the plot data");
   const std::string dir = dir_template;
@@ -180,7 +194,8 @@ absl::Status PlotSvg(const std::vector<Row>& rows, const std::vector<Row>& sweep
   files.push_back(log);
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, log.c_str(),
+                                   O_WRONLY | O_CREAT | O_TRUNC, 0600);
   posix_spawn_file_actions_adddup2(&actions, STDERR_FILENO, STDOUT_FILENO);
   std::string script = dir + "/plot.gp";
   char* argv[] = {const_cast<char*>("gnuplot"), script.data(), nullptr};

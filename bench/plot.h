@@ -22,10 +22,11 @@ namespace mrbench {
 
 // The gnuplot script for `rows` and `sweep`, reading data files from `dir`
 // (exposed for tests; PlotSvg writes the files it names).
-std::string GnuplotScript(const std::vector<Row>& rows, const std::vector<Row>& sweep, const std::string& dir,
-                          const std::string& svg_path);
+std::string GnuplotScript(const std::vector<Row>& rows, const std::vector<Row>& sweep,
+                          const std::string& dir, const std::string& svg_path);
 
-absl::Status PlotSvg(const std::vector<Row>& rows, const std::vector<Row>& sweep, const std::string& svg_path);
+absl::Status PlotSvg(const std::vector<Row>& rows, const std::vector<Row>& sweep,
+                     const std::string& svg_path);
 
 }  // namespace mrbench
 

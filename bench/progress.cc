@@ -17,8 +17,9 @@ void Progress::Update(size_t done, size_t total) {
   if (now - start_ns_ < 1000000000u || now - last_ns_ < 100000000u) return;
   last_ns_ = now;
   shown_ = true;
-  std::fprintf(stderr, "\r\033[Kmrbench: %s %zu/%zu transfers (%.0f%%), %.1f s", label_.c_str(), done, total,
-               total ? 100.0 * double(done) / double(total) : 100.0, double(now - start_ns_) / 1e9);
+  std::fprintf(stderr, "\r\033[Kmrbench: %s %zu/%zu transfers (%.0f%%), %.1f s", label_.c_str(),
+               done, total, total ? 100.0 * double(done) / double(total) : 100.0,
+               double(now - start_ns_) / 1e9);
   std::fflush(stderr);
 }
 

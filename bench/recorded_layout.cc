@@ -29,7 +29,8 @@ uint64_t RoundUpPow2(uint64_t v) {
 absl::StatusOr<RecordedLayout> RecordedLayout::Map(const Trace& trace) {
   RecordedLayout layout;
   const mrcache::Config& config = trace.recorded_config;
-  layout.block_ = std::max({kMinBlock, RoundUpPow2(config.bridge_bytes), RoundUpPow2(config.alignment)});
+  layout.block_ =
+      std::max({kMinBlock, RoundUpPow2(config.bridge_bytes), RoundUpPow2(config.alignment)});
   const uint64_t block = layout.block_;
   std::vector<std::pair<uint64_t, uint64_t>> spans;  // block-aligned [lo, hi) of every registration
   for (const TraceOp& op : trace.ops) {
@@ -37,7 +38,9 @@ absl::StatusOr<RecordedLayout> RecordedLayout::Map(const Trace& trace) {
     const uint64_t lo = op.offset & ~(block - 1);
     const uint64_t end = op.offset + op.length;
     const uint64_t hi = end > UINT64_MAX - block ? 0 : (end + block - 1) & ~(block - 1);
-    if (hi == 0) return mrcache::ErrnoStatus(EINVAL, absl::StrCat(trace.name, ": registration at the top of the address space"));
+    if (hi == 0)
+      return mrcache::ErrnoStatus(
+          EINVAL, absl::StrCat(trace.name, ": registration at the top of the address space"));
     spans.emplace_back(lo, hi);
   }
   std::sort(spans.begin(), spans.end());
@@ -54,14 +57,18 @@ absl::StatusOr<RecordedLayout> RecordedLayout::Map(const Trace& trace) {
     // Guards: at least a page below (base is rounded up from map + page),
     // at least `block` above.
     const size_t map_length = length + 2 * block;
-    void* map = mmap(nullptr, map_length, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    void* map =
+        mmap(nullptr, map_length, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (map == MAP_FAILED) {
-      return mrcache::ErrnoStatus(errno, absl::StrCat("cannot reserve ", length, " bytes to replay ", trace.name));
+      return mrcache::ErrnoStatus(
+          errno, absl::StrCat("cannot reserve ", length, " bytes to replay ", trace.name));
     }
     layout.clusters_.push_back({span.first, span.second, nullptr, map, map_length});
-    const uintptr_t base = (reinterpret_cast<uintptr_t>(map) + PageSize() + block - 1) & ~(block - 1);
+    const uintptr_t base =
+        (reinterpret_cast<uintptr_t>(map) + PageSize() + block - 1) & ~(block - 1);
     if (mprotect(reinterpret_cast<void*>(base), length, PROT_READ | PROT_WRITE) != 0) {
-      return mrcache::ErrnoStatus(errno, absl::StrCat("cannot map ", length, " bytes to replay ", trace.name));
+      return mrcache::ErrnoStatus(
+          errno, absl::StrCat("cannot map ", length, " bytes to replay ", trace.name));
     }
     layout.clusters_.back().base = reinterpret_cast<char*>(base);
   }

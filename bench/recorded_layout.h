@@ -70,9 +70,9 @@ class RecordedLayout {
 
  private:
   struct Cluster {
-    uint64_t lo, hi;     // recorded span, kBlock-aligned
-    char* base;          // where lo is mapped
-    void* map;           // the whole reservation (guards included)
+    uint64_t lo, hi;  // recorded span, kBlock-aligned
+    char* base;       // where lo is mapped
+    void* map;        // the whole reservation (guards included)
     size_t map_length;
   };
   RecordedLayout() = default;

@@ -47,7 +47,8 @@ void TouchPages(const Buffer& buffer) {
 // Times driver calls and subtracts the registrar time spent inside them.
 class CallTimer {
  public:
-  explicit CallTimer(const RegistrarCounters& counters) : counters_(counters), clock_cost_(ClockCostNs()) {}
+  explicit CallTimer(const RegistrarCounters& counters)
+      : counters_(counters), clock_cost_(ClockCostNs()) {}
   template <typename F>
   auto operator()(F&& call) {
     const uint64_t reg_before = counters_.registrar_ns.load(std::memory_order_relaxed);
@@ -76,11 +77,12 @@ absl::Status FreeBuffer(Driver& driver, CallTimer& timer, Buffer& buffer) {
 
 // Writes a token unique to transfer `serial` through the lease at `addr`;
 // true if the CPU sees it.
-absl::StatusOr<bool> VerifyTransfer(Driver& driver, const Driver::Lease& lease, char* addr, uint64_t length,
-                                    uint64_t serial) {
+absl::StatusOr<bool> VerifyTransfer(Driver& driver, const Driver::Lease& lease, char* addr,
+                                    uint64_t length, uint64_t serial) {
   unsigned char token[16];
   const size_t n = length < sizeof token ? length : sizeof token;
-  for (size_t i = 0; i < n; ++i) token[i] = static_cast<unsigned char>((serial >> (8 * (i % 8))) + 0x5a + i);
+  for (size_t i = 0; i < n; ++i)
+    token[i] = static_cast<unsigned char>((serial >> (8 * (i % 8))) + 0x5a + i);
   std::memset(addr, 0, n);
   const size_t offset = reinterpret_cast<uintptr_t>(addr) - lease.region_addr;
   absl::Status status = driver.DeviceWrite(lease, offset, token, n);
@@ -105,7 +107,8 @@ absl::StatusOr<ReplayResult> Conclude(ReplayResult result, const CallTimer& time
 
 // Get through the driver (counted as a transfer, a hit if it registered
 // nothing), with the optional verification.
-absl::StatusOr<Driver::Lease> CountedGet(Driver& driver, CallTimer& timer, const RegistrarCounters& counters,
+absl::StatusOr<Driver::Lease> CountedGet(Driver& driver, CallTimer& timer,
+                                         const RegistrarCounters& counters,
                                          const ReplayOptions& options, size_t total, char* addr,
                                          uint64_t length, int access, ReplayResult* result) {
   const uint64_t regs_before = counters.registrations.load(std::memory_order_relaxed);
@@ -122,13 +125,15 @@ absl::StatusOr<Driver::Lease> CountedGet(Driver& driver, CallTimer& timer, const
     ++result->verified;
     result->stale += !*seen;
   }
-  if (options.progress && (result->transfers & 1023) == 0) options.progress(result->transfers, total);
+  if (options.progress && (result->transfers & 1023) == 0)
+    options.progress(result->transfers, total);
   return lease;
 }
 
 // A recorded trace: registrations held from reg to dereg, releases replayed
 // in the address layout of the recording (recorded_layout.h).
-absl::StatusOr<ReplayResult> ReplayRecorded(const Trace& trace, Driver& driver, const RegistrarCounters& counters,
+absl::StatusOr<ReplayResult> ReplayRecorded(const Trace& trace, Driver& driver,
+                                            const RegistrarCounters& counters,
                                             const ReplayOptions& options) {
   absl::StatusOr<RecordedLayout> layout = RecordedLayout::Map(trace);
   if (!layout.ok()) return layout.status();
@@ -173,7 +178,8 @@ absl::StatusOr<ReplayResult> ReplayRecorded(const Trace& trace, Driver& driver, 
 
 }  // namespace
 
-absl::StatusOr<ReplayResult> Replay(const Trace& trace, Driver& driver, const RegistrarCounters& counters,
+absl::StatusOr<ReplayResult> Replay(const Trace& trace, Driver& driver,
+                                    const RegistrarCounters& counters,
                                     const ReplayOptions& options) {
   absl::Status valid = ValidateTrace(trace);
   if (!valid.ok()) return valid;

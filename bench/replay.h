@@ -39,15 +39,16 @@ class Driver {
  public:
   // One referenced registration covering a transfer.
   struct Lease {
-    void* handle = nullptr;       // driver-specific
-    uintptr_t region_addr = 0;    // the registered range's start
+    void* handle = nullptr;     // driver-specific
+    uintptr_t region_addr = 0;  // the registered range's start
     size_t region_length = 0;
   };
   virtual ~Driver() = default;
   virtual absl::StatusOr<Lease> Get(void* addr, size_t length, int access) = 0;
   virtual absl::Status Put(const Lease& lease) = 0;
   // Writes through the registration as a device would, at region_addr + offset.
-  virtual absl::Status DeviceWrite(const Lease& lease, size_t offset, const void* src, size_t length) = 0;
+  virtual absl::Status DeviceWrite(const Lease& lease, size_t offset, const void* src,
+                                   size_t length) = 0;
   // [addr, addr+length) is about to be freed.
   virtual absl::Status Release(void* addr, size_t length) = 0;
   // Releases every registration (destroys the cache).
@@ -72,7 +73,8 @@ struct ReplayResult {
   uint64_t verified = 0;
 };
 
-absl::StatusOr<ReplayResult> Replay(const Trace& trace, Driver& driver, const RegistrarCounters& counters,
+absl::StatusOr<ReplayResult> Replay(const Trace& trace, Driver& driver,
+                                    const RegistrarCounters& counters,
                                     const ReplayOptions& options);
 
 }  // namespace mrbench

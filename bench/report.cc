@@ -43,13 +43,14 @@ std::string HumanBytes(uint64_t bytes) {
 void PrintTable(const std::vector<Row>& rows, std::FILE* out) {
   for (const Row& r : rows) {
     if (r.config != "belady-nomerge") continue;
-    std::fprintf(out, "belady-nomerge: Belady's MIN for a cache that never merges (fewest registrations "
-                      "without merging, same limits; a merging cache can do better)\n");
+    std::fprintf(out,
+                 "belady-nomerge: Belady's MIN for a cache that never merges (fewest registrations "
+                 "without merging, same limits; a merging cache can do better)\n");
     break;
   }
-  std::vector<std::vector<std::string>> cells = {{"workload", "config", "max_regions", "transfers", "hit_rate",
-                                                  "registrations", "registered", "registrar_s", "peak_pinned",
-                                                  "ns/op", "total_s", "stale"}};
+  std::vector<std::vector<std::string>> cells = {
+      {"workload", "config", "max_regions", "transfers", "hit_rate", "registrations", "registered",
+       "registrar_s", "peak_pinned", "ns/op", "total_s", "stale"}};
   for (const Row& r : rows) {
     if (!r.error.empty()) {
       cells.push_back({r.workload, r.config, absl::StrCat(r.max_regions), "FAILED: " + r.error});
@@ -57,8 +58,10 @@ void PrintTable(const std::vector<Row>& rows, std::FILE* out) {
     }
     cells.push_back({r.workload, r.config, absl::StrCat(r.max_regions), absl::StrCat(r.transfers),
                      absl::StrFormat("%.2f%%", 100 * r.hit_rate()), absl::StrCat(r.registrations),
-                     HumanBytes(r.registered_bytes), r.timed ? absl::StrFormat("%.4f", r.registrar_seconds) : "-",
-                     HumanBytes(r.peak_pinned_bytes), r.timed ? absl::StrFormat("%.0f", r.ns_per_op) : "-",
+                     HumanBytes(r.registered_bytes),
+                     r.timed ? absl::StrFormat("%.4f", r.registrar_seconds) : "-",
+                     HumanBytes(r.peak_pinned_bytes),
+                     r.timed ? absl::StrFormat("%.0f", r.ns_per_op) : "-",
                      r.timed ? absl::StrFormat("%.4f", r.total_seconds()) : "-",
                      r.timed && r.verified ? absl::StrCat(r.stale) : "-"});
   }
@@ -75,7 +78,8 @@ void PrintTable(const std::vector<Row>& rows, std::FILE* out) {
       if (i < 2) {
         text += last ? line[i] : absl::StrFormat("%-*s  ", width[i], line[i]);
       } else {
-        text += last ? absl::StrFormat("%*s", width[i], line[i]) : absl::StrFormat("%*s  ", width[i], line[i]);
+        text += last ? absl::StrFormat("%*s", width[i], line[i])
+                     : absl::StrFormat("%*s  ", width[i], line[i]);
       }
     }
     std::fprintf(out, "%s\n", text.c_str());
@@ -89,15 +93,16 @@ std::string ToJson(const std::vector<Row>& rows) {
     const bool ok = r.error.empty();
     auto count = [&](uint64_t v) { return ok ? absl::StrCat(v) : std::string("null"); };
     auto timed = [&](double v) { return ok && r.timed ? JsonNumber(v) : std::string("null"); };
-    absl::StrAppend(&out, "  {\"config\": ", JsonString(r.config), ", \"workload\": ", JsonString(r.workload),
-                    ", \"max_regions\": ", r.max_regions, ", \"transfers\": ", count(r.transfers),
-                    ", \"hit_rate\": ", ok ? JsonNumber(r.hit_rate()) : "null",
-                    ", \"registrations\": ", count(r.registrations),
-                    ", \"registered_bytes\": ", count(r.registered_bytes),
-                    ", \"registrar_seconds\": ", timed(r.registrar_seconds),
-                    ", \"peak_pinned_bytes\": ", count(r.peak_pinned_bytes), ", \"ns_per_op\": ", timed(r.ns_per_op),
-                    ", \"total_seconds\": ", timed(r.total_seconds()),
-                    ", \"stale\": ", ok && r.timed && r.verified ? absl::StrCat(r.stale) : "null");
+    absl::StrAppend(
+        &out, "  {\"config\": ", JsonString(r.config), ", \"workload\": ", JsonString(r.workload),
+        ", \"max_regions\": ", r.max_regions, ", \"transfers\": ", count(r.transfers),
+        ", \"hit_rate\": ", ok ? JsonNumber(r.hit_rate()) : "null",
+        ", \"registrations\": ", count(r.registrations),
+        ", \"registered_bytes\": ", count(r.registered_bytes),
+        ", \"registrar_seconds\": ", timed(r.registrar_seconds),
+        ", \"peak_pinned_bytes\": ", count(r.peak_pinned_bytes),
+        ", \"ns_per_op\": ", timed(r.ns_per_op), ", \"total_seconds\": ", timed(r.total_seconds()),
+        ", \"stale\": ", ok && r.timed && r.verified ? absl::StrCat(r.stale) : "null");
     if (!ok) absl::StrAppend(&out, ", \"error\": ", JsonString(r.error));
     absl::StrAppend(&out, i + 1 == rows.size() ? "}\n" : "},\n");
   }

@@ -34,9 +34,9 @@ struct Row {
   double registrar_seconds = 0;
   double ns_per_op = 0;
   uint64_t stale = 0;
-  bool timed = true;     // false: registrar_seconds, ns_per_op and stale do not apply
-  bool verified = false; // stale was measured (--verify)
-  std::string error;     // non-empty: the run failed, only the names are valid
+  bool timed = true;      // false: registrar_seconds, ns_per_op and stale do not apply
+  bool verified = false;  // stale was measured (--verify)
+  std::string error;      // non-empty: the run failed, only the names are valid
 
   double hit_rate() const { return transfers == 0 ? 0 : double(hits) / double(transfers); }
   // Registrar time plus cache time (ns_per_op x transfers), in seconds.

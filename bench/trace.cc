@@ -1,8 +1,8 @@
 #include "bench/trace.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -49,8 +49,8 @@ std::string CheckOp(const TraceOp& op, LiveBuffers* live_bytes) {
       if (bytes == 0) return absl::StrCat("xfer on buffer ", op.id, ", which is not allocated");
       if (op.length == 0) return "xfer of 0 bytes";
       if (op.offset > bytes || op.length > bytes - op.offset) {
-        return absl::StrCat("xfer [", op.offset, ", ", op.offset + op.length, ") is outside buffer ", op.id,
-                            " of ", bytes, " bytes");
+        return absl::StrCat("xfer [", op.offset, ", ", op.offset + op.length,
+                            ") is outside buffer ", op.id, " of ", bytes, " bytes");
       }
       absl::Status access = mrcache::ValidateAccess(op.access);
       if (!access.ok()) return absl::StrCat("bad access ", op.access, ": ", access.message());
@@ -66,7 +66,8 @@ std::string CheckOp(const TraceOp& op, LiveBuffers* live_bytes) {
       return "";
     }
     case TraceOp::kDereg:
-      if (bytes == 0) return absl::StrCat("dereg of registration ", op.id, ", which is not registered");
+      if (bytes == 0)
+        return absl::StrCat("dereg of registration ", op.id, ", which is not registered");
       bytes = 0;
       return "";
     case TraceOp::kRelease:
@@ -87,10 +88,14 @@ bool ParseHexAddress(absl::string_view field, uint64_t* out) {
   uint64_t v = 0;
   for (char c : field.substr(2)) {
     int d;
-    if (c >= '0' && c <= '9') d = c - '0';
-    else if (c >= 'a' && c <= 'f') d = c - 'a' + 10;
-    else if (c >= 'A' && c <= 'F') d = c - 'A' + 10;
-    else return false;
+    if (c >= '0' && c <= '9')
+      d = c - '0';
+    else if (c >= 'a' && c <= 'f')
+      d = c - 'a' + 10;
+    else if (c >= 'A' && c <= 'F')
+      d = c - 'A' + 10;
+    else
+      return false;
     v = v << 4 | static_cast<uint64_t>(d);
   }
   *out = v;
@@ -106,7 +111,8 @@ struct RecordedIds {
 
 // Parses one event line of a recorded trace into `op` (IDs renumbered
 // through `ids`); returns the reason on failure.
-std::string ParseRecordedLine(const std::vector<absl::string_view>& f, RecordedIds* ids, TraceOp* op) {
+std::string ParseRecordedLine(const std::vector<absl::string_view>& f, RecordedIds* ids,
+                              TraceOp* op) {
   const absl::string_view verb = f[0];
   size_t fields;
   const char* usage;
@@ -117,11 +123,14 @@ std::string ParseRecordedLine(const std::vector<absl::string_view>& f, RecordedI
   } else if (verb == "release") {
     op->kind = TraceOp::kRelease, fields = 3, usage = "release ADDR LENGTH";
   } else {
-    return absl::StrCat("unknown operation '", verb, "' (a recorded trace has config, reg, dereg and release)");
+    return absl::StrCat("unknown operation '", verb,
+                        "' (a recorded trace has config, reg, dereg and release)");
   }
-  if (f.size() != fields) return absl::StrCat("'", verb, "' takes ", usage, ", got ", f.size() - 1, " argument(s)");
+  if (f.size() != fields)
+    return absl::StrCat("'", verb, "' takes ", usage, ", got ", f.size() - 1, " argument(s)");
   if (op->kind == TraceOp::kRelease) {
-    if (!ParseHexAddress(f[1], &op->offset)) return absl::StrCat("bad address '", f[1], "' (expected 0x...)");
+    if (!ParseHexAddress(f[1], &op->offset))
+      return absl::StrCat("bad address '", f[1], "' (expected 0x...)");
     if (!ParseU64(f[2], &op->length)) return absl::StrCat("bad length '", f[2], "'");
     return "";
   }
@@ -129,15 +138,18 @@ std::string ParseRecordedLine(const std::vector<absl::string_view>& f, RecordedI
   if (!ParseU64(f[1], &id)) return absl::StrCat("bad registration ID '", f[1], "'");
   if (op->kind == TraceOp::kDereg) {
     auto it = ids->live.find(id);
-    if (it == ids->live.end()) return absl::StrCat("dereg of registration ", id, ", which is not registered");
+    if (it == ids->live.end())
+      return absl::StrCat("dereg of registration ", id, ", which is not registered");
     op->id = it->second;
     ids->live.erase(it);
     return "";
   }
-  if (!ParseHexAddress(f[2], &op->offset)) return absl::StrCat("bad address '", f[2], "' (expected 0x...)");
+  if (!ParseHexAddress(f[2], &op->offset))
+    return absl::StrCat("bad address '", f[2], "' (expected 0x...)");
   if (!ParseU64(f[3], &op->length)) return absl::StrCat("bad length '", f[3], "'");
   uint64_t access;
-  if (!ParseU64(f[4], &access) || access > INT32_MAX) return absl::StrCat("bad access '", f[4], "'");
+  if (!ParseU64(f[4], &access) || access > INT32_MAX)
+    return absl::StrCat("bad access '", f[4], "'");
   op->access = static_cast<int>(access);
   if (ids->live.contains(id)) return absl::StrCat("registration ", id, " is already registered");
   if (ids->next > UINT32_MAX) return "more than 2^32 registrations";
@@ -150,7 +162,8 @@ std::string ParseRecordedLine(const std::vector<absl::string_view>& f, RecordedI
 std::string ParseConfigLine(const std::vector<absl::string_view>& f, mrcache::Config* config) {
   for (size_t i = 1; i < f.size(); ++i) {
     const size_t eq = f[i].find('=');
-    if (eq == absl::string_view::npos) return absl::StrCat("bad configuration entry '", f[i], "' (expected KEY=VALUE)");
+    if (eq == absl::string_view::npos)
+      return absl::StrCat("bad configuration entry '", f[i], "' (expected KEY=VALUE)");
     absl::Status set = config->Set(f[i].substr(0, eq), f[i].substr(eq + 1));
     if (!set.ok()) return std::string(set.message());
   }
@@ -160,7 +173,8 @@ std::string ParseConfigLine(const std::vector<absl::string_view>& f, mrcache::Co
 
 // Parses one non-empty, comment-free line into `op`; returns the reason on failure.
 std::string ParseLine(absl::string_view line, TraceOp* op) {
-  std::vector<absl::string_view> f = absl::StrSplit(line, absl::ByAnyChar(" \t\r"), absl::SkipEmpty());
+  std::vector<absl::string_view> f =
+      absl::StrSplit(line, absl::ByAnyChar(" \t\r"), absl::SkipEmpty());
   const absl::string_view verb = f[0];
   size_t min_fields, max_fields;
   if (verb == "alloc") {
@@ -189,7 +203,8 @@ std::string ParseLine(absl::string_view line, TraceOp* op) {
     op->access = kDefaultAccess;
     if (f.size() == 5) {
       uint64_t access;
-      if (!ParseU64(f[4], &access) || access > INT32_MAX) return absl::StrCat("bad access '", f[4], "'");
+      if (!ParseU64(f[4], &access) || access > INT32_MAX)
+        return absl::StrCat("bad access '", f[4], "'");
       op->access = static_cast<int>(access);
     }
   }
@@ -209,10 +224,11 @@ absl::StatusOr<Trace> ParseTrace(absl::string_view text, absl::string_view name)
   trace.name = std::string(name);
   const absl::string_view first = text.substr(0, text.find('\n'));
   if (absl::StartsWith(first, kRecordHeaderPrefix)) {
-    const absl::string_view version = absl::StripAsciiWhitespace(first.substr(strlen(kRecordHeaderPrefix)));
+    const absl::string_view version =
+        absl::StripAsciiWhitespace(first.substr(strlen(kRecordHeaderPrefix)));
     if (version != "1") {
-      return ErrnoStatus(EINVAL, absl::StrCat(name, ":1: unsupported mrcache-record version '", version,
-                                              "' (this mrbench reads version 1)"));
+      return ErrnoStatus(EINVAL, absl::StrCat(name, ":1: unsupported mrcache-record version '",
+                                              version, "' (this mrbench reads version 1)"));
     }
     trace.recorded_version = 1;
   }
@@ -227,7 +243,8 @@ absl::StatusOr<Trace> ParseTrace(absl::string_view text, absl::string_view name)
     TraceOp op;
     std::string reason;
     if (trace.recorded()) {
-      std::vector<absl::string_view> f = absl::StrSplit(line, absl::ByAnyChar(" \t\r"), absl::SkipEmpty());
+      std::vector<absl::string_view> f =
+          absl::StrSplit(line, absl::ByAnyChar(" \t\r"), absl::SkipEmpty());
       if (f[0] == "config") {
         if (config_seen || events_seen) {
           reason = config_seen ? "a second config line" : "the config line comes after events";
@@ -260,23 +277,31 @@ absl::StatusOr<Trace> ReadTraceFile(const std::string& path) {
 }
 
 std::string FormatTrace(const Trace& trace) {
-  std::string out = trace.recorded()
-                        ? absl::StrCat(kRecordHeader, "\n# ", trace.name, "\n",
-                                       mrcache_preload::RecordConfigLine(trace.recorded_config), "\n")
-                        : absl::StrCat("# ", trace.name, "\n");
+  std::string out =
+      trace.recorded()
+          ? absl::StrCat(kRecordHeader, "\n# ", trace.name, "\n",
+                         mrcache_preload::RecordConfigLine(trace.recorded_config), "\n")
+          : absl::StrCat("# ", trace.name, "\n");
   for (const TraceOp& op : trace.ops) {
     switch (op.kind) {
-      case TraceOp::kAlloc: absl::StrAppend(&out, "alloc ", op.id, " ", op.length, "\n"); break;
-      case TraceOp::kFree: absl::StrAppend(&out, "free ", op.id, "\n"); break;
+      case TraceOp::kAlloc:
+        absl::StrAppend(&out, "alloc ", op.id, " ", op.length, "\n");
+        break;
+      case TraceOp::kFree:
+        absl::StrAppend(&out, "free ", op.id, "\n");
+        break;
       case TraceOp::kXfer:
         absl::StrAppend(&out, "xfer ", op.id, " ", op.offset, " ", op.length);
         if (op.access != kDefaultAccess) absl::StrAppend(&out, " ", op.access);
         out += '\n';
         break;
       case TraceOp::kReg:
-        absl::StrAppend(&out, "reg ", op.id, " 0x", absl::Hex(op.offset), " ", op.length, " ", op.access, "\n");
+        absl::StrAppend(&out, "reg ", op.id, " 0x", absl::Hex(op.offset), " ", op.length, " ",
+                        op.access, "\n");
         break;
-      case TraceOp::kDereg: absl::StrAppend(&out, "dereg ", op.id, "\n"); break;
+      case TraceOp::kDereg:
+        absl::StrAppend(&out, "dereg ", op.id, "\n");
+        break;
       case TraceOp::kRelease:
         absl::StrAppend(&out, "release 0x", absl::Hex(op.offset), " ", op.length, "\n");
         break;
@@ -292,7 +317,8 @@ absl::Status ValidateTrace(const Trace& trace) {
                              ? CheckOp(trace.ops[i], &live)
                              : (trace.recorded() ? "a workload operation in a recorded trace"
                                                  : "a recorded event in a workload trace");
-    if (!reason.empty()) return ErrnoStatus(EINVAL, absl::StrCat(trace.name, ": operation ", i + 1, ": ", reason));
+    if (!reason.empty())
+      return ErrnoStatus(EINVAL, absl::StrCat(trace.name, ": operation ", i + 1, ": ", reason));
   }
   return absl::OkStatus();
 }

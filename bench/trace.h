@@ -76,7 +76,6 @@ struct Trace {
   size_t transfers() const;
 };
 
-
 // Parses either text form (a recorded trace if the first line is
 // "# mrcache-record N"). On the first malformed line, returns EINVAL with
 // "<name>:<line>: <reason>" and no trace; an unknown version is EINVAL too.
@@ -95,7 +94,9 @@ absl::Status ValidateTrace(const Trace& trace);
 class TraceBuilder {
  public:
   explicit TraceBuilder(std::string name) { trace_.name = std::move(name); }
-  void Alloc(uint32_t id, uint64_t bytes) { trace_.ops.push_back({TraceOp::kAlloc, id, 0, 0, bytes}); }
+  void Alloc(uint32_t id, uint64_t bytes) {
+    trace_.ops.push_back({TraceOp::kAlloc, id, 0, 0, bytes});
+  }
   void Free(uint32_t id) { trace_.ops.push_back({TraceOp::kFree, id, 0, 0, 0}); }
   void Xfer(uint32_t id, uint64_t offset, uint64_t length, int access = kDefaultAccess) {
     trace_.ops.push_back({TraceOp::kXfer, id, access, offset, length});

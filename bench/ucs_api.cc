@@ -15,7 +15,8 @@ namespace {
 constexpr char kLibucs[] = "libucs.so.0";
 
 absl::StatusOr<UcsApi> Load() {
-  if (dlopen(kLibucs, RTLD_NOW | RTLD_NOLOAD) == nullptr) setenv("UCX_MEM_MMAP_HOOK_MODE", "none", 1);
+  if (dlopen(kLibucs, RTLD_NOW | RTLD_NOLOAD) == nullptr)
+    setenv("UCX_MEM_MMAP_HOOK_MODE", "none", 1);
   void* lib = dlopen(kLibucs, RTLD_NOW | RTLD_LOCAL);
   if (lib == nullptr) return absl::NotFoundError(absl::StrCat("cannot load UCX: ", dlerror()));
   UcsApi api;
@@ -34,7 +35,8 @@ absl::StatusOr<UcsApi> Load() {
   if (!missing.empty()) return absl::NotFoundError(absl::StrCat(kLibucs, " lacks:", missing));
   if (api.ucm_opts->mmap_hook_mode != UCM_MMAP_HOOK_NONE) {
     return absl::FailedPreconditionError(
-        "UCX memory hooks are on (libucs was loaded before UCX_MEM_MMAP_HOOK_MODE=none could be set)");
+        "UCX memory hooks are on (libucs was loaded before UCX_MEM_MMAP_HOOK_MODE=none could be "
+        "set)");
   }
   api.set_external_event(UCM_EVENT_VM_UNMAPPED);
   return api;

@@ -90,7 +90,8 @@ absl::StatusOr<ReplayResult> RunUcxPeer(const Trace& trace, const UcxPeerSpec& s
       msg.result = *result;
     } else {
       msg.err = mrcache::StatusToErrno(result.status());
-      std::snprintf(msg.message, sizeof msg.message, "%s", std::string(result.status().message()).c_str());
+      std::snprintf(msg.message, sizeof msg.message, "%s",
+                    std::string(result.status().message()).c_str());
     }
     _exit(WriteAll(fds[1], &msg, sizeof msg) ? 0 : 1);
   }

@@ -19,8 +19,8 @@ ucs_status_t MemReg(void* context, ucs_rcache_t*, void*, ucs_rcache_region_t* re
   auto* cache = static_cast<UcxRcache*>(context);
   auto* r = reinterpret_cast<UcxRegion*>(region);
   const uintptr_t start = region->super.start;
-  absl::StatusOr<mrcache::Registration> reg =
-      cache->registrar().Register(reinterpret_cast<void*>(start), region->super.end - start, cache->access());
+  absl::StatusOr<mrcache::Registration> reg = cache->registrar().Register(
+      reinterpret_cast<void*>(start), region->super.end - start, cache->access());
   if (!reg.ok()) {
     const int err = mrcache::StatusToErrno(reg.status());
     return err == ENOMEM || err == EAGAIN ? UCS_ERR_NO_MEMORY : UCS_ERR_IO_ERROR;
@@ -32,7 +32,8 @@ ucs_status_t MemReg(void* context, ucs_rcache_t*, void*, ucs_rcache_region_t* re
 void MemDereg(void* context, ucs_rcache_t*, ucs_rcache_region_t* region) {
   auto* cache = static_cast<UcxRcache*>(context);
   absl::Status status = cache->registrar().Deregister(reinterpret_cast<UcxRegion*>(region)->reg);
-  if (!status.ok()) std::fprintf(stderr, "mrbench: ucx peer: deregister: %s\n", status.ToString().c_str());
+  if (!status.ok())
+    std::fprintf(stderr, "mrbench: ucx peer: deregister: %s\n", status.ToString().c_str());
 }
 
 void DumpRegion(void*, ucs_rcache_t*, ucs_rcache_region_t* region, char* buf, size_t max) {
@@ -48,8 +49,10 @@ constexpr size_t kUcxIbAlignment = 64;
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<UcxRcache>> UcxRcache::Create(const UcsApi& api, mrcache::Registrar& registrar,
-                                                             size_t max_regions, size_t max_bytes, int access) {
+absl::StatusOr<std::unique_ptr<UcxRcache>> UcxRcache::Create(const UcsApi& api,
+                                                             mrcache::Registrar& registrar,
+                                                             size_t max_regions, size_t max_bytes,
+                                                             int access) {
   std::unique_ptr<UcxRcache> cache(new UcxRcache(api, registrar, access));
   ucs_rcache_params_t params = {};
   params.region_struct_size = sizeof(UcxRegion);
@@ -64,7 +67,8 @@ absl::StatusOr<std::unique_ptr<UcxRcache>> UcxRcache::Create(const UcsApi& api, 
   params.max_size = max_bytes == 0 ? SIZE_MAX : max_bytes;
   params.max_unreleased = SIZE_MAX;
   ucs_status_t status = api.rcache_create(&params, "mrbench", nullptr, &cache->rcache_);
-  if (status != UCS_OK) return ErrnoStatus(EIO, absl::StrCat("ucs_rcache_create failed: status ", status));
+  if (status != UCS_OK)
+    return ErrnoStatus(EIO, absl::StrCat("ucs_rcache_create failed: status ", status));
   return cache;
 }
 
@@ -89,11 +93,13 @@ absl::StatusOr<Driver::Lease> UcxDriver::Get(void* addr, size_t length, int) {
 }
 
 absl::Status UcxDriver::Put(const Lease& lease) {
-  cache_->api().rcache_region_put(cache_->rcache(), static_cast<ucs_rcache_region_t*>(lease.handle));
+  cache_->api().rcache_region_put(cache_->rcache(),
+                                  static_cast<ucs_rcache_region_t*>(lease.handle));
   return absl::OkStatus();
 }
 
-absl::Status UcxDriver::DeviceWrite(const Lease& lease, size_t offset, const void* src, size_t length) {
+absl::Status UcxDriver::DeviceWrite(const Lease& lease, size_t offset, const void* src,
+                                    size_t length) {
   const auto* r = static_cast<const UcxRegion*>(lease.handle);
   return cache_->registrar().DeviceWrite(r->reg, offset, src, length);
 }

@@ -39,8 +39,10 @@ struct UcxRegion {
 class UcxRcache {
  public:
   // `registrar` must outlive the cache.
-  static absl::StatusOr<std::unique_ptr<UcxRcache>> Create(const UcsApi& api, mrcache::Registrar& registrar,
-                                                           size_t max_regions, size_t max_bytes, int access);
+  static absl::StatusOr<std::unique_ptr<UcxRcache>> Create(const UcsApi& api,
+                                                           mrcache::Registrar& registrar,
+                                                           size_t max_regions, size_t max_bytes,
+                                                           int access);
   ~UcxRcache();  // ucs_rcache_destroy: deregisters every region
   UcxRcache(const UcxRcache&) = delete;
   UcxRcache& operator=(const UcxRcache&) = delete;
@@ -67,7 +69,8 @@ class UcxDriver : public Driver {
   explicit UcxDriver(std::unique_ptr<UcxRcache> cache) : cache_(std::move(cache)) {}
   absl::StatusOr<Lease> Get(void* addr, size_t length, int access) override;
   absl::Status Put(const Lease& lease) override;
-  absl::Status DeviceWrite(const Lease& lease, size_t offset, const void* src, size_t length) override;
+  absl::Status DeviceWrite(const Lease& lease, size_t offset, const void* src,
+                           size_t length) override;
   absl::Status Release(void* addr, size_t length) override;
   absl::Status Finish() override;
 

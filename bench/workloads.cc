@@ -29,7 +29,8 @@ class Rng {
   double Unit() { return static_cast<double>(Next() >> 11) * 0x1.0p-53; }
   // Log-uniform in [lo, hi].
   uint64_t LogUniform(uint64_t lo, uint64_t hi) {
-    const double v = std::exp(std::log(double(lo)) + Unit() * (std::log(double(hi)) - std::log(double(lo))));
+    const double v =
+        std::exp(std::log(double(lo)) + Unit() * (std::log(double(hi)) - std::log(double(lo))));
     return std::min<uint64_t>(hi, std::max<uint64_t>(lo, static_cast<uint64_t>(v)));
   }
 
@@ -179,7 +180,8 @@ Trace Kv(const WorkloadParams& p) {
 }  // namespace
 
 const std::vector<std::string>& WorkloadNames() {
-  static const auto* names = new std::vector<std::string>{"pingpong", "ring", "churn", "zipf", "kv"};
+  static const auto* names =
+      new std::vector<std::string>{"pingpong", "ring", "churn", "zipf", "kv"};
   return *names;
 }
 

@@ -42,11 +42,11 @@ enum class AliasKind { kCached, kDedicated, kOrphaned };
 struct Alias {
   ibv_mr mr{};  // what the application holds (must stay the first member)
   AliasKind kind = AliasKind::kCached;
-  PdCache* cache = nullptr;          // kCached
-  mrcache::Region* region = nullptr; // kCached: the referenced region
-  ibv_mr* real = nullptr;            // kDedicated: the registration it fronts
-  int access = 0;                    // the access flags the application asked for
-  uint64_t record_id = 0;            // kCached: its ID in MRCACHE_RECORD's stream (0: none)
+  PdCache* cache = nullptr;           // kCached
+  mrcache::Region* region = nullptr;  // kCached: the referenced region
+  ibv_mr* real = nullptr;             // kDedicated: the registration it fronts
+  int access = 0;                     // the access flags the application asked for
+  uint64_t record_id = 0;             // kCached: its ID in MRCACHE_RECORD's stream (0: none)
 
   // Copies context/pd/handle/lkey/rkey from `from`, keeping addr/length.
   void TakeKeys(const ibv_mr& from);

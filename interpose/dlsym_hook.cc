@@ -20,7 +20,7 @@ __attribute__((visibility("hidden"), used)) DlsymFn mrcache_resolve_real_dlsym()
 // Lookups through an explicit handle: libc's answer, with
 // the shim's interposers substituted for the real functions.
 __attribute__((visibility("hidden"), used)) void* mrcache_dlsym_filtered(void* handle,
-                                                                        const char* name) {
+                                                                         const char* name) {
   void* found = mrcache_real_dlsym(handle, name);
   if (found == nullptr || name == nullptr || name[0] != 'i' || name[1] != 'b' || name[2] != 'v') {
     return found;

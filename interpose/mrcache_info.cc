@@ -27,19 +27,23 @@
 #include "interpose/shim_defaults.h"
 #include "mrcache/config.h"
 #include "mrcache/monitors/monitor.h"
+#include "mrcache/monitors/uffd_monitor.h"
 #include "mrcache/registrars/odp.h"
 #include "mrcache/registrars/pin_budget.h"
-#include "mrcache/monitors/uffd_monitor.h"
 #include "mrcache/registrars/verbs_registrar.h"
 
 namespace {
 
 const char* OdpModeName(mrcache::OdpMode mode) {
   switch (mode) {
-    case mrcache::OdpMode::kOff: return "off";
-    case mrcache::OdpMode::kExplicit: return "explicit";
-    case mrcache::OdpMode::kImplicit: return "implicit";
-    case mrcache::OdpMode::kAuto: return "auto";
+    case mrcache::OdpMode::kOff:
+      return "off";
+    case mrcache::OdpMode::kExplicit:
+      return "explicit";
+    case mrcache::OdpMode::kImplicit:
+      return "implicit";
+    case mrcache::OdpMode::kAuto:
+      return "auto";
   }
   return "?";
 }
@@ -67,7 +71,8 @@ bool PrintConfig(mrcache::Config* config) {
     *config = *env;
   } else {
     ok = false;
-    std::printf("  error: %s\n  (showing the defaults)\n", std::string(env.status().message()).c_str());
+    std::printf("  error: %s\n  (showing the defaults)\n",
+                std::string(env.status().message()).c_str());
   }
   for (const std::string& key : mrcache::Config::Keys()) {
     auto value = config->Get(key);
@@ -75,8 +80,8 @@ bool PrintConfig(mrcache::Config* config) {
     for (char& c : name) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
     const bool set = std::getenv(name.c_str()) != nullptr;
     std::string shown = !value.ok() ? "?" : value->empty() ? "\"\"" : *value;
-    std::printf("  %-20s = %-12s%s%s%s\n", key.c_str(), shown.c_str(),
-                set ? "  (from " : "", set ? name.c_str() : "", set ? ")" : "");
+    std::printf("  %-20s = %-12s%s%s%s\n", key.c_str(), shown.c_str(), set ? "  (from " : "",
+                set ? name.c_str() : "", set ? ")" : "");
   }
   const char* stats = std::getenv("MRCACHE_STATS");
   std::printf("\nPreload shim (libmrcache_preload.so):\n");
@@ -113,10 +118,10 @@ void PrintDevices(const mrcache::Config& config) {
       std::printf("  %s: ibv_query_device_ex failed: %s\n", name, std::strerror(err));
     } else {
       const ibv_odp_caps& odp = attr.odp_caps;
-      std::printf("  %s: fw %s, max_mr_size %llu, max_mr %d, page_size_cap 0x%llx\n", name,
-                  attr.orig_attr.fw_ver, static_cast<unsigned long long>(attr.orig_attr.max_mr_size),
-                  attr.orig_attr.max_mr,
-                  static_cast<unsigned long long>(attr.orig_attr.page_size_cap));
+      std::printf(
+          "  %s: fw %s, max_mr_size %llu, max_mr %d, page_size_cap 0x%llx\n", name,
+          attr.orig_attr.fw_ver, static_cast<unsigned long long>(attr.orig_attr.max_mr_size),
+          attr.orig_attr.max_mr, static_cast<unsigned long long>(attr.orig_attr.page_size_cap));
       std::printf("    odp general_caps: %s%s%s\n",
                   (odp.general_caps & IBV_ODP_SUPPORT) ? "ODP_SUPPORT " : "",
                   (odp.general_caps & IBV_ODP_SUPPORT_IMPLICIT) ? "ODP_SUPPORT_IMPLICIT" : "",
@@ -168,9 +173,10 @@ void PrintPinBudget(const mrcache::Config& config) {
     std::printf("  pin_budget_bytes     = 0 (no limit)\n");
   } else {
     std::printf("  RLIMIT_MEMLOCK       = %zu bytes (soft; counts: no CAP_IPC_LOCK)\n", limit);
-    std::printf("  pin_budget_bytes     = %zu (the limit minus %zu bytes of headroom for the "
-                "application's own pins)\n",
-                budget, limit - budget);
+    std::printf(
+        "  pin_budget_bytes     = %zu (the limit minus %zu bytes of headroom for the "
+        "application's own pins)\n",
+        budget, limit - budget);
   }
   if (config.max_bytes != 0 && (budget == 0 || config.max_bytes < budget)) {
     std::printf("  max_bytes            = %zu lowers a cache's budget to it\n", config.max_bytes);
@@ -194,19 +200,21 @@ void PrintUffdWatching() {
     (*lease)->Unwatch(p, len);
     munmap(p, len);
     std::printf("  uffd watch probe (an anonymous mapping): %s\n",
-                f.total == 0        ? "watched"
-                : f.map_limit != 0  ? "not watched: map-count limit reached"
-                : f.eperm != 0      ? "not watched: EPERM"
-                : f.enomem != 0     ? "not watched: ENOMEM"
-                                    : "not watched: see watch_* in mrc_stats_t");
+                f.total == 0       ? "watched"
+                : f.map_limit != 0 ? "not watched: map-count limit reached"
+                : f.eperm != 0     ? "not watched: EPERM"
+                : f.enomem != 0    ? "not watched: ENOMEM"
+                                   : "not watched: see watch_* in mrc_stats_t");
   }
   const mrcache::uffd_monitor::MapCountInfo mc = mrcache::uffd_monitor::MapCount();
-  std::printf("  uffd registers whole mappings and adds none at or above %zu mappings "
-              "(%d%% of vm.max_map_count %zu); this process has %zu\n",
-              mc.limit, mrcache::uffd_monitor::kMapCountPercent, mc.max_map_count, mc.map_count);
-  std::printf("  ranges uffd cannot watch are counted per cache: mrc_stats_t.watch_failures "
-              "(watch_enomem, watch_ebusy, watch_eperm, watch_einval, watch_map_limit, "
-              "watch_other) and MRCACHE_STATS\n");
+  std::printf(
+      "  uffd registers whole mappings and adds none at or above %zu mappings "
+      "(%d%% of vm.max_map_count %zu); this process has %zu\n",
+      mc.limit, mrcache::uffd_monitor::kMapCountPercent, mc.max_map_count, mc.map_count);
+  std::printf(
+      "  ranges uffd cannot watch are counted per cache: mrc_stats_t.watch_failures "
+      "(watch_enomem, watch_ebusy, watch_eperm, watch_einval, watch_map_limit, "
+      "watch_other) and MRCACHE_STATS\n");
 }
 
 void PrintMonitors(const mrcache::Config& config) {
@@ -226,9 +234,9 @@ void PrintMonitors(const mrcache::Config& config) {
   }
   PrintUffdWatching();
   auto chosen = mrcache::AcquireMonitor(config.monitor);
-  std::printf("  monitor=%s gives: %s\n", config.monitor.c_str(),
-              chosen.ok() ? (*chosen)->name().c_str()
-                          : std::string(chosen.status().message()).c_str());
+  std::printf(
+      "  monitor=%s gives: %s\n", config.monitor.c_str(),
+      chosen.ok() ? (*chosen)->name().c_str() : std::string(chosen.status().message()).c_str());
   // What a cache created with this configuration reports as
   // mrc_stats_t.monitor_incomplete (auto unavailable altogether counts too).
   bool incomplete = chosen.ok() ? !(*chosen)->shortfall().empty() : config.monitor == "auto";

@@ -84,7 +84,8 @@ std::string FindShim(const std::string& flag, const char* argv0) {
   }
   const char* env = std::getenv("MRCACHE_PRELOAD_LIB");
   if (env != nullptr && *env != '\0') {
-    if (!IsFile(env)) UsageError(std::string("MRCACHE_PRELOAD_LIB=") + env + ": no such readable file");
+    if (!IsFile(env))
+      UsageError(std::string("MRCACHE_PRELOAD_LIB=") + env + ": no such readable file");
     return Absolute(env);
   }
   std::vector<std::string> dirs;

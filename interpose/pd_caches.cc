@@ -57,7 +57,8 @@ absl::StatusOr<PdCache*> PdCaches::ForPd(ibv_pd* pd) {
     if (it != caches_.end()) return it->second.get();
     auto adopted = adopted_.find(pd);
     if (adopted == adopted_.end()) {
-      return mrcache::ErrnoStatus(EINVAL, "not a live PD from ibv_alloc_pd (freed, foreign or a parent domain)");
+      return mrcache::ErrnoStatus(
+          EINVAL, "not a live PD from ibv_alloc_pd (freed, foreign or a parent domain)");
     }
     context = adopted->second;
   }

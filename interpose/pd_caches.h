@@ -36,8 +36,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "mrcache/cache.h"
 #include "interpose/registrar_costs.h"
+#include "mrcache/cache.h"
 #include "mrcache/config.h"
 
 namespace mrcache_preload {

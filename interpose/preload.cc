@@ -37,14 +37,19 @@ __thread int ShimScope::depth_ = 0;
 void* SubstituteInterposer(void* real) {
   const RealVerbs& r = Real();
   if (real == reinterpret_cast<void*>(r.reg_mr)) return reinterpret_cast<void*>(&ibv_reg_mr);
-  if (real == reinterpret_cast<void*>(r.reg_mr_iova)) return reinterpret_cast<void*>(&ibv_reg_mr_iova);
-  if (real == reinterpret_cast<void*>(r.reg_mr_iova2)) return reinterpret_cast<void*>(&ibv_reg_mr_iova2);
-  if (real == reinterpret_cast<void*>(r.reg_dmabuf_mr)) return reinterpret_cast<void*>(&ibv_reg_dmabuf_mr);
+  if (real == reinterpret_cast<void*>(r.reg_mr_iova))
+    return reinterpret_cast<void*>(&ibv_reg_mr_iova);
+  if (real == reinterpret_cast<void*>(r.reg_mr_iova2))
+    return reinterpret_cast<void*>(&ibv_reg_mr_iova2);
+  if (real == reinterpret_cast<void*>(r.reg_dmabuf_mr))
+    return reinterpret_cast<void*>(&ibv_reg_dmabuf_mr);
   if (real == reinterpret_cast<void*>(r.dereg_mr)) return reinterpret_cast<void*>(&ibv_dereg_mr);
   if (real == reinterpret_cast<void*>(r.rereg_mr)) return reinterpret_cast<void*>(&ibv_rereg_mr);
   if (real == reinterpret_cast<void*>(r.alloc_pd)) return reinterpret_cast<void*>(&ibv_alloc_pd);
-  if (real == reinterpret_cast<void*>(r.dealloc_pd)) return reinterpret_cast<void*>(&ibv_dealloc_pd);
-  if (real == reinterpret_cast<void*>(r.close_device)) return reinterpret_cast<void*>(&ibv_close_device);
+  if (real == reinterpret_cast<void*>(r.dealloc_pd))
+    return reinterpret_cast<void*>(&ibv_dealloc_pd);
+  if (real == reinterpret_cast<void*>(r.close_device))
+    return reinterpret_cast<void*>(&ibv_close_device);
   return real;
 }
 

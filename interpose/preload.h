@@ -16,17 +16,18 @@ extern "C" {
 #endif
 
 struct mrcache_preload_stats {
-  uint64_t calls;               /* application ibv_reg_mr* calls (dmabuf included) */
-  uint64_t cache_lookups;       /* of those, served by a PD cache */
-  uint64_t hits;                /* cache hits */
-  uint64_t misses;              /* cache misses */
-  uint64_t bypassed;            /* registered directly by rule (MW_BIND, ZERO_BASED, iova, dmabuf) */
-  uint64_t fallbacks;           /* registered directly after a cache error */
+  uint64_t calls;         /* application ibv_reg_mr* calls (dmabuf included) */
+  uint64_t cache_lookups; /* of those, served by a PD cache */
+  uint64_t hits;          /* cache hits */
+  uint64_t misses;        /* cache misses */
+  uint64_t bypassed;      /* registered directly by rule (MW_BIND, ZERO_BASED, iova, dmabuf) */
+  uint64_t fallbacks;     /* registered directly after a cache error */
   uint64_t cache_registrations; /* registrations the caches made */
   uint64_t live_aliases;        /* aliases handed out and not deregistered */
   uint64_t enabled;             /* 1 if the shim caches, 0 if it passes everything through */
-  uint64_t remote_private;      /* requests with remote rights registered privately (remote_keys=private) */
-  uint64_t watch_failures;      /* registered ranges the monitor could not watch (mrc_stats_t) */
+  uint64_t
+      remote_private; /* requests with remote rights registered privately (remote_keys=private) */
+  uint64_t watch_failures; /* registered ranges the monitor could not watch (mrc_stats_t) */
 };
 
 /* A snapshot of the process's shim counters (all zero before the first call). */

@@ -45,7 +45,8 @@ char* PutText(char* p, const char* text) {
   return p;
 }
 
-// Longest line: "release " + 18 + " " + 20 + "\n", "reg " + 20 + " " + 18 + " " + 20 + " " + 10 + "\n".
+// Longest line: "release " + 18 + " " + 20 + "\n", "reg " + 20 + " " + 18 + " " + 20 + " " + 10 +
+// "\n".
 constexpr size_t kLineMax = 128;
 
 }  // namespace
@@ -54,14 +55,15 @@ std::unique_ptr<Recorder> Recorder::Open(const std::string& path, const mrcache:
   const std::string name = absl::StrReplaceAll(path, {{"%p", absl::StrCat(getpid())}});
   const int fd = open(name.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
   if (fd < 0) {
-    mrcache::Log(mrcache::LogLevel::kError,
-                 absl::StrCat("MRCACHE_RECORD=", name, ": ", std::strerror(errno), "; not recording"));
+    mrcache::Log(mrcache::LogLevel::kError, absl::StrCat("MRCACHE_RECORD=", name, ": ",
+                                                         std::strerror(errno), "; not recording"));
     return nullptr;
   }
   const std::string head = absl::StrCat(kRecordHeader, "\n", RecordConfigLine(config), "\n");
   if (write(fd, head.data(), head.size()) != static_cast<ssize_t>(head.size())) {
-    mrcache::Log(mrcache::LogLevel::kError, absl::StrCat("MRCACHE_RECORD=", name, ": cannot write: ",
-                                                         std::strerror(errno), "; not recording"));
+    mrcache::Log(mrcache::LogLevel::kError,
+                 absl::StrCat("MRCACHE_RECORD=", name, ": cannot write: ", std::strerror(errno),
+                              "; not recording"));
     close(fd);
     return nullptr;
   }

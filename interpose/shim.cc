@@ -11,9 +11,9 @@
 #include "interpose/real_verbs.h"
 #include "interpose/shim_scope.h"
 #include "mrcache/errno_status.h"
+#include "mrcache/log.h"
 #include "mrcache/monitors/fork_guard.h"
 #include "mrcache/registrar.h"
-#include "mrcache/log.h"
 
 namespace mrcache_preload {
 namespace {
@@ -217,7 +217,8 @@ int Shim::Reregister(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, size_t lengt
   ShimScope scope;
   Alias* alias = aliases_.Find(mr);
   if (alias == nullptr) {
-    return Real().rereg_mr == nullptr ? ENOSYS : Real().rereg_mr(mr, flags, pd, addr, length, access);
+    return Real().rereg_mr == nullptr ? ENOSYS
+                                      : Real().rereg_mr(mr, flags, pd, addr, length, access);
   }
   switch (alias->kind) {
     case AliasKind::kCached:
@@ -257,9 +258,9 @@ int Shim::ReregisterCached(Alias* alias, int flags, ibv_pd* pd, void* addr, size
     errno = ENOSYS;
     return IBV_REREG_MR_ERR_INPUT;
   }
-  ibv_mr* real = Real().reg_mr_iova2(new_pd, new_addr, new_length,
-                                     reinterpret_cast<uintptr_t>(new_addr),
-                                     static_cast<unsigned>(new_access));
+  ibv_mr* real =
+      Real().reg_mr_iova2(new_pd, new_addr, new_length, reinterpret_cast<uintptr_t>(new_addr),
+                          static_cast<unsigned>(new_access));
   if (real == nullptr) return IBV_REREG_MR_ERR_INPUT;  // errno from libibverbs; alias untouched
   if (recorder_ != nullptr) recorder_->Deregister(alias->record_id);
   alias->record_id = 0;

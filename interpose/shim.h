@@ -112,20 +112,19 @@ class Shim {
   Shim();
   ibv_mr* Direct(RegEntry entry, ibv_pd* pd, void* addr, size_t length, uint64_t iova,
                  unsigned access);
-  int ReregisterCached(Alias* alias, int flags, ibv_pd* pd, void* addr, size_t length,
-                       int access);
+  int ReregisterCached(Alias* alias, int flags, ibv_pd* pd, void* addr, size_t length, int access);
   // Registers and deregisters exactly the request once, outside the cache,
   // and records the time as a sample of what the cache saves
   // (registrar_costs.h). A failure just means no sample; errno is kept.
-  void SampleRegistrationCost(RegEntry entry, ibv_pd* pd, void* addr, size_t length,
-                              uint64_t iova, unsigned access);
+  void SampleRegistrationCost(RegEntry entry, ibv_pd* pd, void* addr, size_t length, uint64_t iova,
+                              unsigned access);
 
-  std::string disabled_;                         // non-empty: pass everything through
-  std::string remote_keys_;                      // "shared" | "private" ("" while disabled)
-  bool sample_costs_ = false;                    // a report is requested: price what is saved
+  std::string disabled_;                            // non-empty: pass everything through
+  std::string remote_keys_;                         // "shared" | "private" ("" while disabled)
+  bool sample_costs_ = false;                       // a report is requested: price what is saved
   std::unique_ptr<mrcache::MonitorLease> monitor_;  // keeps the monitor installed all run
-  std::unique_ptr<PdCaches> caches_;             // null while disabled
-  std::unique_ptr<Recorder> recorder_;           // MRCACHE_RECORD (null: not recording)
+  std::unique_ptr<PdCaches> caches_;                // null while disabled
+  std::unique_ptr<Recorder> recorder_;              // MRCACHE_RECORD (null: not recording)
   AliasRegistry aliases_;
 
   std::atomic<uint64_t> calls_{0}, lookups_{0}, bypassed_{0}, fallbacks_{0}, alias_deregs_{0},

@@ -27,8 +27,11 @@ Derived Derive(const Report& r) {
   d.hit_rate = lookups == 0 ? 0.0 : static_cast<double>(r.cache.hits) / lookups;
   d.device_registrations = r.cache.registrations + r.shim.bypassed + r.shim.fallbacks;
   d.avoided = r.shim.calls > d.device_registrations ? r.shim.calls - d.device_registrations : 0;
-  d.mean_registrar_ns = r.cache.registrations == 0 ? 0 : r.cache.registrar_ns / r.cache.registrations;
-  d.saved_ns = r.uncached.uncached_ns > r.cache.registrar_ns ? r.uncached.uncached_ns - r.cache.registrar_ns : 0;
+  d.mean_registrar_ns =
+      r.cache.registrations == 0 ? 0 : r.cache.registrar_ns / r.cache.registrations;
+  d.saved_ns = r.uncached.uncached_ns > r.cache.registrar_ns
+                   ? r.uncached.uncached_ns - r.cache.registrar_ns
+                   : 0;
   return d;
 }
 
@@ -53,10 +56,12 @@ std::string FormatText(const Report& r) {
   const Derived d = Derive(r);
   std::string out = "mrcache: libmrcache_preload summary\n";
   if (!r.disabled.empty()) absl::StrAppend(&out, "  caching disabled:        ", r.disabled, "\n");
-  absl::StrAppendFormat(&out, "  registration calls:      %u (through the cache %u, direct %u by rule, %u after a cache error)\n",
+  absl::StrAppendFormat(&out,
+                        "  registration calls:      %u (through the cache %u, direct %u by rule, "
+                        "%u after a cache error)\n",
                         r.shim.calls, r.shim.cache_lookups, r.shim.bypassed, r.shim.fallbacks);
-  absl::StrAppendFormat(&out, "  hits / misses:           %u / %u   hit rate %.1f%%\n", r.cache.hits,
-                        r.cache.misses, 100.0 * d.hit_rate);
+  absl::StrAppendFormat(&out, "  hits / misses:           %u / %u   hit rate %.1f%%\n",
+                        r.cache.hits, r.cache.misses, 100.0 * d.hit_rate);
   absl::StrAppendFormat(&out, "  device registrations:    %u (cache %u, direct %u)   avoided %u\n",
                         d.device_registrations, r.cache.registrations,
                         r.shim.bypassed + r.shim.fallbacks, d.avoided);
@@ -65,30 +70,42 @@ std::string FormatText(const Report& r) {
           ? absl::StrFormat("%u of them registered again to time them", r.uncached.samples)
           : absl::StrFormat("the caches' %u first-time registrations, dearer than repeats",
                             r.uncached.measured_registrations);
-  absl::StrAppendFormat(&out, "  registrar time saved:    %.3f ms (estimate: registering each of the %u requests at its own size would have cost %.3f ms, priced by size class from %s; the caches spent %.3f ms)\n",
-                        d.saved_ns / 1e6, r.uncached.requests, r.uncached.uncached_ns / 1e6, basis,
-                        r.cache.registrar_ns / 1e6);
+  absl::StrAppendFormat(
+      &out,
+      "  registrar time saved:    %.3f ms (estimate: registering each of the %u requests at its "
+      "own size would have cost %.3f ms, priced by size class from %s; the caches spent %.3f ms)\n",
+      d.saved_ns / 1e6, r.uncached.requests, r.uncached.uncached_ns / 1e6, basis,
+      r.cache.registrar_ns / 1e6);
   absl::StrAppendFormat(&out, "  peak pinned bytes:       %s (sum of per-PD peaks)\n",
                         Bytes(r.cache.peak_pinned_bytes));
-  absl::StrAppendFormat(&out, "  remote keys:             %s (%u requests with remote rights registered privately, each deregistered at its ibv_dereg_mr)\n",
+  absl::StrAppendFormat(&out,
+                        "  remote keys:             %s (%u requests with remote rights registered "
+                        "privately, each deregistered at its ibv_dereg_mr)\n",
                         r.remote_keys.empty() ? "-" : r.remote_keys, r.cache.remote_private);
   const size_t memlock = mrcache::MemlockLimitThatApplies();
-  absl::StrAppendFormat(&out, "  pin budget:              %s\n",
-                        r.cache.pin_budget_bytes == 0
-                            ? std::string("no limit (RLIMIT_MEMLOCK unlimited, or CAP_IPC_LOCK)")
-                            : absl::StrCat(Bytes(r.cache.pin_budget_bytes), " shared by the process's caches (RLIMIT_MEMLOCK ",
-                                           memlock ? Bytes(memlock) : std::string("does not apply"), ")"));
+  absl::StrAppendFormat(
+      &out, "  pin budget:              %s\n",
+      r.cache.pin_budget_bytes == 0
+          ? std::string("no limit (RLIMIT_MEMLOCK unlimited, or CAP_IPC_LOCK)")
+          : absl::StrCat(Bytes(r.cache.pin_budget_bytes),
+                         " shared by the process's caches (RLIMIT_MEMLOCK ",
+                         memlock ? Bytes(memlock) : std::string("does not apply"), ")"));
   absl::StrAppendFormat(&out, "  invalidations / evictions / merges: %u / %u / %u\n",
                         r.cache.invalidations, r.cache.evictions, r.cache.merges);
-  absl::StrAppendFormat(&out, "  watch failures:          %u (ENOMEM %u, EBUSY %u: the application's own userfaultfd, EPERM %u, EINVAL %u: memory uffd cannot track, map-count limit %u, other %u)\n",
-                        r.cache.watch_failures, r.cache.watch_enomem, r.cache.watch_ebusy,
-                        r.cache.watch_eperm, r.cache.watch_einval, r.cache.watch_map_limit,
-                        r.cache.watch_other);
-  absl::StrAppendFormat(&out, "  deregs: %u of aliases, %u passed through; rereg conversions %u; "
+  absl::StrAppendFormat(
+      &out,
+      "  watch failures:          %u (ENOMEM %u, EBUSY %u: the application's own userfaultfd, "
+      "EPERM %u, EINVAL %u: memory uffd cannot track, map-count limit %u, other %u)\n",
+      r.cache.watch_failures, r.cache.watch_enomem, r.cache.watch_ebusy, r.cache.watch_eperm,
+      r.cache.watch_einval, r.cache.watch_map_limit, r.cache.watch_other);
+  absl::StrAppendFormat(&out,
+                        "  deregs: %u of aliases, %u passed through; rereg conversions %u; "
                         "EBUSY deallocs %u; PD caches %u; monitor %s\n",
                         r.shim.alias_deregs, r.shim.passthrough_deregs, r.shim.rereg_conversions,
                         r.shim.busy_deallocs, r.shim.caches, r.monitor.empty() ? "-" : r.monitor);
-  absl::StrAppendFormat(&out, "  monitor incomplete:      %u PD cache(s) (covering less than monitor=auto promises; the cause was logged at creation)\n",
+  absl::StrAppendFormat(&out,
+                        "  monitor incomplete:      %u PD cache(s) (covering less than "
+                        "monitor=auto promises; the cause was logged at creation)\n",
                         r.cache.monitor_incomplete);
   return out;
 }
@@ -115,10 +132,9 @@ std::string FormatJson(const Report& r) {
       r.cache.misses, d.hit_rate, d.device_registrations, r.cache.registrations, d.avoided,
       r.cache.deregistrations, r.cache.invalidations, r.cache.evictions, r.cache.merges,
       r.cache.registrar_ns, d.mean_registrar_ns, d.saved_ns, r.uncached.uncached_ns,
-      r.uncached.samples, r.cache.peak_pinned_bytes,
-      r.shim.alias_deregs, r.shim.passthrough_deregs, r.shim.rereg_conversions,
-      r.shim.busy_deallocs, r.shim.caches, r.monitor, r.disabled, r.remote_keys,
-      r.cache.remote_private, r.cache.monitor_incomplete, r.cache.pin_budget_bytes,
+      r.uncached.samples, r.cache.peak_pinned_bytes, r.shim.alias_deregs, r.shim.passthrough_deregs,
+      r.shim.rereg_conversions, r.shim.busy_deallocs, r.shim.caches, r.monitor, r.disabled,
+      r.remote_keys, r.cache.remote_private, r.cache.monitor_incomplete, r.cache.pin_budget_bytes,
       mrcache::MemlockLimitThatApplies(), r.cache.watch_failures, r.cache.watch_enomem,
       r.cache.watch_ebusy, r.cache.watch_eperm, r.cache.watch_einval, r.cache.watch_map_limit,
       r.cache.watch_other);
@@ -135,8 +151,8 @@ absl::Status EmitReport(absl::string_view spec, const Report& report) {
     std::FILE* f = std::fopen(path.c_str(), "w");
     if (f == nullptr) {
       int err = errno;
-      return mrcache::ErrnoStatus(err, absl::StrCat("MRCACHE_STATS: cannot open ", path, ": ",
-                                                    strerror(err)));
+      return mrcache::ErrnoStatus(
+          err, absl::StrCat("MRCACHE_STATS: cannot open ", path, ": ", strerror(err)));
     }
     std::string json = FormatJson(report);
     bool ok = std::fwrite(json.data(), 1, json.size(), f) == json.size();
@@ -144,8 +160,8 @@ absl::Status EmitReport(absl::string_view spec, const Report& report) {
     if (!ok) return mrcache::ErrnoStatus(EIO, absl::StrCat("MRCACHE_STATS: cannot write ", path));
     return absl::OkStatus();
   }
-  return mrcache::ErrnoStatus(EINVAL, absl::StrCat("MRCACHE_STATS='", spec,
-                                                   "': expected 1 or json:PATH"));
+  return mrcache::ErrnoStatus(EINVAL,
+                              absl::StrCat("MRCACHE_STATS='", spec, "': expected 1 or json:PATH"));
 }
 
 }  // namespace mrcache_preload

@@ -50,10 +50,10 @@ struct ShimCounters {
 
 struct Report {
   ShimCounters shim;
-  mrcache::CacheStats cache;   // summed over every PD cache of the run
-  std::string monitor;         // the monitors in effect ("" if no cache was made)
-  std::string disabled;        // why the shim passes everything through ("" if it caches)
-  std::string remote_keys;     // the remote_keys mode in force ("" while disabled)
+  mrcache::CacheStats cache;          // summed over every PD cache of the run
+  std::string monitor;                // the monitors in effect ("" if no cache was made)
+  std::string disabled;               // why the shim passes everything through ("" if it caches)
+  std::string remote_keys;            // the remote_keys mode in force ("" while disabled)
   RegistrarCosts::Estimate uncached;  // the requests served, priced without a cache
 };
 

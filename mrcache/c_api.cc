@@ -16,17 +16,19 @@
 #include "mrcache/c_api_handles.h"
 #include "mrcache/cache.h"
 #include "mrcache/config.h"
-#include "mrcache/registrars/custom_registrar.h"
-#include "mrcache/errno_status.h"
 #include "mrcache/core/region.h"
+#include "mrcache/errno_status.h"
 #include "mrcache/log.h"
+#include "mrcache/registrars/custom_registrar.h"
 
 struct mrc_region : mrcache::Region {};
 
 namespace {
 
 mrcache::Region* AsRegion(mrc_region_t* r) { return static_cast<mrcache::Region*>(r); }
-const mrcache::Region* AsRegion(const mrc_region_t* r) { return static_cast<const mrcache::Region*>(r); }
+const mrcache::Region* AsRegion(const mrc_region_t* r) {
+  return static_cast<const mrcache::Region*>(r);
+}
 
 int ConfigFor(const mrc_config_t* cfg, mrcache::Config* out) {
   if (cfg != nullptr) {
@@ -42,9 +44,7 @@ int ConfigFor(const mrc_config_t* cfg, mrcache::Config* out) {
   return 0;
 }
 
-int Report(const absl::Status& s) {
-  return mrcache::StatusToErrno(s);
-}
+int Report(const absl::Status& s) { return mrcache::StatusToErrno(s); }
 
 // Hands a created cache to the C caller, or reports why creation failed.
 int Adopt(absl::StatusOr<std::unique_ptr<mrcache::Cache>> c, mrc_cache_t** cache) {
@@ -146,8 +146,8 @@ int mrc_flush(mrc_cache_t* cache) {
   return Report(cache->cache->Flush());
 }
 
-int mrc_region_device_write(mrc_cache_t* cache, mrc_region_t* region, size_t offset, const void* src,
-                            size_t length) {
+int mrc_region_device_write(mrc_cache_t* cache, mrc_region_t* region, size_t offset,
+                            const void* src, size_t length) {
   if (cache == nullptr || region == nullptr || src == nullptr) return EINVAL;
   return Report(cache->cache->DeviceWrite(AsRegion(region), offset, src, length));
 }
@@ -182,7 +182,8 @@ int mrc_stats_sized(const mrc_cache_t* cache, mrc_stats_t* stats, size_t size) {
   // Whole fields only: a size that ends inside a field leaves that field alone.
   const size_t known = std::min(size, sizeof all) / sizeof(uint64_t) * sizeof(uint64_t);
   std::memcpy(stats, &all, known);
-  if (size > sizeof all) std::memset(reinterpret_cast<char*>(stats) + sizeof all, 0, size - sizeof all);
+  if (size > sizeof all)
+    std::memset(reinterpret_cast<char*>(stats) + sizeof all, 0, size - sizeof all);
   return 0;
 }
 
@@ -197,18 +198,30 @@ void mrc_set_log_callback(mrc_log_cb_t fn, void* arg) { mrcache::SetLogCallback(
 
 const char* mrc_strerror(int err) {
   switch (err) {
-    case 0: return "success";
-    case EINVAL: return "invalid argument (bad address range, access flags, key or value)";
-    case ENOMEM: return "out of memory or registration resources (RLIMIT_MEMLOCK, device limits)";
-    case EAGAIN: return "resource temporarily unavailable; the memory kept changing or the device is busy";
-    case EFAULT: return "the range is not mapped memory that can be registered";
-    case ENOTSUP: return "operation not supported by this registrar or device";
-    case ECHILD: return "the cache belongs to the parent process (after fork)";
-    case EBUSY: return "resource busy (regions still in use)";
-    case ENOENT: return "no such entry";
-    case ERANGE: return "buffer too small";
-    case EPERM: return "operation not permitted";
-    default: return std::strerror(err);
+    case 0:
+      return "success";
+    case EINVAL:
+      return "invalid argument (bad address range, access flags, key or value)";
+    case ENOMEM:
+      return "out of memory or registration resources (RLIMIT_MEMLOCK, device limits)";
+    case EAGAIN:
+      return "resource temporarily unavailable; the memory kept changing or the device is busy";
+    case EFAULT:
+      return "the range is not mapped memory that can be registered";
+    case ENOTSUP:
+      return "operation not supported by this registrar or device";
+    case ECHILD:
+      return "the cache belongs to the parent process (after fork)";
+    case EBUSY:
+      return "resource busy (regions still in use)";
+    case ENOENT:
+      return "no such entry";
+    case ERANGE:
+      return "buffer too small";
+    case EPERM:
+      return "operation not permitted";
+    default:
+      return std::strerror(err);
   }
 }
 

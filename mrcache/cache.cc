@@ -4,8 +4,8 @@
 #include <cerrno>
 
 #include "mrcache/core/cache_impl.h"
-#include "mrcache/errno_status.h"
 #include "mrcache/core/region.h"
+#include "mrcache/errno_status.h"
 
 namespace mrcache {
 
@@ -49,7 +49,7 @@ Cache::Cache(std::unique_ptr<CacheImpl> impl) : impl_(std::move(impl)) {}
 Cache::~Cache() = default;
 
 absl::StatusOr<std::unique_ptr<Cache>> Cache::Create(const Config& config,
-                                                      std::unique_ptr<Registrar> registrar) {
+                                                     std::unique_ptr<Registrar> registrar) {
   auto impl = CacheImpl::Create(config, std::move(registrar));
   if (!impl.ok()) return impl.status();
   return std::unique_ptr<Cache>(new Cache(std::move(*impl)));
@@ -66,13 +66,17 @@ absl::StatusOr<Region*> Cache::Acquire(void* addr, size_t length, int access) {
 }
 
 absl::Status Cache::Put(Region* region) { return impl_->Put(region); }
-absl::Status Cache::Invalidate(void* addr, size_t length) { return impl_->Invalidate(addr, length); }
+absl::Status Cache::Invalidate(void* addr, size_t length) {
+  return impl_->Invalidate(addr, length);
+}
 absl::Status Cache::Flush() { return impl_->Flush(); }
 absl::Status Cache::DeviceWrite(Region* region, size_t offset, const void* src, size_t length) {
   return impl_->DeviceWrite(region, offset, src, length);
 }
 CacheStats Cache::stats() const { return impl_->stats(); }
-void Cache::SetRetireCallback(RetireCallback callback) { impl_->SetRetireCallback(std::move(callback)); }
+void Cache::SetRetireCallback(RetireCallback callback) {
+  impl_->SetRetireCallback(std::move(callback));
+}
 const Config& Cache::config() const { return impl_->config(); }
 Registrar& Cache::registrar() { return impl_->registrar(); }
 std::string Cache::monitor_name() const { return impl_->monitor_name(); }

@@ -62,7 +62,7 @@ struct RegionInfo {
   uint32_t lkey = 0;
   uint32_t rkey = 0;
   int access = 0;
-  uint64_t handle = 0;   // what the registrar returned
+  uint64_t handle = 0;  // what the registrar returned
 };
 
 // Same fields and meaning as mrc_stats_t.
@@ -77,8 +77,8 @@ struct CacheStats {
   uint64_t pin_budget_bytes = 0;  // bytes this cache may pin now (pin_budget.h); 0 = no limit
   // Registered ranges the monitor could not watch (uffd: monitor.h,
   // WatchFailureCounts); watch_failures is the sum of the causes after it.
-  uint64_t watch_failures = 0, watch_enomem = 0, watch_ebusy = 0, watch_eperm = 0,
-           watch_einval = 0, watch_map_limit = 0, watch_other = 0;
+  uint64_t watch_failures = 0, watch_enomem = 0, watch_ebusy = 0, watch_eperm = 0, watch_einval = 0,
+           watch_map_limit = 0, watch_other = 0;
 };
 
 // The registered range and keys of a region the caller holds.
@@ -116,7 +116,7 @@ class Cache {
   static absl::StatusOr<std::unique_ptr<Cache>> Create(const Config& config, ibv_pd* pd = nullptr);
   // A cache over a registrar the caller built (custom callbacks, fault injection, ...).
   static absl::StatusOr<std::unique_ptr<Cache>> Create(const Config& config,
-                                                        std::unique_ptr<Registrar> registrar);
+                                                       std::unique_ptr<Registrar> registrar);
   // Deregisters everything (see mrc_cache_destroy).
   ~Cache();
 

@@ -30,10 +30,14 @@ absl::StatusOr<bool> ParseBool(absl::string_view v) {
 
 const char* OdpName(OdpMode m) {
   switch (m) {
-    case OdpMode::kOff: return "off";
-    case OdpMode::kExplicit: return "explicit";
-    case OdpMode::kImplicit: return "implicit";
-    case OdpMode::kAuto: return "auto";
+    case OdpMode::kOff:
+      return "off";
+    case OdpMode::kExplicit:
+      return "explicit";
+    case OdpMode::kImplicit:
+      return "implicit";
+    case OdpMode::kAuto:
+      return "auto";
   }
   return "off";
 }
@@ -52,15 +56,21 @@ absl::StatusOr<uint64_t> ParseSize(absl::string_view text) {
   uint64_t mult = 1;
   char last = static_cast<char>(std::toupper(static_cast<unsigned char>(t.back())));
   if (last == 'K' || last == 'M' || last == 'G' || last == 'T') {
-    mult = last == 'K' ? (1ull << 10) : last == 'M' ? (1ull << 20) : last == 'G' ? (1ull << 30) : (1ull << 40);
+    mult = last == 'K'   ? (1ull << 10)
+           : last == 'M' ? (1ull << 20)
+           : last == 'G' ? (1ull << 30)
+                         : (1ull << 40);
     t.remove_suffix(1);
   }
   uint64_t v = 0;
-  if (t.empty() || !std::all_of(t.begin(), t.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); }) ||
+  if (t.empty() ||
+      !std::all_of(t.begin(), t.end(),
+                   [](char c) { return std::isdigit(static_cast<unsigned char>(c)); }) ||
       !absl::SimpleAtoi(t, &v)) {
     return ErrnoStatus(EINVAL, absl::StrCat("'", text, "' is not a size"));
   }
-  if (v != 0 && mult > UINT64_MAX / v) return ErrnoStatus(EINVAL, absl::StrCat("size '", text, "' overflows"));
+  if (v != 0 && mult > UINT64_MAX / v)
+    return ErrnoStatus(EINVAL, absl::StrCat("size '", text, "' overflows"));
   return v * mult;
 }
 
@@ -125,7 +135,9 @@ std::string Num(uint64_t v) { return std::to_string(v); }
 // checks it) all come from here.
 const std::vector<KeyRow>& Rows() {
   static const auto* rows = new std::vector<KeyRow>{
-      {{"registrar", "`uring` (io_uring fixed buffers, real pinning), `sim` (cost model), `verbs` (rdma-core on your PD)",
+      {{"registrar",
+        "`uring` (io_uring fixed buffers, real pinning), `sim` (cost model), `verbs` (rdma-core on "
+        "your PD)",
         "`verbs` with a PD, else `uring` where io_uring works, else `sim`"},
        "uring|sim|verbs",
        [](Config& c, absl::string_view v) {
@@ -147,16 +159,20 @@ const std::vector<KeyRow>& Rows() {
        [](Config& c, absl::string_view v) { return SetSize(&c.max_merge_bytes, v); },
        [](const Config& c) { return Num(c.max_merge_bytes); }},
       {{"bridge_bytes",
-        "aligned block within which a miss in stable memory registers the resident rest of its mapping once "
-        "another region is there (needs monitor `patch`/`uffd` or explicit ODP; at most `max_merge_bytes`, and a "
+        "aligned block within which a miss in stable memory registers the resident rest of its "
+        "mapping once "
+        "another region is there (needs monitor `patch`/`uffd` or explicit ODP; at most "
+        "`max_merge_bytes`, and a "
         "quarter of the pin budget), 0 = off",
         "128M"},
        "a size, 0 = no bridging",
        [](Config& c, absl::string_view v) { return SetSize(&c.bridge_bytes, v); },
        [](const Config& c) { return Num(c.bridge_bytes); }},
       {{"alignment",
-        "region granularity: a power of two >= 8 (`64` keeps heap neighbours apart, as UCX's IB default does; `2M` "
-        "makes fewer, larger registrations; regions with remote rights are never widened beyond the requested "
+        "region granularity: a power of two >= 8 (`64` keeps heap neighbours apart, as UCX's IB "
+        "default does; `2M` "
+        "makes fewer, larger registrations; regions with remote rights are never widened beyond "
+        "the requested "
         "pages); 0 = page size",
         "page size"},
        "a power of two >= 8, 0 = the page size",
@@ -167,8 +183,10 @@ const std::vector<KeyRow>& Rows() {
        },
        [](const Config& c) { return Num(c.alignment); }},
       {{"remote_keys",
-        "`shared` (remote-rights regions cached; an rkey reaches the union of the pages requested with its rights) "
-        "or `private` (each remote-rights request gets its own exact registration, deregistered at put); see "
+        "`shared` (remote-rights regions cached; an rkey reaches the union of the pages requested "
+        "with its rights) "
+        "or `private` (each remote-rights request gets its own exact registration, deregistered at "
+        "put); see "
         "*Remote keys*",
         "`shared` (the shim: `private`)"},
        "shared|private",
@@ -179,7 +197,8 @@ const std::vector<KeyRow>& Rows() {
        },
        [](const Config& c) { return std::string(RemoteKeysName(c.remote_keys)); }},
       {{"monitor",
-        "`none`, `symbols`, `patch`, `uffd`, `jemalloc`, `auto`, or a `+`-joined list (`auto+uffd`: also an "
+        "`none`, `symbols`, `patch`, `uffd`, `jemalloc`, `auto`, or a `+`-joined list "
+        "(`auto+uffd`: also an "
         "inline `syscall` instruction)",
         "`auto`"},
        "none|symbols|patch|uffd|jemalloc|auto, '+'-joined",
@@ -201,7 +220,8 @@ const std::vector<KeyRow>& Rows() {
          return false;
        },
        [](const Config& c) { return std::string(OdpName(c.odp)); }},
-      {{"odp_prefetch_bytes", "prefetch (ibv_advise_mr) ODP ranges at least this large, 0 = never", "0"},
+      {{"odp_prefetch_bytes", "prefetch (ibv_advise_mr) ODP ranges at least this large, 0 = never",
+        "0"},
        "a size, 0 = never",
        [](Config& c, absl::string_view v) { return SetSize(&c.odp_prefetch_bytes, v); },
        [](const Config& c) { return Num(c.odp_prefetch_bytes); }},
@@ -225,7 +245,8 @@ const std::vector<KeyRow>& Rows() {
        "a size",
        [](Config& c, absl::string_view v) { return SetSize(&c.pool_max_bytes, v); },
        [](const Config& c) { return Num(c.pool_max_bytes); }},
-      {{"pool_chunk_bytes", "pooled allocator: bytes per registered chunk, a power of two >= 64K", "2M"},
+      {{"pool_chunk_bytes", "pooled allocator: bytes per registered chunk, a power of two >= 64K",
+        "2M"},
        "a power of two >= 64K",
        [](Config& c, absl::string_view v) {
          return SetCheckedSize(&c.pool_chunk_bytes, v,

@@ -10,8 +10,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
-#include "absl/strings/string_view.h"
 #include <vector>
+#include "absl/strings/string_view.h"
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -38,9 +38,9 @@ struct ConfigKeyInfo {
 enum class RemoteKeys { kShared, kPrivate };
 
 struct Config {
-  std::string registrar;          // "uring" | "sim" | "verbs" | "" (= uring if io_uring works, else sim)
-  size_t max_regions = 16384;     // 0 = unlimited
-  size_t max_bytes = 0;           // pinned bytes; 0 = unlimited
+  std::string registrar;  // "uring" | "sim" | "verbs" | "" (= uring if io_uring works, else sim)
+  size_t max_regions = 16384;                // 0 = unlimited
+  size_t max_bytes = 0;                      // pinned bytes; 0 = unlimited
   size_t max_merge_bytes = size_t{1} << 30;  // 0 = merging off
   // Bridging: a miss in memory where no region died by invalidation lately,
   // whose bridge_bytes-aligned block holds another compatible region, widens
@@ -62,11 +62,11 @@ struct Config {
   uint64_t sim_base_ns = 3000;    // sim registrar: fixed cost per call
   uint64_t sim_page_ns = 240;     // sim registrar: cost per 4 KiB page
   bool sim_mlock = false;
-  uint64_t sim_odp_page_ns = 250; // sim registrar: ODP first-touch cost per page
+  uint64_t sim_odp_page_ns = 250;  // sim registrar: ODP first-touch cost per page
   size_t pool_max_bytes = size_t{1} << 30;
   size_t pool_chunk_bytes = size_t{2} << 20;
   bool pool_hugepages = false;
-  size_t uring_slots = 16384;     // uring registrar: fixed-buffer table size
+  size_t uring_slots = 16384;  // uring registrar: fixed-buffer table size
 
   // Sets one key from its string form. EINVAL (with a message) for an unknown
   // key or a malformed/out-of-range value; the config is unchanged then.

@@ -47,12 +47,17 @@ std::vector<std::string> KnownVariables() {
 
 const std::vector<std::string>& NonKeyVariables() {
   static const auto* names = new std::vector<std::string>{
-      "MRCACHE_STATS",            // the shim's summary at exit (interpose/stats_report.h)
-      "MRCACHE_PRELOAD_LIB",      // the shim mrcache-run preloads
-      "MRCACHE_RECORD",           // the shim's registration stream (interpose/recorder.h)
+      "MRCACHE_STATS",        // the shim's summary at exit (interpose/stats_report.h)
+      "MRCACHE_PRELOAD_LIB",  // the shim mrcache-run preloads
+      "MRCACHE_RECORD",       // the shim's registration stream (interpose/recorder.h)
       // Knobs of mrcache's own test suites and scripts (tests/, scripts/).
-      "MRCACHE_TEST_DEVICE", "MRCACHE_RACE_ITERATIONS", "MRCACHE_DIFF_OPS", "MRCACHE_DIFF_SEED",
-      "MRCACHE_FUZZ_SECONDS", "MRCACHE_MATRIX_PASSES", "MRCACHE_SOAK_SECONDS",
+      "MRCACHE_TEST_DEVICE",
+      "MRCACHE_RACE_ITERATIONS",
+      "MRCACHE_DIFF_OPS",
+      "MRCACHE_DIFF_SEED",
+      "MRCACHE_FUZZ_SECONDS",
+      "MRCACHE_MATRIX_PASSES",
+      "MRCACHE_SOAK_SECONDS",
   };
   return *names;
 }
@@ -87,7 +92,8 @@ std::string UnknownVariablesWarning(const std::vector<UnknownVariable>& unknown)
   for (size_t i = 0; i < unknown.size(); ++i) {
     if (i > 0) line += ", ";
     line += unknown[i].name;
-    if (!unknown[i].suggestion.empty()) absl::StrAppend(&line, " (did you mean ", unknown[i].suggestion, "?)");
+    if (!unknown[i].suggestion.empty())
+      absl::StrAppend(&line, " (did you mean ", unknown[i].suggestion, "?)");
   }
   return line;
 }

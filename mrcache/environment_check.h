@@ -16,8 +16,9 @@
 namespace mrcache {
 
 struct UnknownVariable {
-  std::string name;        // e.g. "MRCACHE_MAX_BYTE"
-  std::string suggestion;  // the closest known name, e.g. "MRCACHE_MAX_BYTES"; empty if none is close
+  std::string name;  // e.g. "MRCACHE_MAX_BYTE"
+  std::string
+      suggestion;  // the closest known name, e.g. "MRCACHE_MAX_BYTES"; empty if none is close
 };
 
 // The MRCACHE_* variables mrcache reads besides the configuration keys

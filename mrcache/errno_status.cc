@@ -14,38 +14,61 @@ constexpr char kErrnoPayloadUrl[] = "mrcache/errno";
 
 absl::StatusCode CodeForErrno(int err) {
   switch (err) {
-    case EINVAL: return absl::StatusCode::kInvalidArgument;
+    case EINVAL:
+      return absl::StatusCode::kInvalidArgument;
     case ENOMEM:
     case EAGAIN:
-    case ENOSPC: return absl::StatusCode::kResourceExhausted;
-    case EFAULT: return absl::StatusCode::kOutOfRange;
-    case ENOTSUP: return absl::StatusCode::kUnimplemented;
-    case EBUSY: return absl::StatusCode::kFailedPrecondition;
+    case ENOSPC:
+      return absl::StatusCode::kResourceExhausted;
+    case EFAULT:
+      return absl::StatusCode::kOutOfRange;
+    case ENOTSUP:
+      return absl::StatusCode::kUnimplemented;
+    case EBUSY:
+      return absl::StatusCode::kFailedPrecondition;
     case ENOENT:
-    case ENODEV: return absl::StatusCode::kNotFound;
+    case ENODEV:
+      return absl::StatusCode::kNotFound;
     case EPERM:
-    case EACCES: return absl::StatusCode::kPermissionDenied;
-    case EEXIST: return absl::StatusCode::kAlreadyExists;
-    case EINTR: return absl::StatusCode::kAborted;
-    case ETIMEDOUT: return absl::StatusCode::kDeadlineExceeded;
-    default: return absl::StatusCode::kUnknown;
+    case EACCES:
+      return absl::StatusCode::kPermissionDenied;
+    case EEXIST:
+      return absl::StatusCode::kAlreadyExists;
+    case EINTR:
+      return absl::StatusCode::kAborted;
+    case ETIMEDOUT:
+      return absl::StatusCode::kDeadlineExceeded;
+    default:
+      return absl::StatusCode::kUnknown;
   }
 }
 
 int ErrnoForCode(absl::StatusCode code) {
   switch (code) {
-    case absl::StatusCode::kOk: return 0;
-    case absl::StatusCode::kInvalidArgument: return EINVAL;
-    case absl::StatusCode::kResourceExhausted: return ENOMEM;
-    case absl::StatusCode::kOutOfRange: return EFAULT;
-    case absl::StatusCode::kUnimplemented: return ENOTSUP;
-    case absl::StatusCode::kFailedPrecondition: return EBUSY;
-    case absl::StatusCode::kNotFound: return ENOENT;
-    case absl::StatusCode::kPermissionDenied: return EPERM;
-    case absl::StatusCode::kAlreadyExists: return EEXIST;
-    case absl::StatusCode::kAborted: return EINTR;
-    case absl::StatusCode::kDeadlineExceeded: return ETIMEDOUT;
-    default: return EIO;
+    case absl::StatusCode::kOk:
+      return 0;
+    case absl::StatusCode::kInvalidArgument:
+      return EINVAL;
+    case absl::StatusCode::kResourceExhausted:
+      return ENOMEM;
+    case absl::StatusCode::kOutOfRange:
+      return EFAULT;
+    case absl::StatusCode::kUnimplemented:
+      return ENOTSUP;
+    case absl::StatusCode::kFailedPrecondition:
+      return EBUSY;
+    case absl::StatusCode::kNotFound:
+      return ENOENT;
+    case absl::StatusCode::kPermissionDenied:
+      return EPERM;
+    case absl::StatusCode::kAlreadyExists:
+      return EEXIST;
+    case absl::StatusCode::kAborted:
+      return EINTR;
+    case absl::StatusCode::kDeadlineExceeded:
+      return ETIMEDOUT;
+    default:
+      return EIO;
   }
 }
 

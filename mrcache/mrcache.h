@@ -90,11 +90,11 @@ void mrc_config_destroy(mrc_config_t *cfg);
 typedef struct mrc_cache mrc_cache_t;
 typedef struct mrc_region mrc_region_t;
 typedef struct {
-  void *addr;      /* start of the registered range (may be wider than requested) */
-  size_t length;   /* its length */
+  void *addr;    /* start of the registered range (may be wider than requested) */
+  size_t length; /* its length */
   uint32_t lkey;
   uint32_t rkey;
-  int access;      /* the access flags it was registered with */
+  int access; /* the access flags it was registered with */
 } mrc_region_info_t;
 
 /* Creates a cache with the registrar and monitor `cfg` names (NULL: the
@@ -151,8 +151,8 @@ int mrc_flush(mrc_cache_t *cache);
  * so that a stale registration is visible to the caller. Returns 0; EINVAL
  * for NULL arguments or a range outside the region; ENOTSUP where the
  * registrar cannot write through its registrations. Thread-safe. */
-int mrc_region_device_write(mrc_cache_t *cache, mrc_region_t *region, size_t offset, const void *src,
-                            size_t length);
+int mrc_region_device_write(mrc_cache_t *cache, mrc_region_t *region, size_t offset,
+                            const void *src, size_t length);
 
 /* Runtimes plug in their own registration (e.g. one region on several NICs), as
  * with ucs_rcache's ops. Called without any cache lock held; may allocate;
@@ -177,10 +177,12 @@ typedef struct {
   uint64_t hits, misses, registrations, deregistrations, evictions, invalidations, merges, regions,
       pinned_bytes, registrar_ns;
   uint64_t peak_pinned_bytes, registrar_failures, bypassed;
-  uint64_t remote_private; /* requests with remote rights registered privately (remote_keys=private) */
-  uint64_t monitor_incomplete; /* 1: the monitor reports less than `auto` promises (cause logged at creation) */
-  uint64_t pin_budget_bytes; /* bytes this cache may pin now, shared with the process's other
-                                caches (see "Pinned-memory budget"); 0 = no limit */
+  uint64_t
+      remote_private; /* requests with remote rights registered privately (remote_keys=private) */
+  uint64_t monitor_incomplete; /* 1: the monitor reports less than `auto` promises (cause logged at
+                                  creation) */
+  uint64_t pin_budget_bytes;   /* bytes this cache may pin now, shared with the process's other
+                                  caches (see "Pinned-memory budget"); 0 = no limit */
   /* Registered ranges the monitor could not watch (monitor uffd; never silent):
    * watch_failures is the sum of the causes that follow. */
   uint64_t watch_failures;

@@ -60,10 +60,10 @@ absl::Status ValidateAccess(int access);
 
 // What a successful registration produced.
 struct Registration {
-  void* addr = nullptr;   // start of the registered range
-  size_t length = 0;      // its length
-  int access = 0;         // the access flags it was registered with
-  uint64_t handle = 0;    // registrar-specific (ibv_mr*, io_uring slot, ...)
+  void* addr = nullptr;  // start of the registered range
+  size_t length = 0;     // its length
+  int access = 0;        // the access flags it was registered with
+  uint64_t handle = 0;   // registrar-specific (ibv_mr*, io_uring slot, ...)
   uint32_t lkey = 0;
   uint32_t rkey = 0;
 };

@@ -21,7 +21,8 @@ absl::StatusOr<std::unique_ptr<Registrar>> CreateRegistrar(const Config& config,
     }
     return MakeVerbsRegistrar(pd, config);
   }
-  return ErrnoStatus(EINVAL, absl::StrCat("unknown registrar '", name, "' (expected uring|sim|verbs)"));
+  return ErrnoStatus(EINVAL,
+                     absl::StrCat("unknown registrar '", name, "' (expected uring|sim|verbs)"));
 }
 
 absl::StatusOr<std::unique_ptr<Cache>> Cache::Create(const Config& config, ibv_pd* pd) {

@@ -11,13 +11,13 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "mrcache/core/residency.h"
 #include "mrcache/errno_status.h"
-#include "mrcache/monitors/fork_guard.h"
 #include "mrcache/log.h"
+#include "mrcache/monitors/fork_guard.h"
+#include "mrcache/monitors/mapping_bounds.h"
 #include "mrcache/monitors/monitor_sync.h"
 #include "mrcache/registrars/odp.h"
-#include "mrcache/monitors/mapping_bounds.h"
-#include "mrcache/core/residency.h"
 
 namespace mrcache {
 namespace {
@@ -128,8 +128,8 @@ absl::StatusOr<std::unique_ptr<CacheImpl>> CacheImpl::Create(const Config& confi
   std::string monitor = cache->odp_ == OdpMode::kOff ? config.monitor : std::string("none");
   auto lease = AcquireMonitor(monitor);
   if (!lease.ok() && monitor == "auto") {
-    Log(LogLevel::kWarning, absl::StrCat("monitor 'auto' unavailable (", lease.status().message(),
-                                         "); using 'none'"));
+    Log(LogLevel::kWarning,
+        absl::StrCat("monitor 'auto' unavailable (", lease.status().message(), "); using 'none'"));
     cache->monitor_incomplete_ = true;
     lease = AcquireMonitor("none");
   }
@@ -189,8 +189,9 @@ CacheImpl::~CacheImpl() {
     for (const auto& refs : implicit_refs_) held += refs.load() > 0 ? 1 : 0;
   }
   if (held > 0 && !child) {
-    Log(LogLevel::kWarning, absl::StrCat("warning: destroying a cache while ", held,
-                                         " region(s) are still held; releasing their registrations"));
+    Log(LogLevel::kWarning,
+        absl::StrCat("warning: destroying a cache while ", held,
+                     " region(s) are still held; releasing their registrations"));
   }
   for (auto& slot : implicit_odp_) {
     if (Region* r = slot.exchange(nullptr)) dead.Push(r);
@@ -278,9 +279,9 @@ absl::StatusOr<Region*> CacheImpl::Acquire(void* addr, size_t length, int access
     const ThreadCache::Line& e = tc->LookupFor(start);
     // The release generation of the entry's region (cache_impl.h); an empty
     // entry names level 0, address 0.
-    const uint64_t released =
-        ReleaseGen(e.release_level, e.start).load(std::memory_order_acquire);
-    if (e.gen == gen + released && e.access == access && e.start <= start && end <= e.end && start < end) {
+    const uint64_t released = ReleaseGen(e.release_level, e.start).load(std::memory_order_acquire);
+    if (e.gen == gen + released && e.access == access && e.start <= start && end <= e.end &&
+        start < end) {
       Region* r = e.region;
       ThreadCache::Line& slot = tc->lines[e.slot];
       // A slot naming r is r's (see thread_cache.h). It cannot be kDead while
@@ -306,9 +307,9 @@ absl::StatusOr<Region*> CacheImpl::Acquire(void* addr, size_t length, int access
 
 // Out of line, so that the hit path above needs no stack frame of its own.
 __attribute__((noinline)) absl::StatusOr<Region*> CacheImpl::AcquireUncached(uintptr_t start,
-                                                                            uintptr_t end,
-                                                                            size_t length,
-                                                                            int access) {
+                                                                             uintptr_t end,
+                                                                             size_t length,
+                                                                             int access) {
   if (length == 0) return ErrnoStatus(EINVAL, "mrc_get: length is 0");
   if (end < start) return ErrnoStatus(EINVAL, "mrc_get: addr + length overflows");
   absl::Status access_ok = ValidateAccess(access);
@@ -386,7 +387,8 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
                                                int user_access) {
   // Explicit ODP registers every region on demand; lookups stay keyed by
   // what the caller asked for.
-  const int request_access = odp_ == OdpMode::kExplicit ? (user_access | kAccessOnDemand) : user_access;
+  const int request_access =
+      odp_ == OdpMode::kExplicit ? (user_access | kAccessOnDemand) : user_access;
   // The smallest range we ever register: the request rounded to the region
   // granularity, or to pages if the granularity is coarser.
   const size_t fine = align_ < page_ ? align_ : page_;
@@ -404,8 +406,8 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
   }
   bool allow_merge = config_.max_merge_bytes > 0;
   int memory_refusals = 0;  // registrar ENOMEM/EAGAIN so far
-  int widened_spoils = 0;  // attempts whose widened registration was spoiled
-  int exact_spoils = 0;    // attempts whose registration of the requested pages was spoiled
+  int widened_spoils = 0;   // attempts whose widened registration was spoiled
+  int exact_spoils = 0;     // attempts whose registration of the requested pages was spoiled
   int in_flight_waits = 0;  // attempts that met another thread's release under way
   GrowThreadCache(tc);
 
@@ -438,7 +440,8 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
       shortfall = FitPlanLocked(&plan, page_start, page_end, &dead);
       // A pending miss records every change to what it may register; once
       // the registered range is known, only changes that overlap it spoil it.
-      pending.start = plan.has_block() && plan.block_start < plan.start ? plan.block_start : plan.start;
+      pending.start =
+          plan.has_block() && plan.block_start < plan.start ? plan.block_start : plan.start;
       pending.end = plan.has_block() && plan.block_end > plan.end ? plan.block_end : plan.end;
       pending.next = pending_;
       pending_ = &pending;
@@ -465,7 +468,8 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
     if (plan.has_block() && !bridged) {
       // Nothing resident to bridge here: do not look again on every miss.
       // (Merging does not consult this: only invalidations cool it.)
-      bridge_failed_.Mark(plan.block_start, plan.block_end, misses_.load(std::memory_order_relaxed));
+      bridge_failed_.Mark(plan.block_start, plan.block_end,
+                          misses_.load(std::memory_order_relaxed));
     }
     for (PendingMiss** p = &pending_; *p != nullptr; p = &(*p)->next) {
       if (*p == &pending) {
@@ -484,8 +488,7 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
       if (monitor_) monitor_->Unwatch(reinterpret_cast<void*>(reg_start), reg_end - reg_start);
       delete fresh;
       IntervalTree<Region*>::FreeNode(node);
-      bool widened = reg_start != page_start || reg_end != page_end ||
-                     reg_access != request_access;
+      bool widened = reg_start != page_start || reg_end != page_end || reg_access != request_access;
       if ((err == ENOMEM || err == EAGAIN) && ++memory_refusals <= 3) {
         // Out of resources. Below the RLIMIT_MEMLOCK budget, something else
         // pins too: the budget comes down to what was pinned then, and the
@@ -561,8 +564,9 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
         // is descheduled: wait for it, without spending an attempt.
         if (++in_flight_waits > kMaxMissAttempts * 16 ||
             !WaitForReleasesInFlight(reg_start, reg_end, kReleaseWaitNs)) {
-          return ErrnoStatus(EAGAIN, "mrc_get: other threads kept releasing this memory while it "
-                                     "was registered");
+          return ErrnoStatus(EAGAIN,
+                             "mrc_get: other threads kept releasing this memory while it "
+                             "was registered");
         }
         --attempt;
         continue;
@@ -579,8 +583,9 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
         }
       } else if (++exact_spoils >= kMaxMissAttempts) {
         // Only this: a get never fails because other memory changed.
-        return ErrnoStatus(EAGAIN, "mrc_get: the requested memory kept being released while it "
-                                   "was registered");
+        return ErrnoStatus(EAGAIN,
+                           "mrc_get: the requested memory kept being released while it "
+                           "was registered");
       }
       continue;
     }
@@ -748,8 +753,8 @@ absl::Status CacheImpl::Put(Region* r) {
       // ourselves. The slot is thread-local memory: reading it after the
       // decrement is safe even if r has been freed meanwhile.
       ReaderFence();
-      if (__builtin_expect(
-              slot->ref_state.load(std::memory_order_acquire) != ThreadCache::kLive, 0)) {
+      if (__builtin_expect(slot->ref_state.load(std::memory_order_acquire) != ThreadCache::kLive,
+                           0)) {
         SettleRetired();
       }
       return absl::OkStatus();
@@ -780,7 +785,8 @@ __attribute__((noinline)) absl::Status CacheImpl::PutShared(Region* r) {
     return absl::OkStatus();
   }
   if (r->bypass) {
-    if (r->shared_refs != 1) return ErrnoStatus(EINVAL, "mrc_put: region put more times than it was got");
+    if (r->shared_refs != 1)
+      return ErrnoStatus(EINVAL, "mrc_put: region put more times than it was got");
     r->shared_refs = 0;
     TimedDeregister(r->reg);
     delete r;
@@ -838,7 +844,8 @@ absl::Status CacheImpl::Flush() {
 }
 
 absl::Status CacheImpl::DeviceWrite(Region* r, size_t offset, const void* src, size_t length) {
-  if (r == nullptr || src == nullptr) return ErrnoStatus(EINVAL, "device write: null region or source");
+  if (r == nullptr || src == nullptr)
+    return ErrnoStatus(EINVAL, "device write: null region or source");
   if (absl::Status child = CheckNotForked("device write"); !child.ok()) return child;
   if (IsImplicit(r)) {
     // The implicit MR spans everything: offset is an absolute address.
@@ -944,10 +951,9 @@ CacheImpl::MissPlan CacheImpl::PlanMissLocked(uintptr_t start, uintptr_t end, in
   // Under a pin budget, a widened region takes at most a quarter of it:
   // merging and bridging shrink as the budget tightens.
   const size_t budget = ProcessBudget();
-  const size_t widen_cap = budget != 0 && budget / 4 < config_.max_merge_bytes
-                               ? budget / 4 : config_.max_merge_bytes;
-  if (u.e - u.s > widen_cap ||
-      (widens && InvalidatedLatelyLocked(u.s, u.e, now))) {
+  const size_t widen_cap =
+      budget != 0 && budget / 4 < config_.max_merge_bytes ? budget / 4 : config_.max_merge_bytes;
+  if (u.e - u.s > widen_cap || (widens && InvalidatedLatelyLocked(u.s, u.e, now))) {
     return plan;
   }
   plan = MissPlan{u.s, u.e, u.local};
@@ -1099,12 +1105,12 @@ absl::Status CacheImpl::OutOfPinnedMemory(uintptr_t start, uintptr_t end,
                                 PinBudgetBytes(), " bytes")
                  : std::string("RLIMIT_MEMLOCK does not apply (unlimited, or CAP_IPC_LOCK)");
   return ErrnoStatus(
-      StatusToErrno(cause), absl::StrCat("mrc_get: cannot pin ", end - start, " bytes at 0x",
-                           absl::Hex(start), ": ", limit_text, "; mrcache pins ",
-                           budget_ != nullptr ? budget_->pinned() : pinned_bytes_.load(),
-                           " bytes in this process, ", in_use,
-                           " of them in regions in use by this cache (", registrar_->name(),
-                           ": ", cause.message(), ")"));
+      StatusToErrno(cause),
+      absl::StrCat("mrc_get: cannot pin ", end - start, " bytes at 0x", absl::Hex(start), ": ",
+                   limit_text, "; mrcache pins ",
+                   budget_ != nullptr ? budget_->pinned() : pinned_bytes_.load(),
+                   " bytes in this process, ", in_use, " of them in regions in use by this cache (",
+                   registrar_->name(), ": ", cause.message(), ")"));
 }
 
 bool CacheImpl::InvalidatedLatelyLocked(uintptr_t start, uintptr_t end, uint64_t now) const {
@@ -1196,7 +1202,8 @@ void CacheImpl::FillLookupLocked(ThreadCache* tc, uintptr_t start, uintptr_t /*e
   ThreadCache::Line& e = tc->LookupFor(start);
   const int level = ReleaseLevel(r->start, r->end);
   uint64_t released = 0;
-  if (level < kReleaseLevels) released = ReleaseGen(level, r->start).load(std::memory_order_acquire);
+  if (level < kReleaseLevels)
+    released = ReleaseGen(level, r->start).load(std::memory_order_acquire);
   // After reading the counter: a release pushed since the drain may overlap
   // r and be counted in `released` already (cache_impl.h). Then, and for a
   // region no bucket holds, leave the line empty.
@@ -1382,8 +1389,9 @@ void CacheImpl::InvalidateRangeLocked(uintptr_t start, uintptr_t end, Region** c
     UnindexLocked(r, candidates);
   }
   if (dropped_start < dropped_end) {
-    invalidated_.Mark(start > dropped_start ? start : dropped_start, end < dropped_end ? end : dropped_end,
-               misses_.load(std::memory_order_relaxed));
+    invalidated_.Mark(start > dropped_start ? start : dropped_start,
+                      end < dropped_end ? end : dropped_end,
+                      misses_.load(std::memory_order_relaxed));
   }
 }
 

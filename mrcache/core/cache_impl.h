@@ -88,16 +88,16 @@
 #include "absl/status/statusor.h"
 #include "mrcache/cache.h"
 #include "mrcache/config.h"
-#include "mrcache/core/interval_tree.h"
 #include "mrcache/core/address_heat.h"
+#include "mrcache/core/interval_tree.h"
 #include "mrcache/core/invalidation_ring.h"
-#include "mrcache/monitors/memory_events.h"
-#include "mrcache/mutex.h"
-#include "mrcache/monitors/monitor.h"
-#include "mrcache/registrars/pin_budget.h"
 #include "mrcache/core/region.h"
-#include "mrcache/registrar.h"
 #include "mrcache/core/thread_cache.h"
+#include "mrcache/monitors/memory_events.h"
+#include "mrcache/monitors/monitor.h"
+#include "mrcache/mutex.h"
+#include "mrcache/registrar.h"
+#include "mrcache/registrars/pin_budget.h"
 
 namespace mrcache {
 
@@ -203,7 +203,8 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   // compares the generations itself and calls this only in a child.
   __attribute__((noinline)) absl::Status CheckNotForked(const char* op) const;
   // Acquire and Put after their lock-free paths found nothing.
-  absl::StatusOr<Region*> AcquireUncached(uintptr_t start, uintptr_t end, size_t length, int access);
+  absl::StatusOr<Region*> AcquireUncached(uintptr_t start, uintptr_t end, size_t length,
+                                          int access);
   absl::Status PutShared(Region* r);
   // Deregisters the retired regions whose last reference is gone.
   void SettleRetired();
@@ -224,7 +225,8 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   // All *Locked functions require mu_ (checked: ABSL_EXCLUSIVE_LOCKS_REQUIRED).
   void MaintainLocked(DeadList* dead) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Plans a miss of the aligned range [start, end): merging, then bridging.
-  MissPlan PlanMissLocked(uintptr_t start, uintptr_t end, int access) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  MissPlan PlanMissLocked(uintptr_t start, uintptr_t end, int access)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Bytes this cache may pin now: the process budget, or max_bytes if
   // smaller; 0 = no limit (and always 0 for on-demand paging).
   size_t PinBudgetBytes() const;
@@ -236,7 +238,8 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   // least recently used first, until it fits. Returns the bytes still
   // missing (to ask of the other caches), 0 if it fits or if even the exact
   // pages exceed the budget (they are tried anyway, without evicting).
-  size_t FitPlanLocked(MissPlan* plan, uintptr_t exact_start, uintptr_t exact_end, DeadList* dead) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  size_t FitPlanLocked(MissPlan* plan, uintptr_t exact_start, uintptr_t exact_end, DeadList* dead)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Evicts unused regions, least recently used first, until `bytes` left the
   // index or none is left; returns the bytes that left it.
   size_t EvictBytesLocked(size_t bytes, DeadList* dead) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -248,18 +251,22 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   absl::Status OutOfPinnedMemory(uintptr_t start, uintptr_t end, const absl::Status& cause);
   // True if regions died by invalidation in [start, end) lately: widening a
   // miss over it (merging, bridging) is unlikely to pay off.
-  bool InvalidatedLatelyLocked(uintptr_t start, uintptr_t end, uint64_t now) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool InvalidatedLatelyLocked(uintptr_t start, uintptr_t end, uint64_t now) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Without the lock: the bridged range for a plan with a block, or false.
   bool BridgeOutsideLock(const MissPlan& plan, uintptr_t* start, uintptr_t* end) const;
-  Region* FindCoveringLocked(uintptr_t start, uintptr_t end, int access) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Region* FindCoveringLocked(uintptr_t start, uintptr_t end, int access)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void TakeRefLocked(ThreadCache* tc, Region* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void FillLookupLocked(ThreadCache* tc, uintptr_t start, uintptr_t end, int access, Region* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FillLookupLocked(ThreadCache* tc, uintptr_t start, uintptr_t end, int access, Region* r)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void TouchLocked(Region* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Raises r->last_use to `used` (a slot's stamp that is about to go away).
   void FoldLastUseLocked(Region* r, uint64_t used) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The sum of r's shared and per-thread counts; with last_use, also the max
   // of r's own stamp and its live slots' stamps.
-  int64_t TotalRefsLocked(const Region* r, uint64_t* last_use = nullptr) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  int64_t TotalRefsLocked(const Region* r, uint64_t* last_use = nullptr) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Sets the state of every thread's non-dead slot naming r.
   void MarkSlotsLocked(const Region* r, uint8_t state) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Removes r from the index and LRU and queues it on `candidates` (via
@@ -268,7 +275,8 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   void UnindexLocked(Region* r, Region** candidates) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SettleLocked(Region* candidates, DeadList* dead) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void KillLocked(Region* r, DeadList* dead) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void InvalidateRangeLocked(uintptr_t start, uintptr_t end, Region** candidates) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void InvalidateRangeLocked(uintptr_t start, uintptr_t end, Region** candidates)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SpoilPendingLocked(uintptr_t start, uintptr_t end) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Evicts unused regions, least recently used first, while `over()` holds.
   template <typename Pred>
@@ -316,7 +324,7 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   const uint64_t fork_generation_;  // ForkGeneration() at creation (fork_guard.h)
   bool listening_ = false;
   OdpMode odp_ = OdpMode::kOff;
-  bool bridging_safe_ = false;  // see PlanMissLocked
+  bool bridging_safe_ = false;       // see PlanMissLocked
   bool monitor_incomplete_ = false;  // auto's coverage is not all in effect (stats)
   // The process's pin budget, joined at creation; null when regions pin
   // nothing (on-demand paging).
@@ -346,15 +354,15 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   Region* retired_ ABSL_GUARDED_BY(mu_) = nullptr;  // kInvalid regions still referenced
   ThreadCache* threads_ ABSL_GUARDED_BY(mu_) = nullptr;
   PendingMiss* pending_ ABSL_GUARDED_BY(mu_) = nullptr;
-  AddressHeat invalidated_ ABSL_GUARDED_BY(mu_);  // where regions died by invalidation
+  AddressHeat invalidated_ ABSL_GUARDED_BY(mu_);    // where regions died by invalidation
   AddressHeat bridge_failed_ ABSL_GUARDED_BY(mu_);  // where bridging found nothing or failed
   // The generation read before the last drain of ring_ (MaintainLocked),
   // raised by this cache's own bumps that no report raced with. A lookup
   // entry is filled with it, never with a later generation: a release pushed
   // after the drain then voids the entry.
   uint64_t drained_gen_ ABSL_GUARDED_BY(mu_) = 0;
-  size_t cached_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // bytes of regions in the index
-  uint64_t folded_hits_ ABSL_GUARDED_BY(mu_) = 0;  // hits of orphaned threads
+  size_t cached_bytes_ ABSL_GUARDED_BY(mu_) = 0;          // bytes of regions in the index
+  uint64_t folded_hits_ ABSL_GUARDED_BY(mu_) = 0;         // hits of orphaned threads
   Cache::RetireCallback retire_cb_ ABSL_GUARDED_BY(mu_);  // (copied out before calling)
 
   // Counters (slow paths; relaxed atomics so stats() needs no lock for them).

@@ -58,8 +58,7 @@ class IntervalTree {
   using Visitor = std::function<void(uintptr_t, uintptr_t, V)>;
 
   // Order of nodes: by start, then by value (std::less<V>).
-  static bool KeyLess(uintptr_t a_start, const V& a_value, uintptr_t b_start,
-                      const V& b_value);
+  static bool KeyLess(uintptr_t a_start, const V& a_value, uintptr_t b_start, const V& b_value);
   static int HeightOf(const Node* n);
   static uintptr_t MaxEndOf(const Node* n);
   // Recomputes n's height and max_end from its own interval and children.
@@ -72,16 +71,14 @@ class IntervalTree {
   // Detaches the leftmost node of `root` into *min; returns the new root.
   static Node* DetachMin(Node* root, Node** min);
   // Unlinks the node keyed (start, value) into *erased (null if absent).
-  static Node* EraseNode(Node* root, uintptr_t start, const V& value,
-                         Node** erased);
-  static void VisitOverlap(const Node* n, uintptr_t start, uintptr_t end,
-                           const Visitor& fn);
+  static Node* EraseNode(Node* root, uintptr_t start, const V& value, Node** erased);
+  static void VisitOverlap(const Node* n, uintptr_t start, uintptr_t end, const Visitor& fn);
   static void VisitAll(const Node* n, const Visitor& fn);
   static void Destroy(Node* n);
   // Checks the subtree at n, whose keys must lie within (lo, hi) (null: no
   // bound); on success stores its height and node count.
-  static bool CheckSubtree(const Node* n, const Node* lo, const Node* hi,
-                           int* height, size_t* count);
+  static bool CheckSubtree(const Node* n, const Node* lo, const Node* hi, int* height,
+                           size_t* count);
 
   Node* root_ = nullptr;
   size_t size_ = 0;

@@ -24,8 +24,7 @@ namespace mrcache {
 
 template <typename V>
 struct IntervalTree<V>::Node {
-  Node(uintptr_t s, uintptr_t e, V v)
-      : start(s), end(e), max_end(e), value(std::move(v)) {}
+  Node(uintptr_t s, uintptr_t e, V v) : start(s), end(e), max_end(e), value(std::move(v)) {}
   uintptr_t start;
   uintptr_t end;
   uintptr_t max_end;
@@ -36,8 +35,8 @@ struct IntervalTree<V>::Node {
 };
 
 template <typename V>
-bool IntervalTree<V>::KeyLess(uintptr_t a_start, const V& a_value,
-                              uintptr_t b_start, const V& b_value) {
+bool IntervalTree<V>::KeyLess(uintptr_t a_start, const V& a_value, uintptr_t b_start,
+                              const V& b_value) {
   if (a_start != b_start) return a_start < b_start;
   return std::less<V>()(a_value, b_value);
 }
@@ -98,8 +97,7 @@ typename IntervalTree<V>::Node* IntervalTree<V>::Rebalance(Node* n) {
 }
 
 template <typename V>
-typename IntervalTree<V>::Node* IntervalTree<V>::InsertInto(Node* root,
-                                                            Node* node) {
+typename IntervalTree<V>::Node* IntervalTree<V>::InsertInto(Node* root, Node* node) {
   if (root == nullptr) return node;
   if (KeyLess(node->start, node->value, root->start, root->value)) {
     root->left = InsertInto(root->left, node);
@@ -148,8 +146,7 @@ typename IntervalTree<V>::Node* IntervalTree<V>::DetachNode(uintptr_t start, V v
 }
 
 template <typename V>
-typename IntervalTree<V>::Node* IntervalTree<V>::DetachMin(Node* root,
-                                                           Node** min) {
+typename IntervalTree<V>::Node* IntervalTree<V>::DetachMin(Node* root, Node** min) {
   if (root->left == nullptr) {
     *min = root;
     return root->right;
@@ -159,10 +156,8 @@ typename IntervalTree<V>::Node* IntervalTree<V>::DetachMin(Node* root,
 }
 
 template <typename V>
-typename IntervalTree<V>::Node* IntervalTree<V>::EraseNode(Node* root,
-                                                           uintptr_t start,
-                                                           const V& value,
-                                                           Node** erased) {
+typename IntervalTree<V>::Node* IntervalTree<V>::EraseNode(Node* root, uintptr_t start,
+                                                           const V& value, Node** erased) {
   if (root == nullptr) return nullptr;
   if (KeyLess(start, value, root->start, root->value)) {
     root->left = EraseNode(root->left, start, value, erased);
@@ -192,8 +187,8 @@ bool IntervalTree<V>::Erase(uintptr_t start, V value) {
 }
 
 template <typename V>
-void IntervalTree<V>::VisitOverlap(const Node* n, uintptr_t start,
-                                   uintptr_t end, const Visitor& fn) {
+void IntervalTree<V>::VisitOverlap(const Node* n, uintptr_t start, uintptr_t end,
+                                   const Visitor& fn) {
   // Nothing in this subtree ends after the query starts.
   if (n == nullptr || n->max_end <= start) return;
   VisitOverlap(n->left, start, end, fn);
@@ -204,8 +199,7 @@ void IntervalTree<V>::VisitOverlap(const Node* n, uintptr_t start,
 }
 
 template <typename V>
-void IntervalTree<V>::ForEachOverlap(uintptr_t start, uintptr_t end,
-                                     const Visitor& fn) const {
+void IntervalTree<V>::ForEachOverlap(uintptr_t start, uintptr_t end, const Visitor& fn) const {
   if (start >= end) return;  // An empty query overlaps nothing.
   VisitOverlap(root_, start, end, fn);
 }
@@ -239,8 +233,7 @@ void IntervalTree<V>::Clear() {
 }
 
 template <typename V>
-bool IntervalTree<V>::CheckSubtree(const Node* n, const Node* lo,
-                                   const Node* hi, int* height,
+bool IntervalTree<V>::CheckSubtree(const Node* n, const Node* lo, const Node* hi, int* height,
                                    size_t* count) {
   if (n == nullptr) {
     *height = 0;
@@ -266,8 +259,7 @@ bool IntervalTree<V>::CheckSubtree(const Node* n, const Node* lo,
   if (left_height - right_height > 1 || right_height - left_height > 1) {
     return false;
   }
-  if (n->max_end !=
-      std::max({n->end, MaxEndOf(n->left), MaxEndOf(n->right)})) {
+  if (n->max_end != std::max({n->end, MaxEndOf(n->left), MaxEndOf(n->right)})) {
     return false;
   }
   *height = n->height;
@@ -279,8 +271,7 @@ template <typename V>
 bool IntervalTree<V>::CheckInvariants() const {
   int height = 0;
   size_t count = 0;
-  return CheckSubtree(root_, nullptr, nullptr, &height, &count) &&
-         count == size_;
+  return CheckSubtree(root_, nullptr, nullptr, &height, &count) && count == size_;
 }
 
 }  // namespace mrcache

@@ -39,9 +39,9 @@ class Region {
   // [immutable] once published.
   uintptr_t start = 0;
   uintptr_t end = 0;
-  Registration reg;         // what the registrar returned
+  Registration reg;  // what the registrar returned
   CacheImpl* cache = nullptr;
-  bool bypass = false;      // registered directly for one get; deregistered on put
+  bool bypass = false;  // registered directly for one get; deregistered on put
 
   // Recency, guarded by the cache lock (atomic only for relaxed access): the
   // tick of the last slow-path touch, or of fast-path hits folded in from a
@@ -52,10 +52,10 @@ class Region {
   // Guarded by the cache lock.
   int64_t shared_refs = 0;
   RegionState state = RegionState::kCached;
-  uint64_t lru_stamp = 0;          // last_use value when placed at the LRU head
-  Region* lru_prev = nullptr;      // LRU list of cached regions (head = most recent)
+  uint64_t lru_stamp = 0;      // last_use value when placed at the LRU head
+  Region* lru_prev = nullptr;  // LRU list of cached regions (head = most recent)
   Region* lru_next = nullptr;
-  Region* next_dead = nullptr;     // deregistration batch, or the retired list
+  Region* next_dead = nullptr;  // deregistration batch, or the retired list
   Region* prev_retired = nullptr;
   bool on_retired_list = false;
   // The bytes requested through this region when it was registered, widened

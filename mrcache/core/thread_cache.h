@@ -36,8 +36,8 @@
 //                    slot's fields are meaningless and the owner may reclaim
 //                    it on its next slow path.
 //    Invariant: a slot whose state is not kDead names a live Region, and
-//    sits at SlotIndex(that region's start) of its thread's current table. So a pointer compare (ref_region == r) on a
-//    non-dead slot identifies r exactly, even if r's address once belonged
+//    sits at SlotIndex(that region's start) of its thread's current table. So a pointer compare
+//    (ref_region == r) on a non-dead slot identifies r exactly, even if r's address once belonged
 //    to a freed region: every slot naming that one was marked kDead first.
 //  - per-thread hit counter, summed by stats(), and `last_region`/`last_slot`:
 //    the region of the owner's last fast-path hit and its slot, so that a put
@@ -71,12 +71,12 @@ struct alignas(64) ThreadCache {
 
   struct alignas(64) Line {
     // Lookup entry (owner thread only).
-    uint64_t gen = 0;  // 0: empty (the cache generation starts at 1)
+    uint64_t gen = 0;     // 0: empty (the cache generation starts at 1)
     uintptr_t start = 0;  // the region's range, not the request's
     uintptr_t end = 0;
     Region* region = nullptr;
-    int access = 0;         // what the get asked for
-    uint16_t slot = 0;      // SlotIndex(start) when filled (saves rehashing)
+    int access = 0;             // what the get asked for
+    uint16_t slot = 0;          // SlotIndex(start) when filled (saves rehashing)
     uint8_t release_level = 0;  // the level of the release generation in `gen`
     // Reference slot (see the header comment).
     std::atomic<uint8_t> ref_state{kLive};
@@ -135,9 +135,9 @@ struct alignas(64) ThreadCache {
   Line* last_slot = nullptr;      // ... and its slot in `lines`
 
   CacheImpl* cache = nullptr;
-  std::atomic<int> owners{2};          // the thread's directory + the cache's list
-  std::atomic<bool> orphaned{false};   // the owner thread let go
-  ThreadCache* next = nullptr;         // cache's list, under the cache lock
+  std::atomic<int> owners{2};         // the thread's directory + the cache's list
+  std::atomic<bool> orphaned{false};  // the owner thread let go
+  ThreadCache* next = nullptr;        // cache's list, under the cache lock
 
   // A zeroed table of n lines (n * 64 bytes, a multiple of the page size
   // for n >= kMinSlots). Aborts if memory is exhausted, as new[] would.

@@ -142,9 +142,7 @@ bool IsWrapper(const extent_hooks_t* h) {
   return w >= g_wrappers && w < g_wrappers + kMaxArenas;
 }
 
-MallctlFn FindMallctl() {
-  return reinterpret_cast<MallctlFn>(dlsym(RTLD_DEFAULT, "mallctl"));
-}
+MallctlFn FindMallctl() { return reinterpret_cast<MallctlFn>(dlsym(RTLD_DEFAULT, "mallctl")); }
 
 template <typename T>
 bool Read(MallctlFn mallctl, const char* name, T* out) {
@@ -183,7 +181,8 @@ absl::Status Enable() {
     char name[64];
     snprintf(name, sizeof(name), "arena.%u.extent_hooks", i);
     extent_hooks_t* current = nullptr;
-    if (!Read(mallctl, name, &current) || current == nullptr) continue;  // e.g. EFAULT: absent manual arena
+    if (!Read(mallctl, name, &current) || current == nullptr)
+      continue;  // e.g. EFAULT: absent manual arena
     if (IsWrapper(current)) {
       ++wrapped;
       continue;

@@ -31,7 +31,6 @@ bool ParseHex(const char** p, const char* limit, char stop, uintptr_t* out) {
   return true;
 }
 
-
 // One line of /proc/self/maps: "start-end perms offset dev inode [name]".
 // `kind` holds everything after the addresses except the offset, so two
 // lines describe the same kind of memory iff their kinds are equal.

@@ -28,11 +28,11 @@ struct MappingExtent {
 bool FindMappingExtent(uintptr_t low, uintptr_t high, MappingExtent* out);
 
 struct MappingScan {
-  uintptr_t first = 0;    // start of the first mapping overlapping the range
-  uintptr_t last = 0;     // end of the last one (first == last == 0 if none)
-  bool covered = false;   // every page of the range is mapped
-  bool anonymous = false; // every mapping overlapping the range is private anonymous memory
-  size_t map_count = 0;   // lines in /proc/self/maps: the process's map count
+  uintptr_t first = 0;     // start of the first mapping overlapping the range
+  uintptr_t last = 0;      // end of the last one (first == last == 0 if none)
+  bool covered = false;    // every page of the range is mapped
+  bool anonymous = false;  // every mapping overlapping the range is private anonymous memory
+  size_t map_count = 0;    // lines in /proc/self/maps: the process's map count
 };
 
 // One pass over /proc/self/maps: the mappings (VMAs, one per line, never

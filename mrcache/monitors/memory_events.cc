@@ -114,7 +114,6 @@ InFlightSlot g_in_flight[kInFlightSlots];
 std::atomic<int> g_open{0};
 std::atomic<int> g_unknown{0};
 
-
 int ClaimInFlightSlot(uintptr_t start, uintptr_t end) noexcept {
   for (int i = 0; i < kInFlightSlots; ++i) {
     InFlightSlot& slot = g_in_flight[i];
@@ -238,8 +237,6 @@ bool WaitForReleasesInFlight(uintptr_t start, uintptr_t end, uint64_t timeout_ns
   return true;
 }
 
-uint64_t MemoryReleaseReportCount() noexcept {
-  return g_reports.load(std::memory_order_relaxed);
-}
+uint64_t MemoryReleaseReportCount() noexcept { return g_reports.load(std::memory_order_relaxed); }
 
 }  // namespace mrcache

@@ -32,8 +32,8 @@ struct Component {
   // True if an installation does not survive fork() (uffd: its reader thread
   // and its userfaultfd registrations stay with the parent).
   bool per_process;
-  int refs;          // leases naming it (a fork child inherits its parent's)
-  bool installed;    // install() succeeded and uninstall() has not run since
+  int refs;             // leases naming it (a fork child inherits its parent's)
+  bool installed;       // install() succeeded and uninstall() has not run since
   uint64_t generation;  // ForkGeneration() when installed
 };
 
@@ -44,8 +44,8 @@ Component g_components[] = {
      0},
     {"uffd", &uffd_monitor::Enable, &uffd_monitor::Disable, &uffd_monitor::Watch,
      &uffd_monitor::Unwatch, true, 0, false, 0},
-    {"jemalloc", &jemalloc_monitor::Enable, &jemalloc_monitor::Disable, nullptr, nullptr, false,
-     0, false, 0},
+    {"jemalloc", &jemalloc_monitor::Enable, &jemalloc_monitor::Disable, nullptr, nullptr, false, 0,
+     false, 0},
 };
 constexpr int kNumComponents = sizeof(g_components) / sizeof(g_components[0]);
 
@@ -108,8 +108,7 @@ void ReleaseForkLocksInChild() {
   ReleaseForkLocks();
 }
 
-const ForkHandlers kForkHandlers = {&PrepareForkLocks, &ReleaseForkLocks,
-                                    &ReleaseForkLocksInChild};
+const ForkHandlers kForkHandlers = {&PrepareForkLocks, &ReleaseForkLocks, &ReleaseForkLocksInChild};
 
 // At load time, before any thread can hold one of these locks.
 const bool g_fork_handlers_set = [] {
@@ -197,9 +196,7 @@ class Lease : public MonitorLease {
 // it, what `none` costs: bench/RESULTS.md) and watches memory by range,
 // which changes the application's own memory map; the one row only it
 // covers, an inline `syscall` instruction, is `auto+uffd`'s.
-std::vector<std::string> AutoNames() {
-  return {"patch", "jemalloc"};
-}
+std::vector<std::string> AutoNames() { return {"patch", "jemalloc"}; }
 
 }  // namespace
 
@@ -269,7 +266,8 @@ absl::StatusOr<std::unique_ptr<MonitorLease>> AcquireMonitor(absl::string_view n
       absl::Status s = AcquireComponentLocked(i);
       if (!s.ok() && acquired.empty()) {
         return ErrnoStatus(ENOTSUP, "monitor 'auto': no monitor can be installed here; " +
-                                        (shortfall.empty() ? "" : shortfall + "; ") + "symbols: " + std::string(s.message()));
+                                        (shortfall.empty() ? "" : shortfall + "; ") +
+                                        "symbols: " + std::string(s.message()));
       }
       if (s.ok()) {
         acquired.push_back(i);

@@ -25,8 +25,7 @@ void EndLateReports() noexcept {
 
 void ForgetUnfinishedBatchesInForkChild() noexcept {
   using namespace monitor_sync_internal;
-  g_batches_ended.store(g_batches_begun.load(std::memory_order_relaxed),
-                        std::memory_order_release);
+  g_batches_ended.store(g_batches_begun.load(std::memory_order_relaxed), std::memory_order_release);
 }
 
 }  // namespace mrcache

@@ -13,10 +13,10 @@
 #include <string>
 
 #include "mrcache/errno_status.h"
+#include "mrcache/log.h"
 #include "mrcache/monitors/memory_events.h"
 #include "mrcache/monitors/raw_syscall.h"
 #include "mrcache/monitors/release_ranges.h"
-#include "mrcache/log.h"
 
 extern "C" void* __curbrk;
 
@@ -95,9 +95,9 @@ void* HandleMremap(void* old_address, size_t old_size, size_t new_size, int flag
   ReleaseFence fence;
   bool reporting = Reporting();
   if (reporting) ReportMremapBefore(old_address, old_size, new_size, flags, new_address);
-  void* result = reinterpret_cast<void*>(Sys(SYS_mremap, L(old_address),
-                                             static_cast<long>(old_size),
-                                             static_cast<long>(new_size), flags, L(new_address)));
+  void* result =
+      reinterpret_cast<void*>(Sys(SYS_mremap, L(old_address), static_cast<long>(old_size),
+                                  static_cast<long>(new_size), flags, L(new_address)));
   if (reporting) {
     int saved = errno;
     ReportMremapMoved(old_address, old_size, result);
@@ -146,8 +146,8 @@ void ReportSyscallBefore(long nr, long a1, long a2, long a3, long a4, long a5) n
       ReportMunmap(p1, static_cast<size_t>(a2));
       break;
     case SYS_mremap:
-      ReportMremapBefore(p1, static_cast<size_t>(a2), static_cast<size_t>(a3),
-                         static_cast<int>(a4), reinterpret_cast<void*>(a5));
+      ReportMremapBefore(p1, static_cast<size_t>(a2), static_cast<size_t>(a3), static_cast<int>(a4),
+                         reinterpret_cast<void*>(a5));
       break;
     case SYS_madvise:
       ReportMadvise(p1, static_cast<size_t>(a2), static_cast<int>(a3));
@@ -202,8 +202,10 @@ extern "C" {
 __attribute__((visibility("hidden"))) void* mrcache_patch_syscall_resume = nullptr;
 __attribute__((visibility("hidden"))) void mrcache_patch_syscall_entry();
 
-__attribute__((visibility("hidden"), used)) long mrcache_patch_syscall_release(
-    long nr, long a1, long a2, long a3, long a4, long a5, long a6) noexcept {
+__attribute__((visibility("hidden"), used)) long mrcache_patch_syscall_release(long nr, long a1,
+                                                                               long a2, long a3,
+                                                                               long a4, long a5,
+                                                                               long a6) noexcept {
   using namespace mrcache;
   ReleaseFence fence;
   bool reporting = patch_monitor::Reporting();
@@ -255,8 +257,8 @@ mrcache_patch_syscall_entry:
   .size mrcache_patch_syscall_entry, .-mrcache_patch_syscall_entry
 )");
 static_assert(SYS_mmap == 9 && SYS_munmap == 11 && SYS_brk == 12 && SYS_mremap == 25 &&
-                  SYS_madvise == 28 && SYS_shmat == 30 && SYS_shmdt == 67 &&
-                  SYS_truncate == 76 && SYS_ftruncate == 77 && SYS_fallocate == 285,
+                  SYS_madvise == 28 && SYS_shmat == 30 && SYS_shmdt == 67 && SYS_truncate == 76 &&
+                  SYS_ftruncate == 77 && SYS_fallocate == 285,
               "the numbers mrcache_patch_syscall_entry tests");
 #else
 extern "C" void mrcache_patch_syscall_entry() {}
@@ -421,8 +423,8 @@ void WriteCodeWord(void* entry, uint64_t value) {
 // Writes 8 bytes at an 8-aligned code address with one atomic store.
 absl::Status StoreCode(const char* name, void* entry, uint64_t value) {
   long page = getpagesize();
-  void* page_start =
-      reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(entry) & ~static_cast<uintptr_t>(page - 1));
+  void* page_start = reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(entry) &
+                                             ~static_cast<uintptr_t>(page - 1));
   if (syscall(SYS_mprotect, page_start, page, PROT_READ | PROT_WRITE | PROT_EXEC) != 0) {
     return ErrnoStatus(errno, std::string("patch monitor: mprotect(RWX) of ") + name + " failed");
   }
@@ -440,27 +442,35 @@ struct Target {
 };
 
 const Target kTargets[] = {
-    {"munmap", {0xb8, 0x0b, 0x00, 0x00, 0x00, 0x0f, 0x05, 0x48},
+    {"munmap",
+     {0xb8, 0x0b, 0x00, 0x00, 0x00, 0x0f, 0x05, 0x48},
      reinterpret_cast<void*>(&HandleMunmap)},
-    {"madvise", {0xb8, 0x1c, 0x00, 0x00, 0x00, 0x0f, 0x05, 0x48},
+    {"madvise",
+     {0xb8, 0x1c, 0x00, 0x00, 0x00, 0x0f, 0x05, 0x48},
      reinterpret_cast<void*>(&HandleMadvise)},
-    {"shmdt", {0xb8, 0x43, 0x00, 0x00, 0x00, 0x0f, 0x05, 0x48},
+    {"shmdt",
+     {0xb8, 0x43, 0x00, 0x00, 0x00, 0x0f, 0x05, 0x48},
      reinterpret_cast<void*>(&HandleShmdt)},
-    {"brk", {0xb8, 0x0c, 0x00, 0x00, 0x00, 0x0f, 0x05, 0x48},
-     reinterpret_cast<void*>(&HandleBrk)},
-    {"mmap", {0x41, 0x89, 0xca, 0x41, 0xf7, 0xc1, 0xff, 0x0f},
+    {"brk", {0xb8, 0x0c, 0x00, 0x00, 0x00, 0x0f, 0x05, 0x48}, reinterpret_cast<void*>(&HandleBrk)},
+    {"mmap",
+     {0x41, 0x89, 0xca, 0x41, 0xf7, 0xc1, 0xff, 0x0f},
      reinterpret_cast<void*>(&HandleMmap)},
-    {"mremap", {0x48, 0x83, 0xec, 0x58, 0x4c, 0x89, 0x44, 0x24},
+    {"mremap",
+     {0x48, 0x83, 0xec, 0x58, 0x4c, 0x89, 0x44, 0x24},
      reinterpret_cast<void*>(&HandleMremap)},
-    {"shmat", {0xb8, 0x1e, 0x00, 0x00, 0x00, 0x0f, 0x05, 0x48},
+    {"shmat",
+     {0xb8, 0x1e, 0x00, 0x00, 0x00, 0x0f, 0x05, 0x48},
      reinterpret_cast<void*>(&HandleShmat)},
-    {"ftruncate", {0xb8, 0x4d, 0x00, 0x00, 0x00, 0x0f, 0x05, 0x48},
+    {"ftruncate",
+     {0xb8, 0x4d, 0x00, 0x00, 0x00, 0x0f, 0x05, 0x48},
      reinterpret_cast<void*>(&HandleFtruncate)},
-    {"truncate", {0xb8, 0x4c, 0x00, 0x00, 0x00, 0x0f, 0x05, 0x48},
+    {"truncate",
+     {0xb8, 0x4c, 0x00, 0x00, 0x00, 0x0f, 0x05, 0x48},
      reinterpret_cast<void*>(&HandleTruncate)},
     // cmpb $0, __libc_single_threaded(%rip): the 4-byte displacement is this
     // build's; another glibc 2.36 build is refused, never mispatched.
-    {"fallocate", {0x80, 0x3d, 0x21, 0xe8, 0x0d, 0x00, 0x00, 0x49},
+    {"fallocate",
+     {0x80, 0x3d, 0x21, 0xe8, 0x0d, 0x00, 0x00, 0x49},
      reinterpret_cast<void*>(&HandleFallocate)},
 };
 constexpr int kNumTargets = sizeof(kTargets) / sizeof(kTargets[0]);
@@ -476,10 +486,10 @@ PatchSite g_sites[kNumTargets];  // guarded by the installation in monitor.cc
 // (errno's TLS offset); another build is refused, never mispatched.
 constexpr int kSyscallHop = 0x33;
 constexpr uint8_t kSyscallCode[kSyscallHop + 5] = {
-    0x48, 0x89, 0xf8, 0x48, 0x89, 0xf7, 0x48, 0x89, 0xd6, 0x48, 0x89, 0xca, 0x4d, 0x89, 0xc2,
-    0x4d, 0x89, 0xc8, 0x4c, 0x8b, 0x4c, 0x24, 0x08, 0x0f, 0x05, 0x48, 0x3d, 0x01, 0xf0, 0xff,
-    0xff, 0x73, 0x01, 0xc3, 0x48, 0x8b, 0x0d, 0xa7, 0x15, 0x0d, 0x00, 0xf7, 0xd8, 0x64, 0x89,
-    0x01, 0x48, 0x83, 0xc8, 0xff, 0xc3, 0x66, 0x2e, 0x0f, 0x1f, 0x84};
+    0x48, 0x89, 0xf8, 0x48, 0x89, 0xf7, 0x48, 0x89, 0xd6, 0x48, 0x89, 0xca, 0x4d, 0x89,
+    0xc2, 0x4d, 0x89, 0xc8, 0x4c, 0x8b, 0x4c, 0x24, 0x08, 0x0f, 0x05, 0x48, 0x3d, 0x01,
+    0xf0, 0xff, 0xff, 0x73, 0x01, 0xc3, 0x48, 0x8b, 0x0d, 0xa7, 0x15, 0x0d, 0x00, 0xf7,
+    0xd8, 0x64, 0x89, 0x01, 0x48, 0x83, 0xc8, 0xff, 0xc3, 0x66, 0x2e, 0x0f, 0x1f, 0x84};
 static_assert(kSyscallHop % 8 + 5 <= 8, "the padding jump must fit in one aligned word");
 PatchSite g_syscall_site;  // guarded by the installation in monitor.cc
 
@@ -511,8 +521,9 @@ absl::Status ApplySyscallPatch(void* entry, void* handler, PatchSite* site) {
     return ErrnoStatus(ENOTSUP, "patch monitor: syscall not found in libc");
   }
   if (reinterpret_cast<uintptr_t>(entry) % 8 != 0) {
-    return ErrnoStatus(ENOTSUP, "patch monitor: syscall entry is not 8-byte aligned; refusing a "
-                                "non-atomic patch");
+    return ErrnoStatus(ENOTSUP,
+                       "patch monitor: syscall entry is not 8-byte aligned; refusing a "
+                       "non-atomic patch");
   }
   uint8_t* code = static_cast<uint8_t*>(entry);
   uint8_t current[sizeof(kSyscallCode) + 8];
@@ -529,8 +540,7 @@ absl::Status ApplySyscallPatch(void* entry, void* handler, PatchSite* site) {
                           : " is not the expected glibc 2.36 code";
     return ErrnoStatus(ENOTSUP, std::string("patch monitor: refusing to patch syscall: entry") +
                                     why + " (found " + Hex(current, sizeof(kSyscallCode)) +
-                                    ", expected " + Hex(kSyscallCode, sizeof(kSyscallCode)) +
-                                    ")");
+                                    ", expected " + Hex(kSyscallCode, sizeof(kSyscallCode)) + ")");
   }
   uint8_t* hop = code + kSyscallHop;
   uint8_t* slot = nullptr;
@@ -539,8 +549,8 @@ absl::Status ApplySyscallPatch(void* entry, void* handler, PatchSite* site) {
   uint8_t* word_at = code + (kSyscallHop & ~7);
   uint8_t word[8];
   memcpy(word, current + (kSyscallHop & ~7), 8);
-  int32_t rel = static_cast<int32_t>(reinterpret_cast<intptr_t>(slot) -
-                                     reinterpret_cast<intptr_t>(hop + 5));
+  int32_t rel =
+      static_cast<int32_t>(reinterpret_cast<intptr_t>(slot) - reinterpret_cast<intptr_t>(hop + 5));
   word[kSyscallHop % 8] = 0xe9;
   memcpy(word + kSyscallHop % 8 + 1, &rel, 4);
   uint64_t value;
@@ -564,8 +574,8 @@ absl::Status ApplySyscallPatch(void* entry, void* handler, PatchSite* site) {
 
 }  // namespace
 
-absl::Status ApplyPatch(const char* name, void* entry, const uint8_t (&expected)[8],
-                        void* handler, PatchSite* site) {
+absl::Status ApplyPatch(const char* name, void* entry, const uint8_t (&expected)[8], void* handler,
+                        PatchSite* site) {
 #if !defined(__x86_64__)
   return ErrnoStatus(ENOTSUP, std::string("patch monitor: ") + name + ": x86-64 only");
 #endif
@@ -585,8 +595,8 @@ absl::Status ApplyPatch(const char* name, void* entry, const uint8_t (&expected)
                           ? " already starts with a jump (patched by another library, or "
                             "patched twice)"
                           : " is not the expected glibc 2.36 code";
-    return ErrnoStatus(ENOTSUP, std::string("patch monitor: refusing to patch ") + name + ": entry" +
-                                    why + " (found " + Hex(current, 8) + ", expected " +
+    return ErrnoStatus(ENOTSUP, std::string("patch monitor: refusing to patch ") + name +
+                                    ": entry" + why + " (found " + Hex(current, 8) + ", expected " +
                                     Hex(expected, 8) + ")");
   }
   uint8_t* slot = nullptr;
@@ -616,10 +626,9 @@ absl::Status RemovePatch(PatchSite* site) {
   uint8_t code[8];
   uint64_t word = ReadCodeWord(site->entry);
   memcpy(code, &word, 8);
-  bool ours = site->hop == 0
-                  ? code[0] == 0xe9 && memcmp(code + 5, site->original + 5, 3) == 0
-                  : code[0] == 0xeb && code[1] == site->hop - 2 &&
-                        memcmp(code + 2, site->original + 2, 6) == 0;
+  bool ours = site->hop == 0 ? code[0] == 0xe9 && memcmp(code + 5, site->original + 5, 3) == 0
+                             : code[0] == 0xeb && code[1] == site->hop - 2 &&
+                                   memcmp(code + 2, site->original + 2, 6) == 0;
   if (!ours) {
     return ErrnoStatus(EBUSY, std::string("patch monitor: ") + site->name +
                                   " was patched over by someone else; leaving it (found " +
@@ -637,8 +646,9 @@ absl::Status Enable() {
   // glibc calls madvise(MADV_DONTNEED) on a thread's stack after the thread
   // has finished (nptl advise_stack_range); through the patched entry that
   // runs instrumented code after ThreadSanitizer tore the thread's state down.
-  return ErrnoStatus(ENOTSUP, "patch monitor: not available under ThreadSanitizer (glibc "
-                              "releases exiting threads' stacks after TSan's thread teardown)");
+  return ErrnoStatus(ENOTSUP,
+                     "patch monitor: not available under ThreadSanitizer (glibc "
+                     "releases exiting threads' stacks after TSan's thread teardown)");
 #endif
   void* libc = dlopen("libc.so.6", RTLD_NOW | RTLD_NOLOAD);
   if (libc == nullptr) return ErrnoStatus(ENOTSUP, "patch monitor: libc.so.6 is not loaded");

@@ -89,8 +89,8 @@ struct PatchSite {
 // not, if the entry already starts with a jump, if it is not 8-byte aligned,
 // or if no trampoline can be placed within reach (the errno of the failing
 // mmap/mprotect, ENOSPC when the slots or pages are used up).
-absl::Status ApplyPatch(const char* name, void* entry, const uint8_t (&expected)[8],
-                        void* handler, PatchSite* site);
+absl::Status ApplyPatch(const char* name, void* entry, const uint8_t (&expected)[8], void* handler,
+                        PatchSite* site);
 // Restores the original bytes. EBUSY if the entry no longer holds our jump
 // (someone patched over us): it is then left alone.
 absl::Status RemovePatch(PatchSite* site);

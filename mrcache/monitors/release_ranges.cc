@@ -77,8 +77,7 @@ MapsLine ParseMapsLine(const char* p, const char* end) {
 // file cannot be opened.
 template <typename Visit>
 bool ForEachMapsLine(Visit visit) {
-  int fd = static_cast<int>(
-      syscall(SYS_openat, AT_FDCWD, "/proc/self/maps", O_RDONLY | O_CLOEXEC));
+  int fd = static_cast<int>(syscall(SYS_openat, AT_FDCWD, "/proc/self/maps", O_RDONLY | O_CLOEXEC));
   if (fd < 0) return false;
   char buf[4096];
   char line[256];  // only the fields before the path matter; long paths are cut
@@ -163,8 +162,8 @@ void ReportFileSpan(const struct stat& st, FileSpan span) noexcept {
 // The mappings of a regular file shrinking from its current size to `length`.
 void ReportShrink(const struct stat& st, off_t length) noexcept {
   if (!S_ISREG(st.st_mode) || length < 0) return;
-  ReportFileSpan(st, TruncatedSpan(static_cast<uint64_t>(st.st_size),
-                                   static_cast<uint64_t>(length), PageSize()));
+  ReportFileSpan(st, TruncatedSpan(static_cast<uint64_t>(st.st_size), static_cast<uint64_t>(length),
+                                   PageSize()));
 }
 
 }  // namespace
@@ -290,8 +289,8 @@ void ReportTruncate(const char* path, off_t length) noexcept {
 
 void ReportFallocate(int fd, int mode, off_t offset, off_t len) noexcept {
   if (offset < 0 || len <= 0) return;  // fallocate fails with EINVAL
-  FileSpan span = FallocatedSpan(mode, static_cast<uint64_t>(offset),
-                                 static_cast<uint64_t>(len), PageSize());
+  FileSpan span =
+      FallocatedSpan(mode, static_cast<uint64_t>(offset), static_cast<uint64_t>(len), PageSize());
   if (span.begin >= span.end) return;
   struct stat st;
   if (syscall(SYS_fstat, fd, &st) == 0 && S_ISREG(st.st_mode)) ReportFileSpan(st, span);

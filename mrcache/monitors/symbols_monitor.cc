@@ -86,9 +86,9 @@ bool Resolve() noexcept {
   n.truncate64 = reinterpret_cast<TruncateFn>(dlsym(RTLD_NEXT, "truncate64"));
   n.fallocate = reinterpret_cast<FallocateFn>(dlsym(RTLD_NEXT, "fallocate"));
   n.fallocate64 = reinterpret_cast<FallocateFn>(dlsym(RTLD_NEXT, "fallocate64"));
-  bool complete = n.munmap && n.mmap && n.mmap64 && n.mremap && n.madvise &&
-                  n.posix_madvise && n.brk && n.sbrk && n.shmdt && n.shmat && n.ftruncate &&
-                  n.ftruncate64 && n.truncate && n.truncate64 && n.fallocate && n.fallocate64;
+  bool complete = n.munmap && n.mmap && n.mmap64 && n.mremap && n.madvise && n.posix_madvise &&
+                  n.brk && n.sbrk && n.shmdt && n.shmat && n.ftruncate && n.ftruncate64 &&
+                  n.truncate && n.truncate64 && n.fallocate && n.fallocate64;
   if (!complete) {
     g_state.store(kUnresolved, std::memory_order_release);
     return false;
@@ -115,7 +115,8 @@ void* RawSbrk(intptr_t increment) noexcept {
   if (__curbrk == nullptr && RawBrk(nullptr) < 0) return reinterpret_cast<void*>(-1);
   char* old = static_cast<char*>(__curbrk);
   if (increment == 0) return old;
-  if ((increment > 0 && reinterpret_cast<uintptr_t>(old) + increment < reinterpret_cast<uintptr_t>(old)) ||
+  if ((increment > 0 &&
+       reinterpret_cast<uintptr_t>(old) + increment < reinterpret_cast<uintptr_t>(old)) ||
       (increment < 0 && reinterpret_cast<uintptr_t>(old) < static_cast<uintptr_t>(-increment))) {
     errno = ENOMEM;
     return reinterpret_cast<void*>(-1);
@@ -144,15 +145,17 @@ void* DoMmap(bool is64, void* addr, size_t length, int prot, int flags, int fd,
 
 absl::Status Enable() {
   if (!Resolve()) {
-    return ErrnoStatus(ENOTSUP, "symbols monitor: cannot resolve libc's munmap/mmap/mremap/"
-                                "madvise/posix_madvise/brk/sbrk/shmdt/shmat/ftruncate/"
-                                "truncate/fallocate with dlsym(RTLD_NEXT)");
+    return ErrnoStatus(ENOTSUP,
+                       "symbols monitor: cannot resolve libc's munmap/mmap/mremap/"
+                       "madvise/posix_madvise/brk/sbrk/shmdt/shmat/ftruncate/"
+                       "truncate/fallocate with dlsym(RTLD_NEXT)");
   }
   void* seen = dlsym(RTLD_DEFAULT, "munmap");
   if (seen != reinterpret_cast<void*>(&::munmap)) {
-    return ErrnoStatus(ENOTSUP, "symbols monitor: munmap does not resolve to mrcache's "
-                                "interposer in this process (link //mrcache:symbols_monitor "
-                                "with its --export-dynamic-symbol flags)");
+    return ErrnoStatus(ENOTSUP,
+                       "symbols monitor: munmap does not resolve to mrcache's "
+                       "interposer in this process (link //mrcache:symbols_monitor "
+                       "with its --export-dynamic-symbol flags)");
   }
   g_enabled.store(true, std::memory_order_seq_cst);
   return absl::OkStatus();

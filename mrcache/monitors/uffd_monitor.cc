@@ -11,12 +11,12 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <time.h>
 #include <atomic>
 #include <cstring>
 #include <map>
 #include <mutex>
 #include <string>
-#include <time.h>
 #include <vector>
 
 #include "mrcache/errno_status.h"
@@ -186,8 +186,7 @@ int OpenUffd(int* err) {
   if (fd >= 0) return fd;
   *err = errno;
   if (errno == EPERM) {
-    fd = static_cast<int>(
-        syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK | UFFD_USER_MODE_ONLY));
+    fd = static_cast<int>(syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK | UFFD_USER_MODE_ONLY));
     // EINVAL: a kernel without UFFD_USER_MODE_ONLY; the cause stays EPERM.
     if (fd < 0 && errno != EINVAL) *err = errno;
   }
@@ -234,8 +233,7 @@ bool PageRange(void* addr, size_t length, uintptr_t* start, uintptr_t* end) {
 }
 
 bool Usable() {
-  return g_enabled.load(std::memory_order_acquire) &&
-         ForkGeneration() == g_enabled_fork_generation;
+  return g_enabled.load(std::memory_order_acquire) && ForkGeneration() == g_enabled_fork_generation;
 }
 
 uint64_t MonotonicNs() {
@@ -434,9 +432,10 @@ absl::Status Enable() {
   int fd = OpenUffd(&err);
   if (fd < 0) {
     if (err == EPERM) {
-      return ErrnoStatus(EPERM, "uffd monitor: userfaultfd refused to this process (EPERM); "
-                                "unprivileged use needs vm.unprivileged_userfaultfd=1 "
-                                "or a kernel with UFFD_USER_MODE_ONLY");
+      return ErrnoStatus(EPERM,
+                         "uffd monitor: userfaultfd refused to this process (EPERM); "
+                         "unprivileged use needs vm.unprivileged_userfaultfd=1 "
+                         "or a kernel with UFFD_USER_MODE_ONLY");
     }
     if (err == EMFILE || err == ENFILE) {
       return ErrnoStatus(err, "uffd monitor: no free file descriptor for the userfaultfd (" +
@@ -446,7 +445,8 @@ absl::Status Enable() {
     if (err == ENOSYS) {
       return ErrnoStatus(ENOTSUP, "uffd monitor: this kernel has no userfaultfd (ENOSYS)");
     }
-    return ErrnoStatus(err, "uffd monitor: userfaultfd failed (" + std::string(strerror(err)) + ")");
+    return ErrnoStatus(err,
+                       "uffd monitor: userfaultfd failed (" + std::string(strerror(err)) + ")");
   }
   uffdio_api api;
   memset(&api, 0, sizeof(api));
@@ -456,9 +456,10 @@ absl::Status Enable() {
       (api.ioctls & (uint64_t{1} << _UFFDIO_REGISTER)) == 0) {
     int e = errno;
     close(fd);
-    return ErrnoStatus(ENOTSUP, "uffd monitor: kernel lacks UNMAP/REMOVE/REMAP events or "
-                                "write-protect registration (" +
-                                    std::string(strerror(e)) + ")");
+    return ErrnoStatus(ENOTSUP,
+                       "uffd monitor: kernel lacks UNMAP/REMOVE/REMAP events or "
+                       "write-protect registration (" +
+                           std::string(strerror(e)) + ")");
   }
   int stop = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (stop < 0) {

@@ -29,7 +29,8 @@ class CustomRegistrar : public Registrar {
     int err = ops_.reg(ctx_, addr, length, access, &reg.handle, &reg.lkey, &reg.rkey);
     if (err != 0) {
       err = std::abs(err);
-      return ErrnoStatus(err, absl::StrCat("custom registrar: reg callback failed with errno ", err));
+      return ErrnoStatus(err,
+                         absl::StrCat("custom registrar: reg callback failed with errno ", err));
     }
     return reg;
   }
@@ -38,7 +39,8 @@ class CustomRegistrar : public Registrar {
     int err = ops_.dereg(ctx_, reg.handle);
     if (err != 0) {
       err = std::abs(err);
-      return ErrnoStatus(err, absl::StrCat("custom registrar: dereg callback failed with errno ", err));
+      return ErrnoStatus(err,
+                         absl::StrCat("custom registrar: dereg callback failed with errno ", err));
     }
     return absl::OkStatus();
   }

@@ -68,8 +68,8 @@ void PinBudget::Refresh() {
   rlimit lim{};
   const bool known = getrlimit(RLIMIT_MEMLOCK, &lim) == 0;
   const bool counted = PinsCountAgainstMemlock();
-  const size_t limit = known && counted && lim.rlim_cur != RLIM_INFINITY
-                           ? static_cast<size_t>(lim.rlim_cur) : 0;
+  const size_t limit =
+      known && counted && lim.rlim_cur != RLIM_INFINITY ? static_cast<size_t>(lim.rlim_cur) : 0;
   const size_t computed = known ? BudgetForLimit(lim.rlim_cur, counted) : 0;
   limit_.store(limit, std::memory_order_relaxed);
   if (computed_.exchange(computed, std::memory_order_relaxed) != computed) {

@@ -24,8 +24,8 @@ absl::Status CheckRegisterArgs(const void* addr, size_t length, int access) {
   if (length == 0) return ErrnoStatus(EINVAL, "cannot register 0 bytes");
   uintptr_t start = reinterpret_cast<uintptr_t>(addr);
   if (start + length < start) {
-    return ErrnoStatus(EINVAL, absl::StrCat("range ", RangeText(addr, length),
-                                            " wraps around the address space"));
+    return ErrnoStatus(
+        EINVAL, absl::StrCat("range ", RangeText(addr, length), " wraps around the address space"));
   }
   return ValidateAccess(access);
 }
@@ -53,11 +53,11 @@ absl::Status CheckMapped(const void* addr, size_t length) {
     if (mincore(reinterpret_cast<void*>(p), n, vec) != 0) {
       int err = errno;
       if (err == ENOMEM) {
-        return ErrnoStatus(EFAULT, absl::StrCat("memory ", RangeText(addr, length),
-                                                " is not (entirely) mapped"));
+        return ErrnoStatus(
+            EFAULT, absl::StrCat("memory ", RangeText(addr, length), " is not (entirely) mapped"));
       }
-      return ErrnoStatus(err, absl::StrCat("mincore on ", RangeText(addr, length), ": ",
-                                           std::strerror(err)));
+      return ErrnoStatus(
+          err, absl::StrCat("mincore on ", RangeText(addr, length), ": ", std::strerror(err)));
     }
     p += n;
   }

@@ -123,9 +123,9 @@ class PinCounts {
   static absl::Status MlockError(int err, const void* addr, size_t length) {
     std::string range = absl::StrFormat("[%p, +%u)", addr, length);
     if (err == ENOMEM || err == EPERM) {
-      return ErrnoStatus(ENOMEM, absl::StrCat("mlock of ", range,
-                                              " would exceed RLIMIT_MEMLOCK (limit ",
-                                              MemlockLimitText(), ")"));
+      return ErrnoStatus(ENOMEM,
+                         absl::StrCat("mlock of ", range, " would exceed RLIMIT_MEMLOCK (limit ",
+                                      MemlockLimitText(), ")"));
     }
     return ErrnoStatus(err, absl::StrCat("mlock of ", range, ": ", std::strerror(err)));
   }
@@ -167,7 +167,8 @@ class SimRegistrar final : public Registrar {
     if (mlocked) {
       if (absl::Status s = pins_.Pin(addr, length); !s.ok()) return s;
     }
-    uint64_t cost = odp ? base_ns_ : SaturatingMulAdd(base_ns_, page_ns_, PagesSpanned(addr, length));
+    uint64_t cost =
+        odp ? base_ns_ : SaturatingMulAdd(base_ns_, page_ns_, PagesSpanned(addr, length));
     Spin(cost);
 
     uint64_t handle = next_handle_.fetch_add(1, std::memory_order_relaxed);
@@ -293,7 +294,8 @@ class SimRegistrar final : public Registrar {
       if (it->second.odp && length != 0) {
         uintptr_t first = reinterpret_cast<uintptr_t>(addr) / kSmallPage;
         uintptr_t count = PagesSpanned(addr, length);
-        for (uintptr_t p = first; p < first + count; ++p) faulted += it->second.touched->insert(p).second;
+        for (uintptr_t p = first; p < first + count; ++p)
+          faulted += it->second.touched->insert(p).second;
         odp_faulted_pages_ += faulted;
         simulated_ns_ += faulted * odp_page_ns_;
       }
@@ -310,10 +312,10 @@ class SimRegistrar final : public Registrar {
   std::atomic<uint64_t> next_handle_{1};
 
   mutable std::mutex mu_;
-  LiveMap live_;  // guarded by mu_
-  uint64_t registrations_ = 0;  // guarded by mu_
-  uint64_t deregistrations_ = 0;  // guarded by mu_
-  uint64_t simulated_ns_ = 0;  // guarded by mu_
+  LiveMap live_;                    // guarded by mu_
+  uint64_t registrations_ = 0;      // guarded by mu_
+  uint64_t deregistrations_ = 0;    // guarded by mu_
+  uint64_t simulated_ns_ = 0;       // guarded by mu_
   uint64_t odp_faulted_pages_ = 0;  // guarded by mu_
 };
 

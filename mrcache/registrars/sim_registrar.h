@@ -3,8 +3,8 @@
 // Register spins for sim_base_ns + sim_page_ns * pages (4 KiB pages, counting
 // every page the range touches) and returns synthetic keys; Deregister spins
 // for sim_base_ns / 2. The defaults in config.h follow the io_uring curve of
-// the figures in tests/registrars/sim_registrar_test.cc. With both costs 0 a registration costs a mincore call and a
-// hash-map insert, so the cache's own overhead can be measured.
+// the figures in tests/registrars/sim_registrar_test.cc. With both costs 0 a registration costs a
+// mincore call and a hash-map insert, so the cache's own overhead can be measured.
 //
 // Invariants:
 //  - Same argument checks as every registrar (registration_checks.h); memory

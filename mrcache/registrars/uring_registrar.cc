@@ -19,9 +19,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "mrcache/errno_status.h"
+#include "mrcache/log.h"
 #include "mrcache/registrars/pin_budget.h"
 #include "mrcache/registrars/registration_checks.h"
-#include "mrcache/log.h"
 
 namespace mrcache {
 namespace {
@@ -106,8 +106,8 @@ class UringRegistrar final : public Registrar {
     {
       std::lock_guard<std::mutex> lock(slots_mu_);
       if (free_.empty()) {
-        return ErrnoStatus(ENOMEM, absl::StrCat("no free io_uring buffer slot (all ",
-                                                slots_.size(), " in use)"));
+        return ErrnoStatus(
+            ENOMEM, absl::StrCat("no free io_uring buffer slot (all ", slots_.size(), " in use)"));
       }
       slot = free_.back();
       free_.pop_back();
@@ -217,18 +217,18 @@ class UringRegistrar final : public Registrar {
   absl::Status RegisterError(int err, void* addr, size_t length) const {
     std::string range = absl::StrFormat("[%p, +%u)", addr, length);
     if (err == EFAULT) {
-      return ErrnoStatus(EFAULT, absl::StrCat("io_uring could not pin ", range,
-                                              ": not mapped, or not writable"));
+      return ErrnoStatus(
+          EFAULT, absl::StrCat("io_uring could not pin ", range, ": not mapped, or not writable"));
     }
     if (err == ENOMEM && memlock_accounted_) {
-      return ErrnoStatus(ENOMEM, absl::StrCat("pinning ", range,
-                                              " would exceed RLIMIT_MEMLOCK (limit ",
-                                              MemlockLimitText(),
-                                              "; io_uring counts pinned pages against it "
-                                              "without CAP_IPC_LOCK)"));
+      return ErrnoStatus(ENOMEM,
+                         absl::StrCat("pinning ", range, " would exceed RLIMIT_MEMLOCK (limit ",
+                                      MemlockLimitText(),
+                                      "; io_uring counts pinned pages against it "
+                                      "without CAP_IPC_LOCK)"));
     }
-    return ErrnoStatus(err, absl::StrCat("io_uring buffer registration of ", range, ": ",
-                                         std::strerror(err)));
+    return ErrnoStatus(
+        err, absl::StrCat("io_uring buffer registration of ", range, ": ", std::strerror(err)));
   }
 
   // Puts `length` bytes of `src` at offset 0 of the memfd. ring_mu_ held.
@@ -238,8 +238,8 @@ class UringRegistrar final : public Registrar {
       ssize_t n = pwrite(memfd_, p + done, length - done, static_cast<off_t>(done));
       if (n < 0) {
         if (errno == EINTR) continue;
-        return ErrnoStatus(errno, absl::StrCat("staging device data in memfd: ",
-                                               std::strerror(errno)));
+        return ErrnoStatus(errno,
+                           absl::StrCat("staging device data in memfd: ", std::strerror(errno)));
       }
       done += static_cast<size_t>(n);
     }
@@ -254,8 +254,8 @@ class UringRegistrar final : public Registrar {
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0) {
         int err = n < 0 ? errno : EIO;
-        return ErrnoStatus(err, absl::StrCat("reading device data from memfd: ",
-                                             std::strerror(err)));
+        return ErrnoStatus(err,
+                           absl::StrCat("reading device data from memfd: ", std::strerror(err)));
       }
       done += static_cast<size_t>(n);
     }
@@ -315,7 +315,7 @@ class UringRegistrar final : public Registrar {
   std::mutex ring_mu_;  // serializes SQ/CQ use and the memfd's contents
 
   mutable std::mutex slots_mu_;
-  std::vector<Slot> slots_;  // guarded by slots_mu_
+  std::vector<Slot> slots_;     // guarded by slots_mu_
   std::vector<unsigned> free_;  // guarded by slots_mu_
 
   std::atomic<uint64_t> registrations_{0};
@@ -346,14 +346,14 @@ absl::StatusOr<std::unique_ptr<Registrar>> MakeUringRegistrar(const Config& conf
   }
   // Sampled before the ring exists, as the kernel samples it at creation.
   bool memlock_accounted = PinsCountAgainstMemlock();
-  auto registrar = std::make_unique<UringRegistrar>(
-      static_cast<unsigned>(config.uring_slots), memlock_accounted, memfd);
+  auto registrar = std::make_unique<UringRegistrar>(static_cast<unsigned>(config.uring_slots),
+                                                    memlock_accounted, memfd);
   RingSetup setup = registrar->Init();
   if (setup.err != 0) {
     std::string why = absl::StrCat(setup.step, " failed: ", std::strerror(setup.err));
     if (MeansUnavailable(setup.err)) {
-      return ErrnoStatus(ENOTSUP, absl::StrCat("io_uring fixed buffers are unavailable (", why,
-                                               ")"));
+      return ErrnoStatus(ENOTSUP,
+                         absl::StrCat("io_uring fixed buffers are unavailable (", why, ")"));
     }
     return ErrnoStatus(setup.err, why);
   }
@@ -370,8 +370,8 @@ absl::Status UringDeviceRead(Registrar& registrar, const Registration& reg, size
                              void* dst, size_t length) {
   auto* uring = dynamic_cast<UringRegistrar*>(&registrar);
   if (uring == nullptr) {
-    return ErrnoStatus(EINVAL, absl::StrCat("UringDeviceRead needs a uring registrar, not ",
-                                            registrar.name()));
+    return ErrnoStatus(
+        EINVAL, absl::StrCat("UringDeviceRead needs a uring registrar, not ", registrar.name()));
   }
   return uring->DeviceRead(reg, offset, dst, length);
 }

@@ -44,8 +44,8 @@ absl::StatusOr<OdpCapabilities> QueryOdpCapabilities(ibv_context* context) {
   memset(&attr, 0, sizeof attr);
   int ret = ibv_query_device_ex(context, nullptr, &attr);
   if (ret != 0) return VerbsError(ret, "ibv_query_device_ex");
-  constexpr uint32_t kRcNeeds = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV |
-                                IBV_ODP_SUPPORT_WRITE | IBV_ODP_SUPPORT_READ;
+  constexpr uint32_t kRcNeeds =
+      IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE | IBV_ODP_SUPPORT_READ;
   const ibv_odp_caps& odp = attr.odp_caps;
   OdpCapabilities caps;
   caps.explicit_odp = (odp.general_caps & IBV_ODP_SUPPORT) &&
@@ -72,8 +72,8 @@ class VerbsRegistrar : public Registrar {
         addr == nullptr && length == kImplicitOdpLength && (access & kAccessOnDemand);
     const uintptr_t start = reinterpret_cast<uintptr_t>(addr);
     if (!implicit && (length == 0 || start + length < start)) {
-      return ErrnoStatus(EINVAL, absl::StrFormat("verbs registrar: bad range %p + %u", addr,
-                                                 length));
+      return ErrnoStatus(EINVAL,
+                         absl::StrFormat("verbs registrar: bad range %p + %u", addr, length));
     }
     const uint64_t iova = implicit ? 0 : start;
     errno = 0;

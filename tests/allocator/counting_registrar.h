@@ -61,10 +61,22 @@ class CountingRegistrar : public Registrar {
     return it == live_.end() ? Registration{} : it->second;
   }
 
-  uint64_t registrations() const { std::lock_guard<std::mutex> l(mu_); return registrations_; }
-  uint64_t deregistrations() const { std::lock_guard<std::mutex> l(mu_); return deregistrations_; }
-  uint64_t bad_deregistrations() const { std::lock_guard<std::mutex> l(mu_); return bad_deregistrations_; }
-  size_t live() const { std::lock_guard<std::mutex> l(mu_); return live_.size(); }
+  uint64_t registrations() const {
+    std::lock_guard<std::mutex> l(mu_);
+    return registrations_;
+  }
+  uint64_t deregistrations() const {
+    std::lock_guard<std::mutex> l(mu_);
+    return deregistrations_;
+  }
+  uint64_t bad_deregistrations() const {
+    std::lock_guard<std::mutex> l(mu_);
+    return bad_deregistrations_;
+  }
+  size_t live() const {
+    std::lock_guard<std::mutex> l(mu_);
+    return live_.size();
+  }
 
  private:
   mutable std::mutex mu_;

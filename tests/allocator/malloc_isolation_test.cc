@@ -55,7 +55,8 @@ TEST_F(MallocIsolationTest, MallocAndFreeResolveToGlibc) {
   void* global_malloc = dlsym(RTLD_DEFAULT, "malloc");
   void* global_free = dlsym(RTLD_DEFAULT, "free");
   ASSERT_NE(global_malloc, nullptr);
-  EXPECT_NE(LibraryOf(global_malloc).find("libc.so"), std::string::npos) << LibraryOf(global_malloc);
+  EXPECT_NE(LibraryOf(global_malloc).find("libc.so"), std::string::npos)
+      << LibraryOf(global_malloc);
   EXPECT_NE(LibraryOf(global_free).find("libc.so"), std::string::npos) << LibraryOf(global_free);
   EXPECT_EQ(global_malloc, reinterpret_cast<void*>(&malloc));
 }

@@ -18,7 +18,8 @@ struct Registrations {
   uint64_t next = 0, registered = 0, deregistered = 0;
 };
 
-int Reg(void* ctx, void* addr, size_t length, int, uint64_t* handle, uint32_t* lkey, uint32_t* rkey) {
+int Reg(void* ctx, void* addr, size_t length, int, uint64_t* handle, uint32_t* lkey,
+        uint32_t* rkey) {
   auto* r = static_cast<Registrations*>(ctx);
   std::lock_guard<std::mutex> lock(r->mu);
   *handle = ++r->next;

@@ -57,7 +57,8 @@ class PoolTest : public ::testing::TestWithParam<bool> {
     auto start = reinterpret_cast<uintptr_t>(reg.addr);
     auto addr = reinterpret_cast<uintptr_t>(p);
     EXPECT_LE(start, addr);
-    EXPECT_LE(addr + size, start + reg.length) << "buffer of " << size << " runs past its registration";
+    EXPECT_LE(addr + size, start + reg.length)
+        << "buffer of " << size << " runs past its registration";
   }
 
   CountingRegistrar registrar_;
@@ -68,8 +69,15 @@ class PoolTest : public ::testing::TestWithParam<bool> {
 
 TEST_P(PoolTest, KeysCoverEveryByteOfEveryAllocation) {
   Pool& pool = MakePool();
-  std::vector<size_t> sizes = {1, 63, 64, 65, 100, 1000, 4096, 5000, 16384, 65536, 65537,
-                               300000, kMiB, 2 * kMiB - 4096, 2 * kMiB, 3 * kMiB + 17, 9 * kMiB};
+  std::vector<size_t> sizes = {1,        63,
+                               64,       65,
+                               100,      1000,
+                               4096,     5000,
+                               16384,    65536,
+                               65537,    300000,
+                               kMiB,     2 * kMiB - 4096,
+                               2 * kMiB, 3 * kMiB + 17,
+                               9 * kMiB};
   std::vector<void*> buffers;
   for (int round = 0; round < 3; ++round) {
     for (size_t size : sizes) {
@@ -173,7 +181,7 @@ TEST_P(PoolTest, ManyThreadsNeitherLoseNorDoubleHandBuffers) {
   constexpr int kThreads = 4;
   constexpr int kOps = 20000;
   std::mutex mu;
-  std::map<uintptr_t, size_t> live;  // every buffer currently handed out
+  std::map<uintptr_t, size_t> live;               // every buffer currently handed out
   std::vector<std::pair<void*, size_t>> handoff;  // freed by another thread
   std::atomic<int> failures{0};
   auto worker = [&](int id) {
@@ -185,7 +193,10 @@ TEST_P(PoolTest, ManyThreadsNeitherLoseNorDoubleHandBuffers) {
         size_t size = kSizes[rng() % 8];
         RegionInfo keys;
         absl::StatusOr<void*> p = pool.Alloc(size, &keys);
-        if (!p.ok()) { failures++; continue; }
+        if (!p.ok()) {
+          failures++;
+          continue;
+        }
         auto addr = reinterpret_cast<uintptr_t>(*p);
         {
           std::lock_guard<std::mutex> lock(mu);

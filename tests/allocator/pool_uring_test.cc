@@ -56,8 +56,8 @@ TEST_F(PoolUringTest, DeviceWritesThroughTheKeysLandInEveryByteOfEveryBuffer) {
       const size_t offset = static_cast<char*>(*p) - static_cast<char*>(reg->addr);
       absl::Status written = registrar_->DeviceWrite(*reg, offset, pattern.data(), size);
       ASSERT_TRUE(written.ok()) << written;
-      ASSERT_EQ(std::memcmp(*p, pattern.data(), size), 0) << "device write of " << size
-                                                          << " bytes did not land in the buffer";
+      ASSERT_EQ(std::memcmp(*p, pattern.data(), size), 0)
+          << "device write of " << size << " bytes did not land in the buffer";
       buffers.emplace_back(*p, size);
       ++fill;
     }

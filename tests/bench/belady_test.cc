@@ -94,7 +94,8 @@ TEST(Belady, ARegionLargerThanTheByteCapacityIsNeverKept) {
 }
 
 TEST(BeladyTrace, EventsFollowTheTrace) {
-  absl::StatusOr<Trace> t = ParseTrace("alloc 1 100000\nxfer 1 0 100000\nxfer 1 0 10\nfree 1\n", "t");
+  absl::StatusOr<Trace> t =
+      ParseTrace("alloc 1 100000\nxfer 1 0 100000\nxfer 1 0 10\nfree 1\n", "t");
   ASSERT_TRUE(t.ok());
   std::vector<CacheEvent> e = TraceEvents(*t);
   ASSERT_EQ(e.size(), 3u);

@@ -23,7 +23,8 @@ struct Outcome {
 // `env`: VAR=value assignments for the run, or "".
 Outcome RunMrbench(const std::string& args, const std::string& env = "") {
   Outcome out;
-  FILE* p = popen((env + (env.empty() ? "" : " ") + "bench/mrbench " + args + " 2>&1").c_str(), "r");
+  FILE* p =
+      popen((env + (env.empty() ? "" : " ") + "bench/mrbench " + args + " 2>&1").c_str(), "r");
   if (p == nullptr) return out;
   char buf[4096];
   size_t n;
@@ -98,7 +99,8 @@ TEST(Mrbench, SimRunOrdersHitRatesSanelyWithNoStaleRegistration) {
 }
 
 TEST(Mrbench, UringVerifiesEveryTransferAndFindsNothingStale) {
-  Outcome o = RunMrbench("--registrar uring --ops 2000 --workload churn,pingpong --configs none,mrcache,ucx");
+  Outcome o = RunMrbench(
+      "--registrar uring --ops 2000 --workload churn,pingpong --configs none,mrcache,ucx");
   if (o.output.find("io_uring") != std::string::npos && o.exit_code != 0) GTEST_SKIP() << o.output;
   ASSERT_EQ(o.exit_code, 0) << o.output;
   EXPECT_NE(o.output.find("verify on"), std::string::npos) << o.output;
@@ -108,9 +110,11 @@ TEST(Mrbench, MemlockRunsUnprivilegedAndKeepsEveryConfigurationWithinThePinBudge
   // sim with sim_mlock=1 pins with mlock, which RLIMIT_MEMLOCK bounds per
   // process: 1 MiB leaves the caches (and belady-nomerge) a budget of 896 KiB.
   const std::string json = ::testing::TempDir() + "/memlock.json";
-  Outcome o = RunMrbench("--registrar sim --memlock 1M --ops 1500 --max-regions 64 --workload zipf,kv "
-                         "--configs none,mrcache,mrcache-nomerge,belady-nomerge --json " + json,
-                         "MRCACHE_SIM_MLOCK=1");
+  Outcome o = RunMrbench(
+      "--registrar sim --memlock 1M --ops 1500 --max-regions 64 --workload zipf,kv "
+      "--configs none,mrcache,mrcache-nomerge,belady-nomerge --json " +
+          json,
+      "MRCACHE_SIM_MLOCK=1");
   ASSERT_EQ(o.exit_code, 0) << o.output;
   EXPECT_NE(o.output.find("the caches' pin budget is 896.0 KiB"), std::string::npos) << o.output;
   EXPECT_NE(o.output.find("total_s"), std::string::npos) << o.output;
@@ -133,14 +137,16 @@ TEST(Mrbench, MalformedTraceIsRejectedWithItsLineNumber) {
   std::ofstream(trace) << "alloc 1 4096\nxfer 1 0 4096\nxfer 1 4000 200\n";
   Outcome o = RunMrbench("--registrar sim --trace " + trace);
   EXPECT_EQ(o.exit_code, 2);
-  EXPECT_NE(o.output.find(trace + ":3: xfer [4000, 4200) is outside buffer 1 of 4096 bytes"), std::string::npos)
+  EXPECT_NE(o.output.find(trace + ":3: xfer [4000, 4200) is outside buffer 1 of 4096 bytes"),
+            std::string::npos)
       << o.output;
   EXPECT_EQ(o.output.find("hit_rate"), std::string::npos);  // nothing replayed
 }
 
 TEST(Mrbench, TraceFileIsReplayed) {
   const std::string trace = ::testing::TempDir() + "/trace.txt";
-  std::ofstream(trace) << "# two transfers of one buffer\nalloc 1 65536\nxfer 1 0 65536\nxfer 1 0 65536 1\nfree 1\n";
+  std::ofstream(trace)
+      << "# two transfers of one buffer\nalloc 1 65536\nxfer 1 0 65536\nxfer 1 0 65536 1\nfree 1\n";
   Outcome o = RunMrbench("--registrar sim --configs none,mrcache --trace " + trace);
   ASSERT_EQ(o.exit_code, 0) << o.output;
   EXPECT_NE(o.output.find(trace), std::string::npos) << o.output;
@@ -185,8 +191,9 @@ TEST(Mrbench, RecordingReleaseMakesMrcacheRegisterAgain) {
 TEST(Mrbench, HelpAndBadFlags) {
   Outcome help = RunMrbench("--help");
   EXPECT_EQ(help.exit_code, 0);
-  for (const char* flag : {"--registrar", "--workload", "--trace", "--seed", "--ops", "--max-regions", "--max-bytes",
-                           "--memlock", "--verify", "--json", "--plot", "--sweep"}) {
+  for (const char* flag :
+       {"--registrar", "--workload", "--trace", "--seed", "--ops", "--max-regions", "--max-bytes",
+        "--memlock", "--verify", "--json", "--plot", "--sweep"}) {
     EXPECT_NE(help.output.find(flag), std::string::npos) << flag;
   }
   Outcome bad = RunMrbench("--bogus");
@@ -209,7 +216,10 @@ TEST(Mrbench, UnusableRegistrarFailsBeforeRunning) {
 TEST(Mrbench, PlotWithSweepWritesAnSvg) {
   const std::string svg = ::testing::TempDir() + "/mrbench.svg";
   // `optimal`, belady-nomerge's former name, is still accepted.
-  Outcome o = RunMrbench("--registrar sim --ops 500 --max-regions 16 --workload zipf --configs mrcache,optimal --sweep --plot " + svg);
+  Outcome o = RunMrbench(
+      "--registrar sim --ops 500 --max-regions 16 --workload zipf --configs mrcache,optimal "
+      "--sweep --plot " +
+      svg);
   ASSERT_EQ(o.exit_code, 0) << o.output;
   const std::string text = ReadFile(svg);
   EXPECT_NE(text.find("<svg"), std::string::npos);

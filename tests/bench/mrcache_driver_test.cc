@@ -23,15 +23,17 @@ absl::StatusOr<ReplayResult> ReplayThroughMrcache(const Trace& trace, size_t max
   config.max_merge_bytes = max_merge_bytes;
   auto counters = std::make_shared<RegistrarCounters>();
   auto test_registrar = std::make_unique<TestRegistrar>();
-  auto driver = MrcacheDriver::Create(config, std::make_unique<CountingRegistrar>(std::move(test_registrar), counters));
+  auto driver = MrcacheDriver::Create(
+      config, std::make_unique<CountingRegistrar>(std::move(test_registrar), counters));
   if (!driver.ok()) return driver.status();
   return Replay(trace, **driver, *counters, {true, nullptr});
 }
 
 TEST(ReplayMrcache, ReusesRegistrations) {
-  absl::StatusOr<ReplayResult> r = ReplayThroughMrcache(Parse("alloc 1 100000\nalloc 2 5000\nxfer 1 0 100000\nxfer 2 0 5000\n"
-                                             "xfer 1 0 100000\nxfer 2 0 5000\nxfer 1 0 10\nfree 1\nfree 2\n"),
-                                       1 << 30);
+  absl::StatusOr<ReplayResult> r =
+      ReplayThroughMrcache(Parse("alloc 1 100000\nalloc 2 5000\nxfer 1 0 100000\nxfer 2 0 5000\n"
+                                 "xfer 1 0 100000\nxfer 2 0 5000\nxfer 1 0 10\nfree 1\nfree 2\n"),
+                           1 << 30);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->transfers, 5u);
   EXPECT_EQ(r->hits, 3u);
@@ -41,8 +43,9 @@ TEST(ReplayMrcache, ReusesRegistrations) {
 }
 
 // Two overlapping halves of a buffer, then the whole buffer.
-const char kOverlap[] = "alloc 1 1000000\nxfer 1 0 600000\nxfer 1 400000 600000\nxfer 1 0 1000000\n"
-                        "xfer 1 0 1000000\nfree 1\n";
+const char kOverlap[] =
+    "alloc 1 1000000\nxfer 1 0 600000\nxfer 1 400000 600000\nxfer 1 0 1000000\n"
+    "xfer 1 0 1000000\nfree 1\n";
 
 TEST(ReplayMrcache, MergingCoversTheUnionOnce) {
   absl::StatusOr<ReplayResult> merged = ReplayThroughMrcache(Parse(kOverlap), 1 << 30);
@@ -59,9 +62,10 @@ TEST(ReplayMrcache, NoMergeRegistersEachNewRange) {
 }
 
 TEST(ReplayMrcache, FreeInvalidatesAndNothingLeaks) {
-  absl::StatusOr<ReplayResult> r = ReplayThroughMrcache(Parse("alloc 1 100000\nxfer 1 0 100000\nxfer 1 0 100000\nfree 1\n"
-                                             "alloc 2 100000\nxfer 2 0 100000\nfree 2\n"),
-                                       1 << 30);
+  absl::StatusOr<ReplayResult> r =
+      ReplayThroughMrcache(Parse("alloc 1 100000\nxfer 1 0 100000\nxfer 1 0 100000\nfree 1\n"
+                                 "alloc 2 100000\nxfer 2 0 100000\nfree 2\n"),
+                           1 << 30);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->hits, 1u);
   EXPECT_EQ(r->registrations, 2u);
@@ -74,7 +78,8 @@ Trace Recorded(const std::string& events) { return Parse("# mrcache-record 1\n" 
 
 TEST(ReplayRecorded, HeldRegistrationServesTheRequestsInsideIt) {
   absl::StatusOr<ReplayResult> r = ReplayThroughMrcache(
-      Recorded("reg 1 0x7f0000010000 65536 1\nreg 2 0x7f0000012000 4096 1\ndereg 2\ndereg 1\n"), 1 << 30);
+      Recorded("reg 1 0x7f0000010000 65536 1\nreg 2 0x7f0000012000 4096 1\ndereg 2\ndereg 1\n"),
+      1 << 30);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->transfers, 2u);
   EXPECT_EQ(r->registrations, 1u);
@@ -97,8 +102,8 @@ TEST(ReplayRecorded, ReleaseMakesTheNextRegistrationThereMiss) {
 
 TEST(ReplayRecorded, ReleaseElsewhereChangesNothing) {
   const std::string reg = "reg 1 0x7f0000010000 65536 1\ndereg 1\n";
-  absl::StatusOr<ReplayResult> r =
-      ReplayThroughMrcache(Recorded(reg + "release 0x7f0000020000 4096\nrelease 0x1000 4096\n" + reg), 1 << 30);
+  absl::StatusOr<ReplayResult> r = ReplayThroughMrcache(
+      Recorded(reg + "release 0x7f0000020000 4096\nrelease 0x1000 4096\n" + reg), 1 << 30);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->registrations, 1u);
 }
@@ -119,8 +124,8 @@ TEST(ReplayRecorded, RelativeLayoutIsKeptSoOverlapsMerge) {
 
 TEST(ReplayRecorded, RegistrationsLiveAtTheEndAreDeregistered) {
   // Replay fails on registrations != deregistrations.
-  absl::StatusOr<ReplayResult> r =
-      ReplayThroughMrcache(Recorded("reg 1 0x555500001000 100 1\nreg 2 0x7f0000010000 4096 1\n"), 1 << 30);
+  absl::StatusOr<ReplayResult> r = ReplayThroughMrcache(
+      Recorded("reg 1 0x555500001000 100 1\nreg 2 0x7f0000010000 4096 1\n"), 1 << 30);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->registrations, 2u);
 }

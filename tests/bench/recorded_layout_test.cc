@@ -36,12 +36,15 @@ TEST(RecordedLayout, FarApartRegistrationsGetSeparateClusters) {
       RecordedLayout::Map(Recorded("reg 1 0x555500001000 4096 1\nreg 2 0x7f0000001000 4096 1\n"));
   ASSERT_TRUE(layout.ok()) << layout.status();
   EXPECT_EQ(layout->clusters(), 2u);
-  EXPECT_EQ(Addr(layout->Translate(0x555500001000)) % layout->block(), 0x555500001000u % layout->block());
-  EXPECT_EQ(Addr(layout->Translate(0x7f0000001000)) % layout->block(), 0x7f0000001000u % layout->block());
+  EXPECT_EQ(Addr(layout->Translate(0x555500001000)) % layout->block(),
+            0x555500001000u % layout->block());
+  EXPECT_EQ(Addr(layout->Translate(0x7f0000001000)) % layout->block(),
+            0x7f0000001000u % layout->block());
 }
 
 TEST(RecordedLayout, MappedMemoryIsWritable) {
-  absl::StatusOr<RecordedLayout> layout = RecordedLayout::Map(Recorded("reg 1 0x7f0000001000 20000 1\n"));
+  absl::StatusOr<RecordedLayout> layout =
+      RecordedLayout::Map(Recorded("reg 1 0x7f0000001000 20000 1\n"));
   ASSERT_TRUE(layout.ok()) << layout.status();
   char* p = layout->Translate(0x7f0000001000);
   layout->Touch(p, 20000);
@@ -50,7 +53,8 @@ TEST(RecordedLayout, MappedMemoryIsWritable) {
 }
 
 TEST(RecordedLayout, DiscardGivesFreshZeroPages) {
-  absl::StatusOr<RecordedLayout> layout = RecordedLayout::Map(Recorded("reg 1 0x7f0000000000 65536 1\n"));
+  absl::StatusOr<RecordedLayout> layout =
+      RecordedLayout::Map(Recorded("reg 1 0x7f0000000000 65536 1\n"));
   ASSERT_TRUE(layout.ok()) << layout.status();
   char* p = layout->Translate(0x7f0000000000);
   std::memset(p, 0x5a, 65536);
@@ -64,7 +68,8 @@ TEST(RecordedLayout, DiscardGivesFreshZeroPages) {
 }
 
 TEST(RecordedLayout, ClipTranslatesTheOverlapAndDropsTheRest) {
-  absl::StatusOr<RecordedLayout> layout = RecordedLayout::Map(Recorded("reg 1 0x7f0000001000 4096 1\n"));
+  absl::StatusOr<RecordedLayout> layout =
+      RecordedLayout::Map(Recorded("reg 1 0x7f0000001000 4096 1\n"));
   ASSERT_TRUE(layout.ok()) << layout.status();
   EXPECT_TRUE(layout->Clip(0x1000, 4096).empty());
   // The cluster spans the whole 1 GiB block around the registration.
@@ -79,7 +84,8 @@ TEST(RecordedLayout, RecordedBridgeBytesAboveAGigabyteWidenTheBlock) {
       RecordedLayout::Map(Recorded("config bridge_bytes=2G\nreg 1 0x7f0040001000 4096 1\n"));
   ASSERT_TRUE(layout.ok()) << layout.status();
   EXPECT_EQ(layout->block(), uint64_t{2} << 30);
-  EXPECT_EQ(Addr(layout->Translate(0x7f0040001000)) % layout->block(), 0x7f0040001000u % (uint64_t{2} << 30));
+  EXPECT_EQ(Addr(layout->Translate(0x7f0040001000)) % layout->block(),
+            0x7f0040001000u % (uint64_t{2} << 30));
 }
 
 TEST(RecordedLayout, NoRegistrationsMapsNothing) {

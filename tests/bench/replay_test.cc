@@ -73,9 +73,9 @@ TEST(ReplayNone, ProgressIsReportedEvery1024Transfers) {
   std::vector<size_t> seen;
   absl::StatusOr<ReplayResult> r =
       Replay(Parse(text), driver, *counters, {false, [&](size_t done, size_t total) {
-                                                 EXPECT_EQ(total, 2048u);
-                                                 seen.push_back(done);
-                                               }});
+                                                EXPECT_EQ(total, 2048u);
+                                                seen.push_back(done);
+                                              }});
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(seen, (std::vector<size_t>{1024, 2048}));
 }
@@ -90,8 +90,9 @@ TEST(ReplayUcx, ReusesRegistrationsInAChildProcess) {
 }
 
 TEST(ReplayUcx, FreeInvalidatesSoTheNextBufferRegistersAgain) {
-  Trace t = Parse("alloc 1 100000\nxfer 1 0 100000\nxfer 1 0 100000\nfree 1\n"
-                  "alloc 2 100000\nxfer 2 0 100000\nfree 2\n");
+  Trace t = Parse(
+      "alloc 1 100000\nxfer 1 0 100000\nxfer 1 0 100000\nfree 1\n"
+      "alloc 2 100000\nxfer 2 0 100000\nfree 2\n");
   absl::StatusOr<ReplayResult> r = RunUcxPeer(t, Spec(true));
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->hits, 1u);

@@ -44,9 +44,9 @@ std::vector<Row> SampleRows() {
 
 TEST(ReportJson, EveryObjectHasTheIssueKeys) {
   const std::string json = ToJson(SampleRows());
-  for (const char* key : {"config", "workload", "hit_rate", "registrations", "registered_bytes",
-                          "registrar_seconds", "peak_pinned_bytes", "ns_per_op", "total_seconds",
-                          "stale"}) {
+  for (const char* key :
+       {"config", "workload", "hit_rate", "registrations", "registered_bytes", "registrar_seconds",
+        "peak_pinned_bytes", "ns_per_op", "total_seconds", "stale"}) {
     size_t count = 0;
     for (size_t pos = json.find(std::string("\"") + key + "\":"); pos != std::string::npos;
          pos = json.find(std::string("\"") + key + "\":", pos + 1)) {
@@ -61,9 +61,10 @@ TEST(ReportJson, ValuesAndNulls) {
   EXPECT_NE(json.find("\"config\": \"mrcache\", \"workload\": \"zipf\""), std::string::npos);
   EXPECT_NE(json.find("\"hit_rate\": 0.9,"), std::string::npos);
   // belady-nomerge is computed, not run: no registrar time, ns per op or stale count.
-  EXPECT_NE(json.find("\"registrar_seconds\": null, \"peak_pinned_bytes\": 4096, \"ns_per_op\": null, "
-                      "\"total_seconds\": null, \"stale\": null"),
-            std::string::npos);
+  EXPECT_NE(
+      json.find("\"registrar_seconds\": null, \"peak_pinned_bytes\": 4096, \"ns_per_op\": null, "
+                "\"total_seconds\": null, \"stale\": null"),
+      std::string::npos);
   EXPECT_NE(json.find("\"error\": \"cannot load \\\"UCX\\\"\""), std::string::npos);
   EXPECT_EQ(json.front(), '[');
   EXPECT_EQ(json.substr(json.size() - 2), "]\n");
@@ -102,7 +103,8 @@ TEST(ReportTable, AlignsColumnsAndShowsFailures) {
 
 TEST(ReportTable, DefinesBeladyNomergeAboveTheTable) {
   const std::string table = TableOf(SampleRows());
-  EXPECT_EQ(table.rfind("belady-nomerge: Belady's MIN for a cache that never merges", 0), 0u) << table;
+  EXPECT_EQ(table.rfind("belady-nomerge: Belady's MIN for a cache that never merges", 0), 0u)
+      << table;
 }
 
 TEST(ReportBytes, HumanReadable) {

@@ -39,7 +39,8 @@ class TestRegistrar : public mrcache::Registrar {
   }
   absl::Status DeviceWrite(const mrcache::Registration& reg, size_t offset, const void* src,
                            size_t length) override {
-    if (offset > reg.length || length > reg.length - offset) return mrcache::ErrnoStatus(EINVAL, "out of range");
+    if (offset > reg.length || length > reg.length - offset)
+      return mrcache::ErrnoStatus(EINVAL, "out of range");
     std::lock_guard<std::mutex> lock(mu_);
     if (reg.handle >= stale_from_) {
       sink_.assign(static_cast<const char*>(src), static_cast<const char*>(src) + length);

@@ -24,9 +24,10 @@ std::string ErrorOf(absl::string_view text) {
 }
 
 TEST(TraceParse, AcceptsAllOperationsCommentsAndBlankLines) {
-  absl::StatusOr<Trace> t = ParseTrace("# header\n\nalloc 1 4096\nxfer 1 0 100   # comment\n"
-                                       "xfer 1 96 4000 1\n  free 1\n",
-                                       "t");
+  absl::StatusOr<Trace> t = ParseTrace(
+      "# header\n\nalloc 1 4096\nxfer 1 0 100   # comment\n"
+      "xfer 1 96 4000 1\n  free 1\n",
+      "t");
   ASSERT_TRUE(t.ok()) << t.status();
   ASSERT_EQ(t->ops.size(), 4u);
   EXPECT_EQ(t->ops[0].kind, TraceOp::kAlloc);
@@ -53,13 +54,15 @@ TEST(TraceParse, FormatRoundTrips) {
 }
 
 TEST(TraceParse, RejectsUnknownOperation) {
-  EXPECT_EQ(ErrorOf("alloc 1 10\nsend 1 0 10\n"), "t:2: unknown operation 'send' (expected alloc, free or xfer)");
+  EXPECT_EQ(ErrorOf("alloc 1 10\nsend 1 0 10\n"),
+            "t:2: unknown operation 'send' (expected alloc, free or xfer)");
 }
 
 TEST(TraceParse, RejectsWrongArgumentCount) {
   EXPECT_EQ(ErrorOf("alloc 1\n"), "t:1: 'alloc' takes alloc ID BYTES, got 1 argument(s)");
   EXPECT_EQ(ErrorOf("alloc 1 10\nfree 1 2\n"), "t:2: 'free' takes free ID, got 2 argument(s)");
-  EXPECT_EQ(ErrorOf("alloc 1 10\nxfer 1 0\n"), "t:2: 'xfer' takes xfer ID OFFSET LENGTH [ACCESS], got 2 argument(s)");
+  EXPECT_EQ(ErrorOf("alloc 1 10\nxfer 1 0\n"),
+            "t:2: 'xfer' takes xfer ID OFFSET LENGTH [ACCESS], got 2 argument(s)");
   EXPECT_EQ(ErrorOf("alloc 1 10\nxfer 1 0 1 7 9\n"),
             "t:2: 'xfer' takes xfer ID OFFSET LENGTH [ACCESS], got 5 argument(s)");
 }
@@ -81,12 +84,14 @@ TEST(TraceParse, RejectsZeroSizes) {
 TEST(TraceParse, RejectsLifecycleErrors) {
   EXPECT_EQ(ErrorOf("alloc 1 10\nalloc 1 10\n"), "t:2: buffer 1 is already allocated");
   EXPECT_EQ(ErrorOf("free 3\n"), "t:1: free of buffer 3, which is not allocated");
-  EXPECT_EQ(ErrorOf("alloc 1 10\nfree 1\nfree 1\n"), "t:3: free of buffer 1, which is not allocated");
+  EXPECT_EQ(ErrorOf("alloc 1 10\nfree 1\nfree 1\n"),
+            "t:3: free of buffer 1, which is not allocated");
   EXPECT_EQ(ErrorOf("xfer 2 0 1\n"), "t:1: xfer on buffer 2, which is not allocated");
 }
 
 TEST(TraceParse, RejectsTransferOutsideBuffer) {
-  EXPECT_EQ(ErrorOf("alloc 1 10\nxfer 1 5 6\n"), "t:2: xfer [5, 11) is outside buffer 1 of 10 bytes");
+  EXPECT_EQ(ErrorOf("alloc 1 10\nxfer 1 5 6\n"),
+            "t:2: xfer [5, 11) is outside buffer 1 of 10 bytes");
   EXPECT_EQ(ErrorOf("alloc 1 10\nxfer 1 18446744073709551615 2\n"),
             "t:2: xfer [18446744073709551615, 1) is outside buffer 1 of 10 bytes");
 }
@@ -112,7 +117,8 @@ TEST(TraceValidate, NamesTheOperationIndex) {
   t.name = "w";
   t.ops.push_back({TraceOp::kFree, 4, 0, 0, 0});
   absl::Status s = ValidateTrace(t);
-  EXPECT_EQ(s.message(), "w: operation 1: free of buffer 4, which is not allocated (Invalid argument)");
+  EXPECT_EQ(s.message(),
+            "w: operation 1: free of buffer 4, which is not allocated (Invalid argument)");
 }
 
 // Recorded traces: the shim's MRCACHE_RECORD stream (interpose/recorder.h).
@@ -186,23 +192,28 @@ TEST(RecordedTraceParse, RejectsBadLinesNamingThem) {
   const std::string h = "# mrcache-record 1\n";
   EXPECT_EQ(ErrorOf(h + "xfer 1 0 10\n"),
             "t:2: unknown operation 'xfer' (a recorded trace has config, reg, dereg and release)");
-  EXPECT_EQ(ErrorOf(h + "reg 1 0x1000 10\n"), "t:2: 'reg' takes reg ID ADDR LENGTH ACCESS, got 3 argument(s)");
+  EXPECT_EQ(ErrorOf(h + "reg 1 0x1000 10\n"),
+            "t:2: 'reg' takes reg ID ADDR LENGTH ACCESS, got 3 argument(s)");
   EXPECT_EQ(ErrorOf(h + "reg 1 4096 10 1\n"), "t:2: bad address '4096' (expected 0x...)");
   EXPECT_EQ(ErrorOf(h + "reg 1 0x10g0 10 1\n"), "t:2: bad address '0x10g0' (expected 0x...)");
-  EXPECT_EQ(ErrorOf(h + "reg 1 0x11112222333344445 10 1\n"), "t:2: bad address '0x11112222333344445' (expected 0x...)");
+  EXPECT_EQ(ErrorOf(h + "reg 1 0x11112222333344445 10 1\n"),
+            "t:2: bad address '0x11112222333344445' (expected 0x...)");
   EXPECT_EQ(ErrorOf(h + "reg x 0x1000 10 1\n"), "t:2: bad registration ID 'x'");
   EXPECT_EQ(ErrorOf(h + "reg 1 0x1000 -1 1\n"), "t:2: bad length '-1'");
   EXPECT_EQ(ErrorOf(h + "reg 1 0x1000 0 1\n"), "t:2: reg of 0 bytes");
-  EXPECT_EQ(ErrorOf(h + "reg 1 0xffffffffffffffff 2 1\n"), "t:2: reg range wraps around the address space");
+  EXPECT_EQ(ErrorOf(h + "reg 1 0xffffffffffffffff 2 1\n"),
+            "t:2: reg range wraps around the address space");
   EXPECT_EQ(ErrorOf(h + "release 0x1000 0\n"), "t:2: release of 0 bytes");
-  EXPECT_EQ(ErrorOf(h + "release 0x1000\n"), "t:2: 'release' takes release ADDR LENGTH, got 1 argument(s)");
+  EXPECT_EQ(ErrorOf(h + "release 0x1000\n"),
+            "t:2: 'release' takes release ADDR LENGTH, got 1 argument(s)");
   std::string access = ErrorOf(h + "reg 1 0x1000 10 2\n");  // REMOTE_WRITE without LOCAL_WRITE
   EXPECT_EQ(access.rfind("t:2: bad access 2: ", 0), 0u) << access;
 }
 
 TEST(RecordedTraceParse, RejectsRegistrationLifecycleErrors) {
   const std::string h = "# mrcache-record 1\n";
-  EXPECT_EQ(ErrorOf(h + "reg 1 0x1000 10 1\nreg 1 0x2000 10 1\n"), "t:3: registration 1 is already registered");
+  EXPECT_EQ(ErrorOf(h + "reg 1 0x1000 10 1\nreg 1 0x2000 10 1\n"),
+            "t:3: registration 1 is already registered");
   EXPECT_EQ(ErrorOf(h + "dereg 4\n"), "t:2: dereg of registration 4, which is not registered");
   EXPECT_EQ(ErrorOf(h + "reg 1 0x1000 10 1\ndereg 1\ndereg 1\n"),
             "t:4: dereg of registration 1, which is not registered");
@@ -210,12 +221,15 @@ TEST(RecordedTraceParse, RejectsRegistrationLifecycleErrors) {
 
 TEST(RecordedTraceParse, RejectsBadOrMisplacedConfigLines) {
   const std::string h = "# mrcache-record 1\n";
-  EXPECT_EQ(ErrorOf(h + "config max_regions\n"), "t:2: bad configuration entry 'max_regions' (expected KEY=VALUE)");
+  EXPECT_EQ(ErrorOf(h + "config max_regions\n"),
+            "t:2: bad configuration entry 'max_regions' (expected KEY=VALUE)");
   std::string unknown = ErrorOf(h + "config no_such_key=1\n");
   EXPECT_EQ(unknown.rfind("t:2: ", 0), 0u) << unknown;
   EXPECT_NE(unknown.find("no_such_key"), std::string::npos) << unknown;
-  EXPECT_EQ(ErrorOf(h + "config max_regions=1\nconfig max_regions=2\n"), "t:3: a second config line");
-  EXPECT_EQ(ErrorOf(h + "release 0x1000 4096\nconfig max_regions=2\n"), "t:3: the config line comes after events");
+  EXPECT_EQ(ErrorOf(h + "config max_regions=1\nconfig max_regions=2\n"),
+            "t:3: a second config line");
+  EXPECT_EQ(ErrorOf(h + "release 0x1000 4096\nconfig max_regions=2\n"),
+            "t:3: the config line comes after events");
 }
 
 TEST(RecordedTraceValidate, RejectsWorkloadOperationsInARecordedTrace) {
@@ -224,7 +238,8 @@ TEST(RecordedTraceValidate, RejectsWorkloadOperationsInARecordedTrace) {
   t.recorded_version = 1;
   t.ops.push_back({TraceOp::kAlloc, 1, 0, 0, 4096});
   absl::Status s = ValidateTrace(t);
-  EXPECT_EQ(s.message(), "w: operation 1: a workload operation in a recorded trace (Invalid argument)");
+  EXPECT_EQ(s.message(),
+            "w: operation 1: a workload operation in a recorded trace (Invalid argument)");
 }
 
 }  // namespace

@@ -36,7 +36,8 @@ TEST_P(EachWorkload, IsValidHasOpsTransfersAndFreesEverything) {
   EXPECT_TRUE(ValidateTrace(*t).ok()) << ValidateTrace(*t);
   EXPECT_EQ(t->transfers(), 3000u);
   size_t allocs = 0, frees = 0;
-  for (const TraceOp& op : t->ops) allocs += op.kind == TraceOp::kAlloc, frees += op.kind == TraceOp::kFree;
+  for (const TraceOp& op : t->ops)
+    allocs += op.kind == TraceOp::kAlloc, frees += op.kind == TraceOp::kFree;
   EXPECT_EQ(allocs, frees);
   EXPECT_EQ(t->name, GetParam());
 }
@@ -71,7 +72,8 @@ TEST(Workloads, ChurnFreesAndAllocatesAsItGoes) {
   for (size_t i = 0; i < t->ops.size(); ++i) {
     if (t->ops[i].kind == TraceOp::kAlloc) last_alloc = i;
   }
-  for (size_t i = 0; i < last_alloc; ++i) frees_before_last_alloc += t->ops[i].kind == TraceOp::kFree;
+  for (size_t i = 0; i < last_alloc; ++i)
+    frees_before_last_alloc += t->ops[i].kind == TraceOp::kFree;
   EXPECT_GT(frees_before_last_alloc, 100u);
 }
 

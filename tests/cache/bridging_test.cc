@@ -72,7 +72,8 @@ class BridgingTest : public ::testing::Test {
         config_.sim_base_ns = config_.sim_page_ns = 0;
         inner = MakeSimRegistrar(config_);
       }
-      auto c = Cache::Create(config_, std::make_unique<CountingRegistrar>(std::move(inner), state_));
+      auto c =
+          Cache::Create(config_, std::make_unique<CountingRegistrar>(std::move(inner), state_));
       EXPECT_TRUE(c.ok()) << c.status();
       cache_ = std::move(*c);
     }
@@ -181,14 +182,17 @@ TEST_F(BridgingTest, UnmappingAGapPageOfABridgedRegionLeavesNothingStale) {
   ASSERT_EQ(state_->live.size(), 1u) << "bridged";
   char* gap = area_ + 20 * kPage;
   ASSERT_EQ(munmap(gap, kPage), 0);
-  ASSERT_EQ(mmap(gap, kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0),
-            gap);
+  ASSERT_EQ(
+      mmap(gap, kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0),
+      gap);
   auto r = cache().Acquire(gap + 8, 100, kLocal);
   ASSERT_TRUE(r.ok()) << r.status();
   const char msg[] = "written by the device";
   RegionInfo info = GetRegionInfo(*r);
-  ASSERT_TRUE(cache().DeviceWrite(*r, gap + 8 - static_cast<char*>(info.addr), msg, sizeof msg).ok());
-  EXPECT_STREQ(gap + 8, msg) << "the device wrote through a stale registration (" << monitor_ << ")";
+  ASSERT_TRUE(
+      cache().DeviceWrite(*r, gap + 8 - static_cast<char*>(info.addr), msg, sizeof msg).ok());
+  EXPECT_STREQ(gap + 8, msg) << "the device wrote through a stale registration (" << monitor_
+                             << ")";
   Put(*r);
 }
 
@@ -199,8 +203,8 @@ TEST_F(BridgingTest, AFailedBridgeProbeLeavesMergingOn) {
   char* big = static_cast<char*>(
       mmap(nullptr, kBig * kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
   ASSERT_NE(big, MAP_FAILED);
-  std::memset(big, 1, 256 * kPage);                      // pages [0, 256) resident
-  std::memset(big + 320 * kPage, 1, 512 * kPage);        // pages [320, 832) resident
+  std::memset(big, 1, 256 * kPage);                // pages [0, 256) resident
+  std::memset(big + 320 * kPage, 1, 512 * kPage);  // pages [320, 832) resident
   auto get = [&](size_t first, size_t last) {
     // Local rights: remote ones never bridge, and the probe is the point.
     auto r = cache().Acquire(big + first * kPage, (last - first) * kPage, kLocal);

@@ -264,7 +264,8 @@ TEST_F(CApiTest, ChildAfterForkNeverUsesTheParentsRegistrations) {
   }
   int status = 0;
   ASSERT_EQ(waitpid(pid, &status, 0), pid);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the child got a parent registration";
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+      << "the child got a parent registration";
   ASSERT_EQ(mrc_get(cache, buf_, kPage, kRW, &r), 0) << "the parent is unaffected";
   ASSERT_EQ(mrc_put(cache, r), 0);
   mrc_cache_destroy(cache);

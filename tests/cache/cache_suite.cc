@@ -57,7 +57,8 @@ class CacheCoreTest : public CacheSuite {
     if (!cache_) {
       auto inner = GetParam().make(config_);
       EXPECT_TRUE(inner.ok()) << inner.status();
-      auto c = Cache::Create(config_, std::make_unique<CountingRegistrar>(std::move(*inner), state_));
+      auto c =
+          Cache::Create(config_, std::make_unique<CountingRegistrar>(std::move(*inner), state_));
       EXPECT_TRUE(c.ok()) << c.status();
       cache_ = std::move(*c);
     }
@@ -230,8 +231,8 @@ TEST_P(CacheCoreTest, EvictionByCountRemovesLeastRecentlyUsed) {
   config_.max_merge_bytes = 0;
   Put(Get(0, kPage));
   Put(Get(2 * kPage, kPage));
-  Put(Get(0, kPage));           // 0 is now more recent than 2
-  Put(Get(4 * kPage, kPage));   // evicts 2
+  Put(Get(0, kPage));          // 0 is now more recent than 2
+  Put(Get(4 * kPage, kPage));  // evicts 2
   EXPECT_EQ(cache().stats().evictions, 1u);
   EXPECT_EQ(state_->live.size(), 2u);
   int before = state_->registrations.load();
@@ -322,9 +323,7 @@ TEST_P(CacheCoreTest, RemoteAtomicWithoutLocalWriteIsEinval) {
   EXPECT_EQ(GetErrno(buf_, 10, kAccessRemoteAtomic | kAccessRemoteRead), EINVAL);
 }
 
-TEST_P(CacheCoreTest, PutOfNullIsEinval) {
-  EXPECT_EQ(StatusToErrno(cache().Put(nullptr)), EINVAL);
-}
+TEST_P(CacheCoreTest, PutOfNullIsEinval) { EXPECT_EQ(StatusToErrno(cache().Put(nullptr)), EINVAL); }
 
 TEST_P(CacheCoreTest, DoublePutIsEinval) {
   config_.max_merge_bytes = 0;
@@ -633,7 +632,7 @@ TEST_P(CacheCoreTest, WholePageInvalidationDropsAMergedRegionWhereItHoldsNoReque
   // A region with an access bit the union lacks is overlapped but not
   // absorbed, so page 0 of the union holds none of its requested bytes.
   Put(Get(0, 2 * kPage, kRW | kAccessRelaxedOrdering));  // pages 0-1
-  Region* r = Get(kPage + 100, kPage);                    // pages 1-2: union 0-2
+  Region* r = Get(kPage + 100, kPage);                   // pages 1-2: union 0-2
   ASSERT_EQ(GetRegionInfo(r).addr, buf_);
   ASSERT_EQ(GetRegionInfo(r).length, 3 * kPage);
   Put(r);
@@ -642,8 +641,8 @@ TEST_P(CacheCoreTest, WholePageInvalidationDropsAMergedRegionWhereItHoldsNoReque
 }
 
 TEST_P(CacheCoreTest, MergedRegionIsDroppedByTheBytesOfEitherPart) {
-  Put(Get(0, kPage + 100));           // pages 0-1
-  Put(Get(kPage + 200, kPage));       // pages 1-2: merges into pages 0-2
+  Put(Get(0, kPage + 100));      // pages 0-1
+  Put(Get(kPage + 200, kPage));  // pages 1-2: merges into pages 0-2
   ASSERT_EQ(cache().stats().merges, 1u);
   ASSERT_TRUE(cache().Invalidate(buf_ + 50, 10).ok());  // bytes of the first part
   EXPECT_EQ(state_->live.size(), 0u);
@@ -660,10 +659,10 @@ TEST_P(CacheCoreTest, AlignmentWidenedRegionIsDroppedByAnyOfItsBytes) {
 }
 
 TEST_P(CacheCoreTest, NoMergeWhereRegionsRecentlyDiedByInvalidation) {
-  Put(Get(2 * kPage + 500, 100));                       // page 2
+  Put(Get(2 * kPage + 500, 100));                                    // page 2
   ASSERT_TRUE(cache().Invalidate(buf_ + 2 * kPage + 500, 10).ok());  // dies there
-  Put(Get(0, kPage + 1));                               // pages 0-1
-  Region* r = Get(kPage + 100, kPage);                  // pages 1-2: would merge into 0-2
+  Put(Get(0, kPage + 1));                                            // pages 0-1
+  Region* r = Get(kPage + 100, kPage);  // pages 1-2: would merge into 0-2
   EXPECT_EQ(cache().stats().merges, 0u) << "memory that churns is not merged";
   EXPECT_EQ(GetRegionInfo(r).addr, buf_ + kPage);
   EXPECT_EQ(GetRegionInfo(r).length, 2 * kPage);
@@ -746,9 +745,9 @@ TEST_P(HitPathTest, FastPathHitOnAnotherThreadGivesTheRegionASecondChance) {
   cache();
   Worker worker;
   worker.Run([&] { Use(0); });  // page 0: registered by the worker
-  Use(2);                        // page 2: now the most recently placed
+  Use(2);                       // page 2: now the most recently placed
   worker.Run([&] { Use(0); });  // a fast-path hit, recorded in the worker's slot only
-  Use(4);                        // over the limit: page 0 gets a second chance
+  Use(4);                       // over the limit: page 0 gets a second chance
   EXPECT_EQ(cache().stats().evictions, 1u);
   EXPECT_TRUE(Registered(0)) << "the region hit on the fast path survived";
   EXPECT_FALSE(Registered(2)) << "the least recently used region was evicted";
@@ -785,7 +784,7 @@ TEST_P(HitPathTest, FastPathHitOnThisThreadGivesTheRegionOneSecondChance) {
 
 TEST_P(HitPathTest, InvalidatedRegionGotOnTheFastPathIsDeregisteredAtItsLastPut) {
   Use(0);
-  Region* r = Get(0);  // fast path
+  Region* r = Get(0);      // fast path
   Region* again = Get(0);  // fast path, second reference
   ASSERT_EQ(r, again);
   ASSERT_TRUE(cache().Invalidate(buf_, kPage).ok());

@@ -1,8 +1,8 @@
 // cache_suite_test.cc: the cache suite on the sim registrar (zero cost) and on
 // the uring registrar (real kernel pinning).
+#include "tests/cache/cache_suite.h"
 #include "mrcache/registrars/sim_registrar.h"
 #include "mrcache/registrars/uring_registrar.h"
-#include "tests/cache/cache_suite.h"
 
 namespace mrcache {
 namespace testing {

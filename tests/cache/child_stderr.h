@@ -34,10 +34,12 @@ ChildResult RunInChild(F body) {
   close(fds[1]);
   char buf[256];
   ssize_t n;
-  while ((n = read(fds[0], buf, sizeof buf)) > 0) result.stderr_text.append(buf, static_cast<size_t>(n));
+  while ((n = read(fds[0], buf, sizeof buf)) > 0)
+    result.stderr_text.append(buf, static_cast<size_t>(n));
   close(fds[0]);
   int status = 0;
-  if (waitpid(pid, &status, 0) == pid && WIFEXITED(status)) result.exit_status = WEXITSTATUS(status);
+  if (waitpid(pid, &status, 0) == pid && WIFEXITED(status))
+    result.exit_status = WEXITSTATUS(status);
   return result;
 }
 

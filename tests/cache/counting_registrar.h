@@ -69,8 +69,7 @@ class CountingRegistrar : public ForwardingRegistrar {
     const int call = counters_->register_calls.fetch_add(1) + 1;
     if (int us = counters_->register_delay_us.load()) usleep(static_cast<useconds_t>(us));
     int nth = call;
-    if (counters_->fail_nth.compare_exchange_strong(nth, 0) ||
-        TakeOne(counters_->fail_count)) {
+    if (counters_->fail_nth.compare_exchange_strong(nth, 0) || TakeOne(counters_->fail_count)) {
       counters_->faults_injected.fetch_add(1);
       return ErrnoStatus(counters_->fail_errno.load(), "injected registrar failure");
     }

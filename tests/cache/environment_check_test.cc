@@ -14,8 +14,12 @@ namespace mrcache {
 namespace {
 
 TEST(EnvironmentCheck, KnownVariablesAreNotReported) {
-  const char* env[] = {"MRCACHE_MAX_BYTES=1G", "MRCACHE_MONITOR=patch", "MRCACHE_STATS=1",
-                       "MRCACHE_PRELOAD_LIB=/x.so", "PATH=/bin", nullptr};
+  const char* env[] = {"MRCACHE_MAX_BYTES=1G",
+                       "MRCACHE_MONITOR=patch",
+                       "MRCACHE_STATS=1",
+                       "MRCACHE_PRELOAD_LIB=/x.so",
+                       "PATH=/bin",
+                       nullptr};
   EXPECT_TRUE(FindUnknownVariables(env).empty());
 }
 

@@ -94,7 +94,8 @@ TEST(InvalidationRingTest, ConcurrentProducersNeverReportOverflowWhileThereIsRoo
   uint64_t drained = 0;
   for (int n = 0; n < kRounds; ++n) {
     started.store(n + 1, std::memory_order_release);
-    while (finished.load(std::memory_order_acquire) < kProducers * (n + 1)) std::this_thread::yield();
+    while (finished.load(std::memory_order_acquire) < kProducers * (n + 1))
+      std::this_thread::yield();
     std::set<uintptr_t> round;
     if (ring.Drain([&](uintptr_t s, uintptr_t) { round.insert(s); })) ++overflows;
     EXPECT_EQ(round.size(), static_cast<size_t>(kProducers * kPerRound));

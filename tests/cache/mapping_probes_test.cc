@@ -8,8 +8,8 @@
 
 #include <gtest/gtest.h>
 
-#include "mrcache/monitors/mapping_bounds.h"
 #include "mrcache/core/residency.h"
+#include "mrcache/monitors/mapping_bounds.h"
 
 namespace mrcache {
 namespace {
@@ -90,16 +90,18 @@ TEST_F(MappingProbesTest, ScanOfAnUnmappedRangeIsNotAnonymous) {
   ASSERT_TRUE(ScanMappings(At(24), At(25), &scan));
   EXPECT_FALSE(scan.covered);
   EXPECT_FALSE(scan.anonymous);
-  ASSERT_EQ(mmap(base_ + 24 * kPage, kPage, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0),
-            base_ + 24 * kPage);
+  ASSERT_EQ(
+      mmap(base_ + 24 * kPage, kPage, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0),
+      base_ + 24 * kPage);
 }
 
 TEST_F(MappingProbesTest, UnmappedAddressHasNoExtent) {
   ASSERT_EQ(munmap(base_ + 24 * kPage, kPage), 0);
   MappingExtent m;
   EXPECT_FALSE(FindMappingExtent(At(24), At(24), &m));
-  ASSERT_EQ(mmap(base_ + 24 * kPage, kPage, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0),
-            base_ + 24 * kPage);
+  ASSERT_EQ(
+      mmap(base_ + 24 * kPage, kPage, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0),
+      base_ + 24 * kPage);
 }
 
 TEST_F(MappingProbesTest, ResidentEndStopsAtTheFirstUntouchedPage) {
@@ -118,8 +120,9 @@ TEST_F(MappingProbesTest, ResidencyStopsAtUnmappedMemory) {
   ASSERT_EQ(munmap(base_ + 27 * kPage, kPage), 0);
   EXPECT_EQ(ResidentEnd(At(18), At(32), kPage), At(27));
   EXPECT_EQ(ResidentStart(At(31), At(16), kPage), At(28));
-  ASSERT_EQ(mmap(base_ + 27 * kPage, kPage, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0),
-            base_ + 27 * kPage);
+  ASSERT_EQ(
+      mmap(base_ + 27 * kPage, kPage, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0),
+      base_ + 27 * kPage);
 }
 
 }  // namespace

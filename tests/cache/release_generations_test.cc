@@ -33,7 +33,8 @@ class ReleaseGenerationsTest : public ::testing::Test {
   void SetUp() override {
     Config config;
     config.monitor = "patch";
-    if (!AcquireMonitor(config.monitor).ok()) GTEST_SKIP() << "the patch monitor cannot install here";
+    if (!AcquireMonitor(config.monitor).ok())
+      GTEST_SKIP() << "the patch monitor cannot install here";
     config.sim_base_ns = config.sim_page_ns = 0;
     auto cache = CacheImpl::Create(config, MakeSimRegistrar(config));
     ASSERT_TRUE(cache.ok()) << cache.status();
@@ -43,8 +44,8 @@ class ReleaseGenerationsTest : public ::testing::Test {
     ASSERT_NE(area_, MAP_FAILED);
     std::memset(area_, 1, kAreaBytes);
     // A 2 MiB boundary with 2 MiB of the area on either side.
-    boundary_ = reinterpret_cast<char*>(
-        (reinterpret_cast<uintptr_t>(area_) + 2 * kTwoMiB) & ~uintptr_t{kTwoMiB - 1});
+    boundary_ = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(area_) + 2 * kTwoMiB) &
+                                        ~uintptr_t{kTwoMiB - 1});
   }
 
   void TearDown() override {
@@ -69,8 +70,8 @@ class ReleaseGenerationsTest : public ::testing::Test {
   // which the same addresses hold a fresh page.
   void ReleasePage(char* p) {
     ASSERT_EQ(munmap(p, kPage), 0);
-    ASSERT_EQ(mmap(p, kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE,
-                   -1, 0),
+    ASSERT_EQ(mmap(p, kPage, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0),
               p);
     p[0] = 1;
   }

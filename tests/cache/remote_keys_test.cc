@@ -39,7 +39,8 @@ class RemoteKeysTest : public ::testing::Test {
     raw_ = static_cast<char*>(mmap(nullptr, 2 * kBlock, PROT_READ | PROT_WRITE,
                                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0));
     ASSERT_NE(raw_, MAP_FAILED);
-    block_ = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(raw_) + kBlock - 1) & ~(kBlock - 1));
+    block_ =
+        reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(raw_) + kBlock - 1) & ~(kBlock - 1));
     std::memset(block_, 1, 40 * kMiB);
   }
 
@@ -61,7 +62,8 @@ class RemoteKeysTest : public ::testing::Test {
   bool Create(const char* mode) {
     EXPECT_EQ(mrc_config_set(cfg_, "remote_keys", mode), 0);
     for (const char* monitor : {"patch", "uffd"}) {
-      if (mrc_config_set(cfg_, "monitor", monitor) == 0 && mrc_cache_create(cfg_, nullptr, &cache_) == 0) {
+      if (mrc_config_set(cfg_, "monitor", monitor) == 0 &&
+          mrc_cache_create(cfg_, nullptr, &cache_) == 0) {
         return true;
       }
     }

@@ -48,13 +48,13 @@ constexpr int kLW = 1, kRW = 2, kRR = 4, kRA = 8;
 constexpr int kRemote = kRW | kRR | kRA;
 const size_t kPage = static_cast<size_t>(sysconf(_SC_PAGESIZE));
 
-#define CHECK(cond, what)                                                        \
-  do {                                                                           \
-    if (!(cond)) {                                                               \
-      std::fprintf(stderr, "c_api_fuzzer: invariant violated: %s (%s:%d)\n",     \
-                   what, __FILE__, __LINE__);                                    \
-      std::abort();                                                              \
-    }                                                                            \
+#define CHECK(cond, what)                                                                    \
+  do {                                                                                       \
+    if (!(cond)) {                                                                           \
+      std::fprintf(stderr, "c_api_fuzzer: invariant violated: %s (%s:%d)\n", what, __FILE__, \
+                   __LINE__);                                                                \
+      std::abort();                                                                          \
+    }                                                                                        \
   } while (0)
 
 struct Live {
@@ -116,10 +116,12 @@ struct Held {
 };
 
 // Access flags a get may ask for: 12 valid, 4 invalid.
-const int kAccess[16] = {0,         kLW,       kRR,       kLW | kRR, kLW | kRW,       kLW | kRW | kRR,
-                         kLW | kRA, kLW | kRW | kRR | kRA, kRR,  kLW, kLW | kRR, kLW | kRW,
-                         kRW,       kRA | kRR, 1 << 28,   kLW | (1 << 12)};
-bool ValidAccess(int a) { return (a & ~0xff) == 0 && (a & 0xf0) == 0 && (!(a & (kRW | kRA)) || (a & kLW)); }
+const int kAccess[16] = {
+    0,   kLW, kRR,       kLW | kRR, kLW | kRW, kLW | kRW | kRR, kLW | kRA, kLW | kRW | kRR | kRA,
+    kRR, kLW, kLW | kRR, kLW | kRW, kRW,       kRA | kRR,       1 << 28,   kLW | (1 << 12)};
+bool ValidAccess(int a) {
+  return (a & ~0xff) == 0 && (a & 0xf0) == 0 && (!(a & (kRW | kRA)) || (a & kLW));
+}
 
 void RunOne(const uint8_t* data, size_t size) {
   static uintptr_t arena = [] {
@@ -224,7 +226,8 @@ void RunOne(const uint8_t* data, size_t size) {
         mrc_region_info(r, &info);
         uintptr_t rs = reinterpret_cast<uintptr_t>(info.addr), re = rs + info.length;
         CHECK(rs <= start && start + length <= re, "region covers the request");
-        CHECK((info.access & kRemote) == (access & kRemote), "remote rights are exactly the requested ones");
+        CHECK((info.access & kRemote) == (access & kRemote),
+              "remote rights are exactly the requested ones");
         CHECK((info.access & access & kLW) == (access & kLW), "local rights are a superset");
         auto it = w.live.find(mrc_region_handle(r));
         CHECK(it != w.live.end(), "returned region is registered");
@@ -267,7 +270,8 @@ void RunOne(const uint8_t* data, size_t size) {
         break;
       case 6: {
         CHECK(mrc_flush(cache) == 0, "flush");
-        for (const auto& entry : w.live) CHECK(held_count(entry.first) > 0, "flush keeps only held regions");
+        for (const auto& entry : w.live)
+          CHECK(held_count(entry.first) > 0, "flush keeps only held regions");
         break;
       }
       case 7: {  // unmap
@@ -298,8 +302,10 @@ void RunOne(const uint8_t* data, size_t size) {
       if (held_count(handle) == 0) ++unused, unused_bytes += l.length;
     }
     for (const Held& h : held) CHECK(w.live.count(h.handle) == 1, "a held region is registered");
-    CHECK(max_regions == 0 || unused <= max_regions + puts_since_miss, "max_regions holds for unused regions");
-    CHECK(max_bytes == 0 || unused_bytes <= max_bytes + bytes_put_since_miss, "max_bytes holds for unused regions");
+    CHECK(max_regions == 0 || unused <= max_regions + puts_since_miss,
+          "max_regions holds for unused regions");
+    CHECK(max_bytes == 0 || unused_bytes <= max_bytes + bytes_put_since_miss,
+          "max_bytes holds for unused regions");
   }
   while (!held.empty()) put_at(held.size() - 1);
   mrc_cache_destroy(cache);

@@ -27,7 +27,8 @@ int main(int argc, char** argv) {
     while (dirent* e = readdir(d)) {
       if (e->d_name[0] == '.') continue;
       std::ifstream in(dir + "/" + e->d_name, std::ios::binary);
-      std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      std::vector<char> bytes((std::istreambuf_iterator<char>(in)),
+                              std::istreambuf_iterator<char>());
       LLVMFuzzerTestOneInput(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
       ++inputs;
     }

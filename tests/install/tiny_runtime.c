@@ -11,14 +11,18 @@ static int regs, deregs;
 
 static int my_reg(void *ctx, void *addr, size_t len, int access, uint64_t *handle, uint32_t *lkey,
                   uint32_t *rkey) {
-  (void)ctx; (void)addr; (void)len; (void)access;
+  (void)ctx;
+  (void)addr;
+  (void)len;
+  (void)access;
   *handle = (uint64_t)++regs;
   *lkey = *rkey = 42;
   return 0;
 }
 
 static int my_dereg(void *ctx, uint64_t handle) {
-  (void)ctx; (void)handle;
+  (void)ctx;
+  (void)handle;
   deregs++;
   return 0;
 }
@@ -40,7 +44,7 @@ int main(void) {
   mrc_stats(cache, &st);
   mrc_cache_destroy(cache);
   mrc_config_destroy(cfg);
-  printf("hits=%llu misses=%llu registrations=%d deregistrations=%d\n",
-         (unsigned long long)st.hits, (unsigned long long)st.misses, regs, deregs);
+  printf("hits=%llu misses=%llu registrations=%d deregistrations=%d\n", (unsigned long long)st.hits,
+         (unsigned long long)st.misses, regs, deregs);
   return (st.hits == 9 && st.misses == 1 && regs == 1 && deregs == 1) ? 0 : 6;
 }

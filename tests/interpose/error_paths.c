@@ -22,23 +22,35 @@ static size_t page;
 
 static const char *errname(int e) {
   switch (e) {
-    case 0: return "0";
-    case EINVAL: return "EINVAL";
-    case EFAULT: return "EFAULT";
-    case EBUSY: return "EBUSY";
-    case ENOMEM: return "ENOMEM";
-    case EOPNOTSUPP: return "EOPNOTSUPP";
-    case EACCES: return "EACCES";
-    case ERANGE: return "ERANGE";
-    case ENOSYS: return "ENOSYS";
-    default: return strerror(e);
+    case 0:
+      return "0";
+    case EINVAL:
+      return "EINVAL";
+    case EFAULT:
+      return "EFAULT";
+    case EBUSY:
+      return "EBUSY";
+    case ENOMEM:
+      return "ENOMEM";
+    case EOPNOTSUPP:
+      return "EOPNOTSUPP";
+    case EACCES:
+      return "EACCES";
+    case ERANGE:
+      return "ERANGE";
+    case ENOSYS:
+      return "ENOSYS";
+    default:
+      return strerror(e);
   }
 }
 
 /* Registration: "mr" or "NULL errno=X". */
 static void show_mr(const char *name, struct ibv_mr *mr, int err) {
-  if (mr != NULL) printf("%s: mr\n", name);
-  else printf("%s: NULL errno=%s\n", name, errname(err));
+  if (mr != NULL)
+    printf("%s: mr\n", name);
+  else
+    printf("%s: NULL errno=%s\n", name, errname(err));
 }
 
 /* An errno-valued return (ibv_dereg_mr, ibv_dealloc_pd, ibv_close_device). */
@@ -46,8 +58,10 @@ static void show_ret(const char *name, int ret) { printf("%s: %s\n", name, errna
 
 /* ibv_rereg_mr: its return code and, on failure, errno. */
 static void show_rereg(const char *name, int ret, int err) {
-  if (ret == 0) printf("%s: 0\n", name);
-  else printf("%s: %d errno=%s\n", name, ret, errname(err));
+  if (ret == 0)
+    printf("%s: 0\n", name);
+  else
+    printf("%s: %d errno=%s\n", name, ret, errname(err));
 }
 
 /* Does a device write through mr land at addr? */
@@ -60,21 +74,21 @@ static const char *works(struct ibv_mr *mr, void *addr) {
   return memcmp(addr, src, sizeof src) == 0 ? "lands" : "STALE";
 }
 
-#define REG(name, call)            \
-  do {                             \
-    errno = 0;                     \
-    struct ibv_mr *m_ = (call);    \
-    int e_ = errno;                \
-    show_mr(name, m_, e_);         \
-    if (m_) ibv_dereg_mr(m_);      \
+#define REG(name, call)         \
+  do {                          \
+    errno = 0;                  \
+    struct ibv_mr *m_ = (call); \
+    int e_ = errno;             \
+    show_mr(name, m_, e_);      \
+    if (m_) ibv_dereg_mr(m_);   \
   } while (0)
 
-#define REREG(name, call)          \
-  do {                             \
-    errno = 0;                     \
-    int r_ = (call);               \
-    int e_ = errno;                \
-    show_rereg(name, r_, e_);      \
+#define REREG(name, call)     \
+  do {                        \
+    errno = 0;                \
+    int r_ = (call);          \
+    int e_ = errno;           \
+    show_rereg(name, r_, e_); \
   } while (0)
 
 int main(void) {
@@ -109,9 +123,12 @@ int main(void) {
   REG("reg_length_zero", ibv_reg_mr(pd, buf, 0, IBV_ACCESS_LOCAL_WRITE));
   REG("reg_wrapping_range", ibv_reg_mr(pd, buf, SIZE_MAX - 10, IBV_ACCESS_LOCAL_WRITE));
   REG("reg_inaccessible", ibv_reg_mr(pd, gone, len, IBV_ACCESS_LOCAL_WRITE));
-  REG("reg_partly_inaccessible", ibv_reg_mr(pd, buf + len - page, 2 * page, IBV_ACCESS_LOCAL_WRITE));
-  REG("reg_on_demand_without_odp", ibv_reg_mr(pd, buf, len, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_ON_DEMAND));
-  REG("reg_implicit_odp", ibv_reg_mr(pd, NULL, SIZE_MAX, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_ON_DEMAND));
+  REG("reg_partly_inaccessible",
+      ibv_reg_mr(pd, buf + len - page, 2 * page, IBV_ACCESS_LOCAL_WRITE));
+  REG("reg_on_demand_without_odp",
+      ibv_reg_mr(pd, buf, len, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_ON_DEMAND));
+  REG("reg_implicit_odp",
+      ibv_reg_mr(pd, NULL, SIZE_MAX, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_ON_DEMAND));
   REG("reg_null_pd", ibv_reg_mr(NULL, buf, len, IBV_ACCESS_LOCAL_WRITE));
   REG("reg_unknown_access_bit", ibv_reg_mr(pd, buf, len, IBV_ACCESS_LOCAL_WRITE | (1 << 15)));
   REG("reg_optional_access_bit", ibv_reg_mr(pd, buf, len, local_write | optional_bit));
@@ -141,12 +158,18 @@ int main(void) {
   mr = ibv_reg_mr(pd, buf, len, IBV_ACCESS_LOCAL_WRITE);
   REREG("rereg_unknown_flags", ibv_rereg_mr(mr, 1 << 7, NULL, NULL, 0, 0));
   printf("rereg_unknown_flags_old_mr: %s\n", works(mr, buf));
-  REREG("rereg_access_without_flag", ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_TRANSLATION, NULL, buf2, len, IBV_ACCESS_LOCAL_WRITE));
-  REREG("rereg_translation_null_addr", ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_TRANSLATION, NULL, NULL, len, 0));
-  REREG("rereg_translation_zero_length", ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_TRANSLATION, NULL, buf2, 0, 0));
-  REREG("rereg_translation_inaccessible", ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_TRANSLATION, NULL, gone, len, 0));
-  printf("rereg_translation_inaccessible_old_mr: %s addr_kept %d\n", works(mr, buf), mr->addr == buf);
-  REREG("rereg_bad_access", ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_ACCESS, NULL, NULL, 0, IBV_ACCESS_REMOTE_WRITE));
+  REREG("rereg_access_without_flag",
+        ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_TRANSLATION, NULL, buf2, len, IBV_ACCESS_LOCAL_WRITE));
+  REREG("rereg_translation_null_addr",
+        ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_TRANSLATION, NULL, NULL, len, 0));
+  REREG("rereg_translation_zero_length",
+        ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_TRANSLATION, NULL, buf2, 0, 0));
+  REREG("rereg_translation_inaccessible",
+        ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_TRANSLATION, NULL, gone, len, 0));
+  printf("rereg_translation_inaccessible_old_mr: %s addr_kept %d\n", works(mr, buf),
+         mr->addr == buf);
+  REREG("rereg_bad_access",
+        ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_ACCESS, NULL, NULL, 0, IBV_ACCESS_REMOTE_WRITE));
   printf("rereg_bad_access_old_mr: %s\n", works(mr, buf));
   struct ibv_pd fake_pd;
   memset(&fake_pd, 0, sizeof fake_pd);
@@ -156,7 +179,8 @@ int main(void) {
   REG("reg_remote_on_foreign_pd",
       ibv_reg_mr(&fake_pd, buf, len, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE));
   REREG("rereg_no_flags", ibv_rereg_mr(mr, 0, NULL, NULL, 0, 0));
-  REREG("rereg_translation_ok", ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_TRANSLATION, NULL, buf2 + 100, len - 200, 0));
+  REREG("rereg_translation_ok",
+        ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_TRANSLATION, NULL, buf2 + 100, len - 200, 0));
   printf("rereg_translation_ok_mr: addr_moved %d length %zu write %s\n", mr->addr == buf2 + 100,
          mr->length, works(mr, buf2 + 100));
   REREG("rereg_access_ok", ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_ACCESS, NULL, NULL, 0,

@@ -70,7 +70,8 @@ int ChildUsesANewDevice(char* buf) {
 }
 
 TEST_F(ShimForkTest, ChildOfAProcessBusyInTheShimOpensTheDeviceAndRegisters) {
-  if (kAsan) GTEST_SKIP() << "ASan's allocator can stay locked in the child (see the top of the file)";
+  if (kAsan)
+    GTEST_SKIP() << "ASan's allocator can stay locked in the child (see the top of the file)";
   std::atomic<bool> stop{false};
   std::vector<std::thread> busy;
   for (int t = 0; t < 2; ++t) {
@@ -78,8 +79,8 @@ TEST_F(ShimForkTest, ChildOfAProcessBusyInTheShimOpensTheDeviceAndRegisters) {
     // freshly allocated buffers: the alias registry, the PD's cache, the
     // monitor's hooks on free.
     busy.emplace_back([this, t, &stop] {
-      const int access = t == 0 ? IBV_ACCESS_LOCAL_WRITE
-                                : IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
+      const int access =
+          t == 0 ? IBV_ACCESS_LOCAL_WRITE : IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
       for (size_t i = 0; !stop.load(); ++i) {
         size_t size = (i % 4 + 1) * 64 * 1024;
         char* mem = static_cast<char*>(malloc(size));
@@ -147,7 +148,8 @@ TEST_F(ShimForkTest, ChildRegistrationOnAnInheritedPdIsItsOwn) {
 TEST_F(ShimForkTest, ChildCannotDeregisterAnInheritedAlias) {
   // LOCAL_WRITE: a cached alias; REMOTE_WRITE: a private registration that
   // the parent's ibv_dereg_mr would deregister.
-  for (int access : {int{IBV_ACCESS_LOCAL_WRITE}, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE}) {
+  for (int access :
+       {int{IBV_ACCESS_LOCAL_WRITE}, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE}) {
     SCOPED_TRACE(access);
     ibv_mr* parent = ibv_reg_mr(pd_, buf_, kBytes, access);
     ASSERT_NE(parent, nullptr);

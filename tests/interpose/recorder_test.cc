@@ -88,7 +88,8 @@ TEST(Recorder, ConcurrentThreadsWriteWholeLines) {
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&recorder] {
-      for (int i = 0; i < kEach; ++i) recorder->Deregister(recorder->Register(reinterpret_cast<void*>(0x1000), 4096, 1));
+      for (int i = 0; i < kEach; ++i)
+        recorder->Deregister(recorder->Register(reinterpret_cast<void*>(0x1000), 4096, 1));
     });
   }
   for (std::thread& t : threads) t.join();
@@ -123,7 +124,8 @@ TEST(Recorder, ForkedChildRecordsNothing) {
   ASSERT_EQ(waitpid(child, &status, 0), child);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
   EXPECT_EQ(Lines(path).size(), 2u);
-  EXPECT_EQ(recorder->Register(reinterpret_cast<void*>(0x1000), 4096, 1), 1u);  // the parent still records
+  EXPECT_EQ(recorder->Register(reinterpret_cast<void*>(0x1000), 4096, 1),
+            1u);  // the parent still records
 }
 
 TEST(Recorder, PercentPIsTheProcessId) {
@@ -139,7 +141,9 @@ TEST(Recorder, UncreatablePathIsReportedAndNotRecorded) {
   auto recorder = Recorder::Open("/nonexistent/dir/trace", ShimDefaults());
   const std::string err = testing::internal::GetCapturedStderr();
   EXPECT_EQ(recorder, nullptr);
-  EXPECT_EQ(err, "mrcache: MRCACHE_RECORD=/nonexistent/dir/trace: No such file or directory; not recording\n");
+  EXPECT_EQ(
+      err,
+      "mrcache: MRCACHE_RECORD=/nonexistent/dir/trace: No such file or directory; not recording\n");
 }
 
 }  // namespace

@@ -6,8 +6,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include <cstdlib>
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -62,7 +62,8 @@ TEST_F(ShimTest, EveryRegistrationEntryPointIsOneCacheLookup) {
       ibv_reg_mr(pd_, buf_, kBytes, IBV_ACCESS_LOCAL_WRITE),
       ibv_reg_mr(pd_, buf_, kBytes, runtime_flags),
       ibv_reg_mr_iova(pd_, buf_, kBytes, reinterpret_cast<uintptr_t>(buf_), IBV_ACCESS_LOCAL_WRITE),
-      ibv_reg_mr_iova2(pd_, buf_, kBytes, reinterpret_cast<uintptr_t>(buf_), IBV_ACCESS_LOCAL_WRITE),
+      ibv_reg_mr_iova2(pd_, buf_, kBytes, reinterpret_cast<uintptr_t>(buf_),
+                       IBV_ACCESS_LOCAL_WRITE),
   };
   const mrcache_preload_stats s1 = Stats();
   EXPECT_EQ(s1.calls - s0.calls, 4u);
@@ -294,7 +295,8 @@ TEST_F(ShimTest, ThreadsRegisteringAtOnceEachGetWorkingAliases) {
         }
         unsigned char src[32];
         memset(src, t * 16 + (i & 15), sizeof src);
-        if (client_.device_write(mr->lkey, reinterpret_cast<uintptr_t>(target), src, sizeof src) != 0 ||
+        if (client_.device_write(mr->lkey, reinterpret_cast<uintptr_t>(target), src, sizeof src) !=
+                0 ||
             memcmp(target, src, sizeof src) != 0) {
           ++failures;
         }

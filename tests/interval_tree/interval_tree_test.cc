@@ -26,17 +26,14 @@ const int* Slot(size_t i) { return &g_slots.at(i); }
 
 std::vector<Entry> Overlaps(const Tree& tree, uintptr_t start, uintptr_t end) {
   std::vector<Entry> out;
-  tree.ForEachOverlap(start, end, [&](uintptr_t s, uintptr_t e, const int* v) {
-    out.emplace_back(s, e, v);
-  });
+  tree.ForEachOverlap(start, end,
+                      [&](uintptr_t s, uintptr_t e, const int* v) { out.emplace_back(s, e, v); });
   return out;
 }
 
 std::vector<Entry> All(const Tree& tree) {
   std::vector<Entry> out;
-  tree.ForEach([&](uintptr_t s, uintptr_t e, const int* v) {
-    out.emplace_back(s, e, v);
-  });
+  tree.ForEach([&](uintptr_t s, uintptr_t e, const int* v) { out.emplace_back(s, e, v); });
   return out;
 }
 
@@ -64,10 +61,8 @@ TEST(IntervalTreeTest, QueryFindsEveryIntervalItOverlaps) {
   EXPECT_EQ(tree.size(), 2u);
   EXPECT_EQ(Overlaps(tree, 15, 16), (std::vector<Entry>{{10, 20, Slot(0)}}));
   EXPECT_EQ(Overlaps(tree, 0, 11), (std::vector<Entry>{{10, 20, Slot(0)}}));
-  EXPECT_EQ(Overlaps(tree, 19, 31),
-            (std::vector<Entry>{{10, 20, Slot(0)}, {30, 40, Slot(1)}}));
-  EXPECT_EQ(Overlaps(tree, 0, 1000),
-            (std::vector<Entry>{{10, 20, Slot(0)}, {30, 40, Slot(1)}}));
+  EXPECT_EQ(Overlaps(tree, 19, 31), (std::vector<Entry>{{10, 20, Slot(0)}, {30, 40, Slot(1)}}));
+  EXPECT_EQ(Overlaps(tree, 0, 1000), (std::vector<Entry>{{10, 20, Slot(0)}, {30, 40, Slot(1)}}));
   EXPECT_TRUE(Overlaps(tree, 22, 28).empty());
   EXPECT_TRUE(Overlaps(tree, 50, 60).empty());
   EXPECT_TRUE(tree.CheckInvariants());
@@ -80,8 +75,7 @@ TEST(IntervalTreeTest, TouchingIntervalsDoNotOverlap) {
   EXPECT_EQ(Overlaps(tree, 9, 10), (std::vector<Entry>{{0, 10, Slot(0)}}));
   EXPECT_EQ(Overlaps(tree, 10, 11), (std::vector<Entry>{{10, 20, Slot(1)}}));
   EXPECT_TRUE(Overlaps(tree, 20, 30).empty());
-  EXPECT_EQ(Overlaps(tree, 9, 11),
-            (std::vector<Entry>{{0, 10, Slot(0)}, {10, 20, Slot(1)}}));
+  EXPECT_EQ(Overlaps(tree, 9, 11), (std::vector<Entry>{{0, 10, Slot(0)}, {10, 20, Slot(1)}}));
 }
 
 TEST(IntervalTreeTest, EmptyQueryOverlapsNothing) {
@@ -100,9 +94,7 @@ TEST(IntervalTreeTest, IntervalsMayShareAStart) {
   EXPECT_TRUE(tree.CheckInvariants());
   // Ties on start are visited in value order.
   EXPECT_EQ(Overlaps(tree, 120, 121),
-            (std::vector<Entry>{{100, 200, Slot(0)},
-                                {100, 150, Slot(1)},
-                                {100, 300, Slot(2)}}));
+            (std::vector<Entry>{{100, 200, Slot(0)}, {100, 150, Slot(1)}, {100, 300, Slot(2)}}));
   EXPECT_EQ(Overlaps(tree, 160, 161),
             (std::vector<Entry>{{100, 200, Slot(0)}, {100, 300, Slot(2)}}));
   EXPECT_TRUE(tree.Erase(100, Slot(0)));
@@ -119,8 +111,7 @@ TEST(IntervalTreeTest, EraseRemovesThePresentInterval) {
   EXPECT_TRUE(tree.Erase(30, Slot(1)));
   EXPECT_EQ(tree.size(), 2u);
   EXPECT_TRUE(Overlaps(tree, 30, 40).empty());
-  EXPECT_EQ(All(tree),
-            (std::vector<Entry>{{10, 20, Slot(0)}, {50, 60, Slot(2)}}));
+  EXPECT_EQ(All(tree), (std::vector<Entry>{{10, 20, Slot(0)}, {50, 60, Slot(2)}}));
   EXPECT_TRUE(tree.CheckInvariants());
 }
 
@@ -138,10 +129,9 @@ TEST(IntervalTreeTest, EraseOfAnAbsentIntervalReturnsFalse) {
 TEST(IntervalTreeTest, OverlapsAreVisitedInIncreasingStartOrder) {
   Tree tree;
   // Nested and staggered intervals, inserted out of order.
-  const std::vector<Entry> inserted = {
-      {50, 55, Slot(0)}, {0, 100, Slot(1)},  {40, 90, Slot(2)},
-      {10, 20, Slot(3)}, {45, 46, Slot(4)},  {60, 200, Slot(5)},
-      {5, 48, Slot(6)},  {70, 71, Slot(7)},  {30, 31, Slot(8)}};
+  const std::vector<Entry> inserted = {{50, 55, Slot(0)}, {0, 100, Slot(1)}, {40, 90, Slot(2)},
+                                       {10, 20, Slot(3)}, {45, 46, Slot(4)}, {60, 200, Slot(5)},
+                                       {5, 48, Slot(6)},  {70, 71, Slot(7)}, {30, 31, Slot(8)}};
   for (const Entry& e : inserted) {
     tree.Insert(std::get<0>(e), std::get<1>(e), std::get<2>(e));
   }
@@ -159,9 +149,8 @@ TEST(IntervalTreeTest, ForEachVisitsEveryIntervalInStartOrder) {
   tree.Insert(30, 31, Slot(0));
   tree.Insert(10, 500, Slot(1));
   tree.Insert(20, 21, Slot(2));
-  EXPECT_EQ(All(tree), (std::vector<Entry>{{10, 500, Slot(1)},
-                                           {20, 21, Slot(2)},
-                                           {30, 31, Slot(0)}}));
+  EXPECT_EQ(All(tree),
+            (std::vector<Entry>{{10, 500, Slot(1)}, {20, 21, Slot(2)}, {30, 31, Slot(0)}}));
 }
 
 TEST(IntervalTreeTest, ClearRemovesEveryInterval) {
@@ -180,9 +169,7 @@ TEST(IntervalTreeTest, ValuesNeedOnlyBeCopyableAndOrdered) {
   tree.Insert(0, 10, "b");
   tree.Insert(0, 5, "a");
   std::vector<std::string> seen;
-  tree.ForEachOverlap(2, 3, [&](uintptr_t, uintptr_t, std::string v) {
-    seen.push_back(v);
-  });
+  tree.ForEachOverlap(2, 3, [&](uintptr_t, uintptr_t, std::string v) { seen.push_back(v); });
   EXPECT_EQ(seen, (std::vector<std::string>{"a", "b"}));
   EXPECT_TRUE(tree.Erase(0, "a"));
   EXPECT_FALSE(tree.Erase(0, "a"));
@@ -206,8 +193,7 @@ TEST(IntervalTreeTest, RandomOperationsMatchABruteForceModel) {
   auto random_interval = [&]() {
     const uintptr_t start = uniform(0, kSpace);
     // Mostly short intervals, sometimes a long one spanning many others.
-    const uintptr_t length =
-        uniform(0, 9) == 0 ? uniform(1, kSpace) : uniform(1, 40);
+    const uintptr_t length = uniform(0, 9) == 0 ? uniform(1, kSpace) : uniform(1, 40);
     return std::make_pair(start, start + length);
   };
   size_t inserts = 0, erases = 0, absent_erases = 0, hits = 0;
@@ -223,9 +209,8 @@ TEST(IntervalTreeTest, RandomOperationsMatchABruteForceModel) {
       ++inserts;
     } else if (kind < 8 && live[slot]) {
       ASSERT_TRUE(tree.Erase(start_of[slot], Slot(slot)));
-      model.erase(std::find_if(model.begin(), model.end(), [&](const Entry& e) {
-        return std::get<2>(e) == Slot(slot);
-      }));
+      model.erase(std::find_if(model.begin(), model.end(),
+                               [&](const Entry& e) { return std::get<2>(e) == Slot(slot); }));
       live[slot] = false;
       ++erases;
     } else if (kind < 8) {
@@ -280,8 +265,7 @@ TEST(IntervalTreeTest, LargeTreeStaysBalanced) {
   }
   EXPECT_EQ(tree.size(), kCount / 2);
   EXPECT_TRUE(tree.CheckInvariants());
-  EXPECT_EQ(Overlaps(tree, 500012, 500013),
-            (std::vector<Entry>{{500010, 500025, &values[50001]}}));
+  EXPECT_EQ(Overlaps(tree, 500012, 500013), (std::vector<Entry>{{500010, 500025, &values[50001]}}));
 }
 
 TEST(IntervalTreeTest, PreparedNodesInsertAndDetachWithoutAllocatingInside) {

@@ -42,7 +42,7 @@ typedef int (*device_write_fn)(uint32_t lkey, uint64_t addr, const void *src, si
 enum { kMaxBuffers = 64, kChunk = 4096 };
 
 /* Buffer sizes: page multiples and odd sizes, heap (< 128 KiB) and mmap. */
-static const size_t kSizes[] = {256 << 10, 1 << 20, 16 << 10,  512 << 10,
+static const size_t kSizes[] = {256 << 10, 1 << 20,  16 << 10,  512 << 10,
                                 2 << 20,   96 << 10, 768 << 10, 300000};
 
 static int parse_count(const char *text, long *out) {
@@ -123,16 +123,23 @@ int main(int argc, char **argv) {
       int mode = (int)(t % 4);
       struct ibv_mr *mr = NULL;
       switch (mode) {
-        case 0: mr = ibv_reg_mr(pd, buf, size, IBV_ACCESS_LOCAL_WRITE); break;
-        case 1: mr = rdma_reg_msgs(&id, buf, size); break;
-        case 2: mr = ibv_reg_mr(pd, buf, size, runtime_flags); break;
+        case 0:
+          mr = ibv_reg_mr(pd, buf, size, IBV_ACCESS_LOCAL_WRITE);
+          break;
+        case 1:
+          mr = rdma_reg_msgs(&id, buf, size);
+          break;
+        case 2:
+          mr = ibv_reg_mr(pd, buf, size, runtime_flags);
+          break;
         default:
           mr = ibv_reg_mr_iova(pd, buf, size, (uintptr_t)buf,
                                IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
           break;
       }
       if (mr == NULL || mr->addr != (void *)buf || mr->length != size || mr->pd != pd) {
-        fprintf(stderr, "legacy_app: round %ld transfer %ld: registration failed or wrong MR\n", r, t);
+        fprintf(stderr, "legacy_app: round %ld transfer %ld: registration failed or wrong MR\n", r,
+                t);
         ++failures;
         if (mr != NULL) ibv_dereg_mr(mr);
         continue;
@@ -168,10 +175,11 @@ int main(int argc, char **argv) {
   int dealloc = ibv_dealloc_pd(pd);
   int closed = ibv_close_device(ctx);
   ibv_free_device_list(devs);
-  printf("total: rounds %ld transfers %ld verified %ld stale %ld failures %ld checksum %016llx "
-         "dealloc_pd %d close_device %d\n",
-         rounds, rounds * transfers, verified, stale, failures,
-         (unsigned long long)total_checksum, dealloc, closed);
+  printf(
+      "total: rounds %ld transfers %ld verified %ld stale %ld failures %ld checksum %016llx "
+      "dealloc_pd %d close_device %d\n",
+      rounds, rounds * transfers, verified, stale, failures, (unsigned long long)total_checksum,
+      dealloc, closed);
   fprintf(stderr, "legacy_app: wall_ns=%llu cpu_ns=%llu\n", (unsigned long long)elapsed,
           (unsigned long long)cpu);
   return (stale == 0 && failures == 0 && dealloc == 0 && closed == 0) ? 0 : 1;

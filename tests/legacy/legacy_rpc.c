@@ -64,8 +64,8 @@ enum {
 };
 
 /* Response sizes: heap (< 128 KiB) and mmap, page multiples and odd sizes. */
-static const size_t kSizes[] = {256 << 10, 4096,      1 << 20,  16 << 10, 300000,
-                                2 << 20,   96 << 10,  512 << 10, 5000,    768 << 10};
+static const size_t kSizes[] = {256 << 10, 4096,     1 << 20,   16 << 10, 300000,
+                                2 << 20,   96 << 10, 512 << 10, 5000,     768 << 10};
 
 /* A request on the wire, big-endian. */
 struct message {
@@ -86,8 +86,8 @@ struct endpoint {
 
 /* The command line's device choice. */
 struct options {
-  const char *device;  /* NULL: the first device */
-  int gid_index;       /* < 0: no GRH */
+  const char *device; /* NULL: the first device */
+  int gid_index;      /* < 0: no GRH */
 };
 
 struct conn {
@@ -114,7 +114,9 @@ static uint64_t clock_ns(clockid_t clock) {
 /* The byte the server writes at OFFSET of the response to REQUEST: never 0,
  * so a byte the write did not reach (still 0) always counts as corrupted. */
 static unsigned char pattern(uint32_t request, size_t offset) {
-  return (unsigned char)(((request * 131u + (uint32_t)offset * 7u + (uint32_t)(offset >> 12)) & 0xffu) | 1u);
+  return (
+      unsigned char)(((request * 131u + (uint32_t)offset * 7u + (uint32_t)(offset >> 12)) & 0xffu) |
+                     1u);
 }
 
 /* Writes (WRITING) or reads LEN bytes of DATA on FD, retrying short
@@ -175,7 +177,8 @@ static void connect_qp(struct conn *c, const char *path, int server, const struc
     fprintf(stderr, "%s: no RDMA device\n", g_role);
     exit(2);
   }
-  while (opt->device != NULL && pick < ndev && strcmp(ibv_get_device_name(devs[pick]), opt->device) != 0)
+  while (opt->device != NULL && pick < ndev &&
+         strcmp(ibv_get_device_name(devs[pick]), opt->device) != 0)
     ++pick;
   if (pick == ndev) {
     fprintf(stderr, "%s: device %s not found\n", g_role, opt->device);
@@ -200,8 +203,10 @@ static void connect_qp(struct conn *c, const char *path, int server, const struc
   if (ibv_query_port(c->ctx, 1, &port) != 0) die("ibv_query_port");
 
   c->sock = open_socket(path, server);
-  struct endpoint me = {htobe32(port.lid), htobe32(c->qp->qp_num),
-                        htobe32(server ? kPsnServer : kPsnClient), {.raw = {0}}};
+  struct endpoint me = {htobe32(port.lid),
+                        htobe32(c->qp->qp_num),
+                        htobe32(server ? kPsnServer : kPsnClient),
+                        {.raw = {0}}};
   if (opt->gid_index >= 0 && ibv_query_gid(c->ctx, 1, opt->gid_index, &me.gid) != 0)
     die("ibv_query_gid");
   struct endpoint peer;
@@ -233,8 +238,8 @@ static void connect_qp(struct conn *c, const char *path, int server, const struc
     attr.ah_attr.grh.hop_limit = 1;
   }
   if (ibv_modify_qp(c->qp, &attr,
-                    IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-                        IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER) != 0)
+                    IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                        IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER) != 0)
     die("modify QP to RTR");
   memset(&attr, 0, sizeof attr);
   attr.qp_state = IBV_QPS_RTS;
@@ -393,7 +398,8 @@ static int run_client(const char *path, const struct options *opt, long requests
   connect_qp(&c, path, 0, opt);
   struct message *request_msg = malloc(sizeof *request_msg);
   if (request_msg == NULL) die("malloc");
-  struct ibv_mr *msg_mr = ibv_reg_mr(c.pd, request_msg, sizeof *request_msg, IBV_ACCESS_LOCAL_WRITE);
+  struct ibv_mr *msg_mr =
+      ibv_reg_mr(c.pd, request_msg, sizeof *request_msg, IBV_ACCESS_LOCAL_WRITE);
   if (msg_mr == NULL) die("ibv_reg_mr");
   struct ibv_sge msg_sge = {(uintptr_t)request_msg, sizeof *request_msg, msg_mr->lkey};
   struct ibv_send_wr send = {.wr_id = 1, .sg_list = &msg_sge, .num_sge = 1, .opcode = IBV_WR_SEND};
@@ -412,9 +418,9 @@ static int run_client(const char *path, const struct options *opt, long requests
     if (mr == NULL) die("ibv_reg_mr of a response buffer");
     /* The response arrives as a WRITE WITH IMMEDIATE: it consumes a receive. */
     if (post_recv(&c, NULL, 2) != 0) die("ibv_post_recv");
-    *request_msg = (struct message){htobe32(kOpRequest), htobe32((uint32_t)r),
-                                    htobe64((uintptr_t)buf), htobe32(mr->rkey),
-                                    htobe32((uint32_t)size)};
+    *request_msg =
+        (struct message){htobe32(kOpRequest), htobe32((uint32_t)r), htobe64((uintptr_t)buf),
+                         htobe32(mr->rkey), htobe32((uint32_t)size)};
     enum ibv_wc_status status = post_send_wait(&c, &send);
     struct ibv_wc wc = {.status = status};
     if (status == IBV_WC_SUCCESS) poll_one(&c, &wc);
@@ -434,9 +440,9 @@ static int run_client(const char *path, const struct options *opt, long requests
     if (late_write && r == requests - 1 && failures == 0) {
       /* Ask for one more write through the rkey just deregistered; the
        * buffer stays allocated until the verdict is in. */
-      *request_msg = (struct message){htobe32(kOpLateWrite), htobe32((uint32_t)r),
-                                      htobe64((uintptr_t)buf), htobe32(rkey),
-                                      htobe32((uint32_t)size)};
+      *request_msg =
+          (struct message){htobe32(kOpLateWrite), htobe32((uint32_t)r), htobe64((uintptr_t)buf),
+                           htobe32(rkey), htobe32((uint32_t)size)};
       if (post_send_wait(&c, &send) != IBV_WC_SUCCESS) die("sending the late-write request");
       uint32_t verdict;
       if (read_all(c.sock, &verdict, sizeof verdict) != 0) die("reading the verdict");

@@ -1,5 +1,5 @@
-// 40,000 munmap/mmap cycles (12,000 under a sanitizer) while monitors report and nobody calls the cache:
-// the listener's storage and the process's RSS stay bounded.
+// 40,000 munmap/mmap cycles (12,000 under a sanitizer) while monitors report and nobody calls the
+// cache: the listener's storage and the process's RSS stay bounded.
 #include <sys/mman.h>
 #include <unistd.h>
 

@@ -146,11 +146,12 @@ TEST_P(ConcurrentReleaseTest, EveryClaimedWayInSeveralThreadsLeavesNoStaleRegist
   for (auto& t : threads) t.join();
   EXPECT_EQ(stale.load(), 0u);
   EXPECT_GT(checked.load(), 0u);
-  std::printf("RELIABILITY concurrent_release monitor=%s ways=%zu threads=%d iterations=%d "
-              "checked_after_release=%llu stale=%llu\n",
-              GetParam().c_str(), ways.size(), kThreads, iterations,
-              static_cast<unsigned long long>(checked.load()),
-              static_cast<unsigned long long>(stale.load()));
+  std::printf(
+      "RELIABILITY concurrent_release monitor=%s ways=%zu threads=%d iterations=%d "
+      "checked_after_release=%llu stale=%llu\n",
+      GetParam().c_str(), ways.size(), kThreads, iterations,
+      static_cast<unsigned long long>(checked.load()),
+      static_cast<unsigned long long>(stale.load()));
 }
 
 INSTANTIATE_TEST_SUITE_P(Monitors, ConcurrentReleaseTest,

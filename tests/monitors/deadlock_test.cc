@@ -42,8 +42,8 @@ struct NoisyRegistrar {
     munmap(scratch, 8192);
   }
 
-  static int Reg(void* ctx, void* addr, size_t length, int access, uint64_t* handle,
-                 uint32_t* lkey, uint32_t* rkey) {
+  static int Reg(void* ctx, void* addr, size_t length, int access, uint64_t* handle, uint32_t* lkey,
+                 uint32_t* rkey) {
     auto* self = static_cast<NoisyRegistrar*>(ctx);
     Noise(addr, length);
     if (char* v = self->victim.exchange(nullptr)) munmap(v, self->victim_len);

@@ -17,11 +17,11 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "tests/monitors/map_count.h"
 #include "mrcache/monitors/monitor.h"
-#include "mrcache/mrcache.h"
 #include "mrcache/monitors/patch_monitor.h"
 #include "mrcache/monitors/raw_syscall.h"
+#include "mrcache/mrcache.h"
+#include "tests/monitors/map_count.h"
 
 namespace mrcache {
 namespace testing {
@@ -86,8 +86,8 @@ TEST(DefaultMonitorTest, FortyThousandCachedRegionsAddAtMostAThousandMappings) {
   // The application's own calls: 1,000 mprotects that split the big mapping
   // and 1,000 new mappings all succeed.
   for (int i = 0; i < 1000; ++i) {
-    ASSERT_EQ(mprotect(big + 2 * kPage * i + kPage, kPage, PROT_READ), 0) << i << ": "
-                                                                           << strerror(errno);
+    ASSERT_EQ(mprotect(big + 2 * kPage * i + kPage, kPage, PROT_READ), 0)
+        << i << ": " << strerror(errno);
   }
   std::vector<void*> maps;
   for (int i = 0; i < 1000; ++i) {
@@ -114,8 +114,8 @@ TEST(DefaultMonitorTest, MremapMovesAndGrowsAMappingWithACachedPageInside) {
   mrc_put(cache, r);
 
   // A destination twice the size, so that the moved mapping can grow in place.
-  char* dest = static_cast<char*>(
-      mmap(nullptr, 2 * kLen, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  char* dest =
+      static_cast<char*>(mmap(nullptr, 2 * kLen, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
   ASSERT_NE(dest, MAP_FAILED);
   void* moved = mremap(p, kLen, kLen, MREMAP_MAYMOVE | MREMAP_FIXED, dest);
   ASSERT_EQ(moved, dest) << strerror(errno);
@@ -160,8 +160,8 @@ TEST(DefaultMonitorTest, AutoWithPatchIsComplete) {
 // What another library's hook leaves on a libc entry: `truncate` jumps
 // elsewhere (here to a plain system call), so patch refuses to install.
 int ForeignTruncate(const char* path, off_t length) {
-  return static_cast<int>(SyscallResult(RawSyscall(SYS_truncate, reinterpret_cast<long>(path),
-                                                   length)));
+  return static_cast<int>(
+      SyscallResult(RawSyscall(SYS_truncate, reinterpret_cast<long>(path), length)));
 }
 
 TEST(DefaultMonitorTest, AutoWithoutPatchSaysSoOnStderrAndInStats) {

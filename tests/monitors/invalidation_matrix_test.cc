@@ -62,9 +62,8 @@ int OpenCache(const std::string& monitor, mrc_cache_t** cache) {
   mrc_config_t* cfg = nullptr;
   int rc = mrc_config_create(&cfg);
   if (rc != 0) return rc;
-  const char* settings[][2] = {{"registrar", "uring"},
-                               {"monitor", monitor.c_str()},
-                               {"max_merge_bytes", "0"}};
+  const char* settings[][2] = {
+      {"registrar", "uring"}, {"monitor", monitor.c_str()}, {"max_merge_bytes", "0"}};
   for (const auto& kv : settings) {
     if (rc == 0) rc = mrc_config_set(cfg, kv[0], kv[1]);
   }

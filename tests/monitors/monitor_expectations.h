@@ -1,6 +1,7 @@
 // monitor_expectations.h: which rows (ways memory disappears) each monitor is
 // expected to report in this environment (glibc 2.36, Linux 6.18, root).
-// Derived from how each monitor works (docs/ARCHITECTURE.md, "How hook monitors keep it" and "Monitors that report after the fact"):
+// Derived from how each monitor works (docs/ARCHITECTURE.md, "How hook monitors keep it" and
+// "Monitors that report after the fact"):
 //  - symbols sees calls that go through symbol lookup: not glibc's internal
 //    munmap in free(), not glibc's syscall() function (not interposed: see
 //    symbols_monitor.h), not an inline `syscall` instruction.

@@ -76,8 +76,7 @@ TEST(MonitorSelectionTest, JemallocIsEnotsupWhenJemallocIsNotTheAllocator) {
   auto lease = AcquireMonitor("jemalloc");
   ASSERT_FALSE(lease.ok());
   EXPECT_EQ(StatusToErrno(lease.status()), ENOTSUP);
-  EXPECT_NE(lease.status().message().find("not this process's allocator"),
-            absl::string_view::npos);
+  EXPECT_NE(lease.status().message().find("not this process's allocator"), absl::string_view::npos);
 }
 
 TEST(MonitorSelectionTest, LeasesShareOneInstallationUntilTheLastRelease) {
@@ -120,7 +119,7 @@ TEST(MonitorSelectionTest, ChildUnmapsWatchedMemoryWithoutTheParentsReader) {
   pid_t pid = fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) {
-    alarm(10);  // a child blocked on an event nobody reads dies here
+    alarm(10);                 // a child blocked on an event nobody reads dies here
     (*lease)->Watch(p, 4096);  // inert in the child: must not touch the parent
     int rc = munmap(p, 8192);
     _exit(rc == 0 ? 0 : 1);

@@ -36,8 +36,8 @@ int ReturnsSeven() { return 7; }
 class FakeFunction {
  public:
   explicit FakeFunction(const uint8_t (&code)[8]) {
-    page_ = static_cast<uint8_t*>(mmap(nullptr, 4096, PROT_READ | PROT_WRITE,
-                                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+    page_ = static_cast<uint8_t*>(
+        mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
     memcpy(page_, code, 8);
     mprotect(page_, 4096, PROT_READ | PROT_EXEC);
   }
@@ -54,9 +54,8 @@ TEST(PatchMonitorTest, PatchedEntryJumpsToTheHandler) {
   FakeFunction f(kFakeCode);
   ASSERT_EQ(f.Call(), 42);
   PatchSite site;
-  ASSERT_TRUE(ApplyPatch("fake", f.entry(), kFakeCode, reinterpret_cast<void*>(&ReturnsSeven),
-                         &site)
-                  .ok());
+  ASSERT_TRUE(
+      ApplyPatch("fake", f.entry(), kFakeCode, reinterpret_cast<void*>(&ReturnsSeven), &site).ok());
   EXPECT_EQ(f.Call(), 7);
   ASSERT_TRUE(RemovePatch(&site).ok());
 }
@@ -64,9 +63,8 @@ TEST(PatchMonitorTest, PatchedEntryJumpsToTheHandler) {
 TEST(PatchMonitorTest, RemoveRestoresTheOriginalBytes) {
   FakeFunction f(kFakeCode);
   PatchSite site;
-  ASSERT_TRUE(ApplyPatch("fake", f.entry(), kFakeCode, reinterpret_cast<void*>(&ReturnsSeven),
-                         &site)
-                  .ok());
+  ASSERT_TRUE(
+      ApplyPatch("fake", f.entry(), kFakeCode, reinterpret_cast<void*>(&ReturnsSeven), &site).ok());
   EXPECT_FALSE(f.Holds(kFakeCode));
   ASSERT_TRUE(RemovePatch(&site).ok());
   EXPECT_TRUE(f.Holds(kFakeCode));
@@ -76,11 +74,11 @@ TEST(PatchMonitorTest, RemoveRestoresTheOriginalBytes) {
 TEST(PatchMonitorTest, RefusesToPatchAnEntryTwice) {
   FakeFunction f(kFakeCode);
   PatchSite first, second;
-  ASSERT_TRUE(ApplyPatch("fake", f.entry(), kFakeCode, reinterpret_cast<void*>(&ReturnsSeven),
-                         &first)
-                  .ok());
-  absl::Status s = ApplyPatch("fake", f.entry(), kFakeCode,
-                              reinterpret_cast<void*>(&ReturnsSeven), &second);
+  ASSERT_TRUE(
+      ApplyPatch("fake", f.entry(), kFakeCode, reinterpret_cast<void*>(&ReturnsSeven), &first)
+          .ok());
+  absl::Status s =
+      ApplyPatch("fake", f.entry(), kFakeCode, reinterpret_cast<void*>(&ReturnsSeven), &second);
   EXPECT_EQ(StatusToErrno(s), ENOTSUP);
   EXPECT_NE(s.message().find("fake"), absl::string_view::npos) << s;
   EXPECT_NE(s.message().find("jump"), absl::string_view::npos) << s;
@@ -94,8 +92,8 @@ TEST(PatchMonitorTest, RefusesAnEntryAnotherLibraryAlreadyJumpsFrom) {
   constexpr uint8_t kForeign[8] = {0xe9, 0x10, 0x20, 0x00, 0x00, 0x0f, 0x05, 0x48};
   FakeFunction f(kForeign);
   PatchSite site;
-  absl::Status s = ApplyPatch("munmap", f.entry(), kFakeCode,
-                              reinterpret_cast<void*>(&ReturnsSeven), &site);
+  absl::Status s =
+      ApplyPatch("munmap", f.entry(), kFakeCode, reinterpret_cast<void*>(&ReturnsSeven), &site);
   EXPECT_EQ(StatusToErrno(s), ENOTSUP);
   EXPECT_NE(s.message().find("refusing to patch munmap"), absl::string_view::npos) << s;
   EXPECT_NE(s.message().find("already starts with a jump"), absl::string_view::npos) << s;
@@ -106,8 +104,8 @@ TEST(PatchMonitorTest, RefusesUnexpectedCode) {
   constexpr uint8_t kOther[8] = {0x55, 0x48, 0x89, 0xe5, 0x90, 0x90, 0x5d, 0xc3};
   FakeFunction f(kOther);
   PatchSite site;
-  absl::Status s = ApplyPatch("madvise", f.entry(), kFakeCode,
-                              reinterpret_cast<void*>(&ReturnsSeven), &site);
+  absl::Status s =
+      ApplyPatch("madvise", f.entry(), kFakeCode, reinterpret_cast<void*>(&ReturnsSeven), &site);
   EXPECT_EQ(StatusToErrno(s), ENOTSUP);
   EXPECT_NE(s.message().find("not the expected glibc 2.36 code"), absl::string_view::npos) << s;
   EXPECT_TRUE(f.Holds(kOther));
@@ -116,9 +114,8 @@ TEST(PatchMonitorTest, RefusesUnexpectedCode) {
 TEST(PatchMonitorTest, RemoveLeavesAnEntrySomeoneElsePatchedOver) {
   FakeFunction f(kFakeCode);
   PatchSite site;
-  ASSERT_TRUE(ApplyPatch("fake", f.entry(), kFakeCode, reinterpret_cast<void*>(&ReturnsSeven),
-                         &site)
-                  .ok());
+  ASSERT_TRUE(
+      ApplyPatch("fake", f.entry(), kFakeCode, reinterpret_cast<void*>(&ReturnsSeven), &site).ok());
   constexpr uint8_t kOverwritten[8] = {0xff, 0x25, 0, 0, 0, 0, 0, 0};
   mprotect(f.entry(), 4096, PROT_READ | PROT_WRITE | PROT_EXEC);
   memcpy(f.entry(), kOverwritten, 8);

@@ -28,7 +28,8 @@ using Ranges = std::vector<std::pair<uintptr_t, uintptr_t>>;
 
 Ranges Recorded(const RecordingListener& listener) {
   Ranges out;
-  for (size_t i = 0; i < listener.count(); ++i) out.push_back({listener.at(i).start, listener.at(i).end});
+  for (size_t i = 0; i < listener.count(); ++i)
+    out.push_back({listener.at(i).start, listener.at(i).end});
   return out;
 }
 
@@ -58,7 +59,8 @@ TEST(TruncatedSpan, ShrinkingToAnUnalignedSizeKeepsThePageHoldingIt) {
 }
 
 TEST(FallocatedSpan, PunchHoleCoversEveryPageItTouches) {
-  FileSpan s = FallocatedSpan(FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, kPage + 10, 2 * kPage, kPage);
+  FileSpan s =
+      FallocatedSpan(FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, kPage + 10, 2 * kPage, kPage);
   EXPECT_EQ(s.begin, kPage);
   EXPECT_EQ(s.end, 4 * kPage);
 }
@@ -105,7 +107,8 @@ TEST(MappedFileSpan, ClipsToTheMapping) {
 
 TEST(MappedFileSpan, DisjointOffsetsGiveNothing) {
   AddressSpan below = MappedFileSpan(0x10000, 0x10000 + 4 * kPage, 2 * kPage, {0, 2 * kPage});
-  AddressSpan above = MappedFileSpan(0x10000, 0x10000 + 4 * kPage, 2 * kPage, {6 * kPage, UINT64_MAX});
+  AddressSpan above =
+      MappedFileSpan(0x10000, 0x10000 + 4 * kPage, 2 * kPage, {6 * kPage, UINT64_MAX});
   EXPECT_GE(below.start, below.end);
   EXPECT_GE(above.start, above.end);
 }

@@ -132,8 +132,8 @@ void Shmdt(Victim& v) {
 
 // mmap(MAP_FIXED) of fresh memory over the range.
 void MmapFixed(Victim& v) {
-  if (mmap(v.gone, v.gone_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED,
-           -1, 0) != v.gone) {
+  if (mmap(v.gone, v.gone_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1,
+           0) != v.gone) {
     abort();
   }
   v.released = false;  // the fresh mapping is still ours to unmap
@@ -157,9 +157,7 @@ void GlibcFree(Victim& v) { free(v.heap); }
 
 // jemalloc purge: free a large extent and force the arena to purge it.
 using MallctlFn = int (*)(const char*, void*, size_t*, void*, size_t);
-MallctlFn Mallctl() {
-  return reinterpret_cast<MallctlFn>(dlsym(RTLD_DEFAULT, "mallctl"));
-}
+MallctlFn Mallctl() { return reinterpret_cast<MallctlFn>(dlsym(RTLD_DEFAULT, "mallctl")); }
 void JemallocPurge(Victim& v) {
   free(v.heap);
   MallctlFn mallctl = Mallctl();
@@ -195,9 +193,7 @@ Victim SharedFile(int fd, size_t file_len) {
   v.base_len = v.gone_len = file_len;
   return v;
 }
-Victim MemfdPrepare() {
-  return SharedFile(memfd_create("mrcache-release-way", MFD_CLOEXEC), kLen);
-}
+Victim MemfdPrepare() { return SharedFile(memfd_create("mrcache-release-way", MFD_CLOEXEC), kLen); }
 std::string ShmName() {
   static std::atomic<int> counter{0};  // tests prepare victims from several threads
   return "/mrcache-release-way-" + std::to_string(getpid()) + "-" + std::to_string(++counter);
@@ -258,8 +254,8 @@ Victim ThpPrepare() {
   void* p = mmap(nullptr, 2 * kHuge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) abort();
   char* raw = static_cast<char*>(p);
-  char* aligned = reinterpret_cast<char*>(
-      (reinterpret_cast<uintptr_t>(raw) + kHuge - 1) & ~static_cast<uintptr_t>(kHuge - 1));
+  char* aligned = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(raw) + kHuge - 1) &
+                                          ~static_cast<uintptr_t>(kHuge - 1));
   if (aligned > raw) munmap(raw, static_cast<size_t>(aligned - raw));
   munmap(aligned + kHuge, static_cast<size_t>(raw + 2 * kHuge - (aligned + kHuge)));
   madvise(aligned, kHuge, MADV_HUGEPAGE);
@@ -330,7 +326,12 @@ bool JemallocIsAllocator() { return jemalloc_monitor::JemallocIsProcessAllocator
 
 std::vector<ReleaseWay> AllReleaseWays() {
   std::vector<ReleaseWay> ways = {
-      {"munmap", &Anonymous, [](Victim& v) { Munmap(v); v.released = true; }, &UnmapAll},
+      {"munmap", &Anonymous,
+       [](Victim& v) {
+         Munmap(v);
+         v.released = true;
+       },
+       &UnmapAll},
       {"mremap_move", &MremapMovePrepare, &MremapMove, &UnmapAll},
       {"mremap_shrink", &MremapShrinkPrepare, &MremapShrink, &UnmapAll},
       {"madvise_dontneed", &Anonymous, &MadviseDontneed, &UnmapAll},
@@ -358,8 +359,12 @@ std::vector<ReleaseWay> AllReleaseWays() {
                     v.released = true;
                   },
                   &UnmapAll});
-  ways.push_back(
-      {"raw_munmap", &Anonymous, [](Victim& v) { RawMunmap(v); v.released = true; }, &UnmapAll});
+  ways.push_back({"raw_munmap", &Anonymous,
+                  [](Victim& v) {
+                    RawMunmap(v);
+                    v.released = true;
+                  },
+                  &UnmapAll});
   return ways;
 }
 

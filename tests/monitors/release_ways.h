@@ -25,8 +25,8 @@ struct Victim {
   char* extra = nullptr;  // a second mapping (mremap's new place, a guard)
   size_t extra_len = 0;
   int shmid = -1;
-  int fd = -1;        // the file behind a shared file mapping (memfd, shm_open)
-  std::string path;   // its name under /dev/shm, if it has one
+  int fd = -1;           // the file behind a shared file mapping (memfd, shm_open)
+  std::string path;      // its name under /dev/shm, if it has one
   void* heap = nullptr;  // malloc'ed block (glibc free, jemalloc purge)
   bool released = false;
   char* refill = nullptr;  // fresh memory RefillSameAddress mapped

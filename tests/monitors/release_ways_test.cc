@@ -7,18 +7,18 @@
 #include <cstring>
 #include <map>
 #include <memory>
-#include <set>
 #include <ostream>
+#include <set>
 #include <string>
 #include <tuple>
 
 #include "gtest/gtest.h"
 #include "mrcache/monitors/monitor.h"
 #include "mrcache/monitors/monitor_sync.h"
+#include "tests/monitors/monitor_expectations.h"
 #include "tests/monitors/recording_listener.h"
 #include "tests/monitors/release_ways.h"
 #include "tests/reliability/process_probes.h"
-#include "tests/monitors/monitor_expectations.h"
 
 namespace mrcache {
 namespace testing {
@@ -52,8 +52,7 @@ TEST_P(ReleaseWaysTest, ReportsExactlyTheExpectedWays) {
   (*lease)->Unwatch(reinterpret_cast<void*>(page_start), page_end - page_start);
   way->cleanup(v);
 
-  EXPECT_EQ(seen, ExpectReported(cell.monitor, cell.way))
-      << cell.monitor << " / " << cell.way;
+  EXPECT_EQ(seen, ExpectReported(cell.monitor, cell.way)) << cell.monitor << " / " << cell.way;
 }
 
 // kB of transparent huge pages (AnonHugePages in /proc/self/smaps) in the

@@ -23,9 +23,9 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "tests/monitors/map_count.h"
-#include "mrcache/mrcache.h"
 #include "mrcache/monitors/uffd_monitor.h"
+#include "mrcache/mrcache.h"
+#include "tests/monitors/map_count.h"
 
 namespace mrcache {
 namespace testing {
@@ -45,8 +45,10 @@ int OpenCache(const char* monitor, const char* registrar, mrc_cache_t** cache) {
   mrc_config_t* cfg = nullptr;
   int rc = mrc_config_create(&cfg);
   if (rc != 0) return rc;
-  const char* settings[][2] = {{"registrar", registrar},   {"monitor", monitor},
-                               {"max_merge_bytes", "0"},   {"bridge_bytes", "0"},
+  const char* settings[][2] = {{"registrar", registrar},
+                               {"monitor", monitor},
+                               {"max_merge_bytes", "0"},
+                               {"bridge_bytes", "0"},
                                {"max_regions", "0"}};
   for (const auto& kv : settings) {
     if (rc == 0) rc = mrc_config_set(cfg, kv[0], kv[1]);
@@ -253,7 +255,7 @@ class OwnUserfaultfd {
       copy.dst = msg.arg.pagefault.address & ~static_cast<uint64_t>(kPage - 1);
       copy.src = reinterpret_cast<uintptr_t>(page.data());
       copy.len = kPage;
-      faults_.fetch_add(1);  // before the faulting thread resumes
+      faults_.fetch_add(1);            // before the faulting thread resumes
       ioctl(fd_, UFFDIO_COPY, &copy);  // EEXIST if another fault resolved it first
     }
   }

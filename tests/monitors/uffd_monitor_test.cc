@@ -21,8 +21,8 @@
 #include "mrcache/errno_status.h"
 #include "mrcache/monitors/monitor.h"
 #include "mrcache/monitors/monitor_sync.h"
-#include "tests/monitors/recording_listener.h"
 #include "tests/monitors/map_count.h"
+#include "tests/monitors/recording_listener.h"
 
 namespace mrcache {
 namespace testing {
@@ -72,9 +72,9 @@ TEST_F(UffdMonitorTest, UnwatchedRangeIsNotReported) {
 
 TEST_F(UffdMonitorTest, OverlappingWatchKeepsTheMappingWatchedUntilTheLastUnwatch) {
   char* p = MapTouched();
-  lease_->Watch(p, kLen);              // region A: the whole range
-  lease_->Watch(p + 4096, 2 * 4096);   // region B: two pages inside it
-  lease_->Unwatch(p, kLen);            // A retired; B still cached
+  lease_->Watch(p, kLen);             // region A: the whole range
+  lease_->Watch(p + 4096, 2 * 4096);  // region B: two pages inside it
+  lease_->Unwatch(p, kLen);           // A retired; B still cached
   listener_.Clear();
   munmap(p + 8 * 4096, 4 * 4096);  // only A covered these: reported, the mapping is watched
   SyncMemoryMonitors();
@@ -164,8 +164,8 @@ TEST_F(UffdMonitorTest, MemoryMappedAgainAtUnmappedAddressesIsWatchedAfresh) {
 
 TEST_F(UffdMonitorTest, MovedMappingIsReportedAndItsNewPlaceIsNotLeftRegistered) {
   char* p = MapTouched();
-  char* target = static_cast<char*>(
-      mmap(nullptr, kLen, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  char* target =
+      static_cast<char*>(mmap(nullptr, kLen, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
   ASSERT_NE(target, MAP_FAILED);
   lease_->Watch(p + 4096, 4096);
   listener_.Clear();

@@ -139,7 +139,8 @@ TEST_F(SimRegistrarTest, DefaultCostsFollowTheIoUringCurveOfTheDesign) {
   uint64_t c1m = RegisterCost(m.addr(), kMiB);
   uint64_t c4m = RegisterCost(m.addr(), 4 * kMiB);
   uint64_t c16m = RegisterCost(m.addr(), 16 * kMiB);
-  // Measured for ibv_reg_mr on ConnectX-class NICs: 4 KiB ~ 3-7 us, 1 MiB ~ 65 us, 4 MiB ~ 0.2 ms, 16 MiB ~ 1.5 ms.
+  // Measured for ibv_reg_mr on ConnectX-class NICs: 4 KiB ~ 3-7 us, 1 MiB ~ 65 us, 4 MiB ~ 0.2 ms,
+  // 16 MiB ~ 1.5 ms.
   EXPECT_GE(c4k, 3000u);
   EXPECT_LE(c4k, 7000u);
   EXPECT_GE(c1m, 50000u);

@@ -178,7 +178,8 @@ TEST_F(UringRegistrarTest, ExceedingRlimitMemlockWithoutCapIpcLockIsEnomemNaming
   EXPECT_NE(msg.find("262144 bytes"), std::string::npos) << msg;
 }
 
-// docs/ARCHITECTURE.md ("How the tests see a stale registration"): the oracle every stale-registration test relies on.
+// docs/ARCHITECTURE.md ("How the tests see a stale registration"): the oracle every
+// stale-registration test relies on.
 TEST_F(UringRegistrarTest, StaleRegistrationWritesIntoTheOldPagesNotTheNewMapping) {
   AnonMapping m(64 * kKiB);
   std::memset(m.addr(), 0, m.length());

@@ -50,8 +50,8 @@ class BadInputCatalogue : public ::testing::Test {
     buf_ = static_cast<char*>(
         mmap(nullptr, 8 * kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
     ASSERT_NE(buf_, MAP_FAILED);
-    readonly_ = static_cast<char*>(
-        mmap(nullptr, kPage, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+    readonly_ =
+        static_cast<char*>(mmap(nullptr, kPage, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
     ASSERT_NE(readonly_, MAP_FAILED);
     sim_ = MakeCache("sim");
     other_ = MakeCache("sim");
@@ -120,7 +120,8 @@ class BadInputCatalogue : public ::testing::Test {
   }
 
   // Device write through a held region of the given cache.
-  static int DeviceWrite(mrc_cache_t* cache, void* addr, size_t offset, const void* src, size_t len) {
+  static int DeviceWrite(mrc_cache_t* cache, void* addr, size_t offset, const void* src,
+                         size_t len) {
     mrc_region_t* r = nullptr;
     EXPECT_EQ(mrc_get(cache, addr, kPage, kLW, &r), 0);
     int err = mrc_region_device_write(cache, r, offset, src, len);
@@ -156,22 +157,27 @@ std::vector<Row> BadInputCatalogue::Catalogue() {
   std::vector<Row> rows = {
       // ---- configuration ----
       {"mrc_config_create(NULL)", EINVAL, [] { return mrc_config_create(nullptr); }},
-      {"mrc_config_set(NULL config)", EINVAL, [] { return mrc_config_set(nullptr, "max_regions", "1"); }},
+      {"mrc_config_set(NULL config)", EINVAL,
+       [] { return mrc_config_set(nullptr, "max_regions", "1"); }},
       {"mrc_config_set(key NULL)", EINVAL, [] { return SetKey(nullptr, "1"); }},
       {"mrc_config_set(value NULL)", EINVAL, [] { return SetKey("max_regions", nullptr); }},
-      {"mrc_config_set unknown key \"max_region\"", EINVAL, [] { return SetKey("max_region", "1"); }},
+      {"mrc_config_set unknown key \"max_region\"", EINVAL,
+       [] { return SetKey("max_region", "1"); }},
       {"mrc_config_set max_regions \"many\"", EINVAL, [] { return SetKey("max_regions", "many"); }},
       {"mrc_config_set max_regions \"-1\"", EINVAL, [] { return SetKey("max_regions", "-1"); }},
       {"mrc_config_set max_regions \"\" (empty)", EINVAL, [] { return SetKey("max_regions", ""); }},
       {"mrc_config_set max_bytes \"12Q\"", EINVAL, [] { return SetKey("max_bytes", "12Q"); }},
       {"mrc_config_set max_bytes \"99999999999999999999\" (overflow)", EINVAL,
        [] { return SetKey("max_bytes", "99999999999999999999"); }},
-      {"mrc_config_set alignment \"3000\" (not a power of two)", EINVAL, [] { return SetKey("alignment", "3000"); }},
-      {"mrc_config_set alignment \"4\" (below the minimum of 8)", EINVAL, [] { return SetKey("alignment", "4"); }},
+      {"mrc_config_set alignment \"3000\" (not a power of two)", EINVAL,
+       [] { return SetKey("alignment", "3000"); }},
+      {"mrc_config_set alignment \"4\" (below the minimum of 8)", EINVAL,
+       [] { return SetKey("alignment", "4"); }},
       {"mrc_config_set registrar \"nic\"", EINVAL, [] { return SetKey("registrar", "nic"); }},
       {"mrc_config_set monitor \"bogus\"", EINVAL, [] { return SetKey("monitor", "bogus"); }},
       {"mrc_config_set odp \"sometimes\"", EINVAL, [] { return SetKey("odp", "sometimes"); }},
-      {"mrc_config_set remote_keys \"public\"", EINVAL, [] { return SetKey("remote_keys", "public"); }},
+      {"mrc_config_set remote_keys \"public\"", EINVAL,
+       [] { return SetKey("remote_keys", "public"); }},
       {"mrc_config_set sim_mlock \"2\"", EINVAL, [] { return SetKey("sim_mlock", "2"); }},
       {"mrc_config_get unknown key", ENOENT,
        [] {
@@ -209,7 +215,8 @@ std::vector<Row> BadInputCatalogue::Catalogue() {
          return err;
        }},
       // ---- cache creation ----
-      {"mrc_cache_create(cache out NULL)", EINVAL, [] { return mrc_cache_create(nullptr, nullptr, nullptr); }},
+      {"mrc_cache_create(cache out NULL)", EINVAL,
+       [] { return mrc_cache_create(nullptr, nullptr, nullptr); }},
       {"mrc_cache_create registrar=verbs without an ibv_pd", EINVAL,
        [] {
          mrc_config_t* cfg;
@@ -260,22 +267,28 @@ std::vector<Row> BadInputCatalogue::Catalogue() {
          mrc_region_t* r;
          return mrc_get(nullptr, b, kPage, kLW, &r);
        }},
-      {"mrc_get(region out NULL)", EINVAL, [sim, b] { return mrc_get(sim, b, kPage, kLW, nullptr); }},
+      {"mrc_get(region out NULL)", EINVAL,
+       [sim, b] { return mrc_get(sim, b, kPage, kLW, nullptr); }},
       {"mrc_get length 0", EINVAL, [sim, b] { return GetPut(sim, b, 0, kLW); }},
-      {"mrc_get addr + length overflows", EINVAL, [sim, b] { return GetPut(sim, b, SIZE_MAX - 10, kLW); }},
+      {"mrc_get addr + length overflows", EINVAL,
+       [sim, b] { return GetPut(sim, b, SIZE_MAX - 10, kLW); }},
       {"mrc_get range ends in the last page of the address space", EINVAL,
        [sim] { return GetPut(sim, reinterpret_cast<void*>(UINTPTR_MAX - 100), 50, kLW); }},
-      {"mrc_get unknown access bit 1<<29", EINVAL, [sim, b] { return GetPut(sim, b, kPage, kLW | (1 << 29)); }},
+      {"mrc_get unknown access bit 1<<29", EINVAL,
+       [sim, b] { return GetPut(sim, b, kPage, kLW | (1 << 29)); }},
       {"mrc_get negative access", EINVAL, [sim, b] { return GetPut(sim, b, kPage, -1); }},
-      {"mrc_get REMOTE_WRITE without LOCAL_WRITE", EINVAL, [sim, b] { return GetPut(sim, b, kPage, kRW); }},
-      {"mrc_get REMOTE_ATOMIC without LOCAL_WRITE", EINVAL, [sim, b] { return GetPut(sim, b, kPage, kRA | kRR); }},
+      {"mrc_get REMOTE_WRITE without LOCAL_WRITE", EINVAL,
+       [sim, b] { return GetPut(sim, b, kPage, kRW); }},
+      {"mrc_get REMOTE_ATOMIC without LOCAL_WRITE", EINVAL,
+       [sim, b] { return GetPut(sim, b, kPage, kRA | kRR); }},
       {"mrc_get addr NULL (page 0)", EFAULT, [sim] { return GetPut(sim, nullptr, kPage, kLW); }},
       {"mrc_get unmapped memory", EFAULT, [sim, hole] { return GetPut(sim, hole, kPage, kLW); }},
       {"mrc_get range running into unmapped memory", EFAULT,
        [sim, hole] { return GetPut(sim, hole - 100, 200, kLW); }},
       {"mrc_get kernel address", EFAULT,
        [sim] { return GetPut(sim, reinterpret_cast<void*>(0xffff880000000000ull), kPage, kLW); }},
-      {"mrc_get (uring) unmapped memory", EFAULT, [uring, hole] { return GetPut(uring, hole, kPage, kLW); }},
+      {"mrc_get (uring) unmapped memory", EFAULT,
+       [uring, hole] { return GetPut(uring, hole, kPage, kLW); }},
       {"mrc_get (uring) read-only memory (pinned for writing)", EFAULT,
        [uring, ro] { return GetPut(uring, ro, kPage, kLW); }},
       {"mrc_get (uring) IBV_ACCESS_ON_DEMAND (no ODP)", ENOTSUP,
@@ -308,7 +321,8 @@ std::vector<Row> BadInputCatalogue::Catalogue() {
       // ---- invalidate, flush, callbacks ----
       {"mrc_invalidate(cache NULL)", EINVAL, [b] { return mrc_invalidate(nullptr, b, kPage); }},
       {"mrc_invalidate length 0", EINVAL, [sim, b] { return mrc_invalidate(sim, b, 0); }},
-      {"mrc_invalidate addr + length overflows", EINVAL, [sim, b] { return mrc_invalidate(sim, b, SIZE_MAX); }},
+      {"mrc_invalidate addr + length overflows", EINVAL,
+       [sim, b] { return mrc_invalidate(sim, b, SIZE_MAX); }},
       {"mrc_flush(NULL)", EINVAL, [] { return mrc_flush(nullptr); }},
       {"mrc_set_retire_callback(cache NULL)", EINVAL,
        [] { return mrc_set_retire_callback(nullptr, nullptr, nullptr); }},
@@ -323,7 +337,8 @@ std::vector<Row> BadInputCatalogue::Catalogue() {
        }},
       {"mrc_region_device_write(region NULL)", EINVAL,
        [sim, &src] { return mrc_region_device_write(sim, nullptr, 0, src, 4); }},
-      {"mrc_region_device_write(src NULL)", EINVAL, [sim, b] { return DeviceWrite(sim, b, 0, nullptr, 4); }},
+      {"mrc_region_device_write(src NULL)", EINVAL,
+       [sim, b] { return DeviceWrite(sim, b, 0, nullptr, 4); }},
       {"mrc_region_device_write offset past the region", EINVAL,
        [sim, b, &src] { return DeviceWrite(sim, b, 2 * kPage, src, 1); }},
       {"mrc_region_device_write offset + length past the region", EINVAL,

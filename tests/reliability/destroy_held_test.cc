@@ -34,7 +34,8 @@ struct Ledger {
   std::atomic<int> regs{0}, deregs{0};
 };
 
-int LedgerReg(void* ctx, void* addr, size_t, int, uint64_t* handle, uint32_t* lkey, uint32_t* rkey) {
+int LedgerReg(void* ctx, void* addr, size_t, int, uint64_t* handle, uint32_t* lkey,
+              uint32_t* rkey) {
   auto* l = static_cast<Ledger*>(ctx);
   *handle = static_cast<uint64_t>(++l->regs);
   *lkey = *rkey = static_cast<uint32_t>(*handle);

@@ -120,7 +120,8 @@ class DifferentialTest : public ::testing::Test {
     config.max_merge_bytes = limits.max_merge_bytes;
     config.alignment = limits.alignment;
     counters_ = std::make_shared<RegistrarCounters>();
-    auto c = Cache::Create(config, std::make_unique<CountingRegistrar>(MakeSimRegistrar(config), counters_));
+    auto c = Cache::Create(
+        config, std::make_unique<CountingRegistrar>(MakeSimRegistrar(config), counters_));
     ASSERT_TRUE(c.ok()) << c.status();
     cache_ = std::move(*c);
     puts_since_miss_ = 0;
@@ -144,7 +145,9 @@ class DifferentialTest : public ::testing::Test {
   // ---- the model's views ----
 
   size_t PageOf(uintptr_t addr) const { return (addr - arena_) / kPage; }
-  bool InArena(uintptr_t s, uintptr_t e) const { return s >= arena_ && e <= arena_ + kArenaPages * kPage; }
+  bool InArena(uintptr_t s, uintptr_t e) const {
+    return s >= arena_ && e <= arena_ + kArenaPages * kPage;
+  }
 
   // For a get of [s, e): 0 if every page is ours and mapped, EFAULT if one of
   // ours is unmapped, -1 if a page is unknown (outside the arena, or an
@@ -178,15 +181,15 @@ class DifferentialTest : public ::testing::Test {
   // ---- operations ----
 
   void Get(std::mt19937_64& rng) {
-    static const int kValid[] = {0,
-                                 kAccessLocalWrite,
-                                 kAccessRemoteRead,
-                                 kAccessLocalWrite | kAccessRemoteRead,
-                                 kAccessLocalWrite | kAccessRemoteWrite,
-                                 kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead,
-                                 kAccessLocalWrite | kAccessRemoteAtomic,
-                                 kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead |
-                                     kAccessRemoteAtomic};
+    static const int kValid[] = {
+        0,
+        kAccessLocalWrite,
+        kAccessRemoteRead,
+        kAccessLocalWrite | kAccessRemoteRead,
+        kAccessLocalWrite | kAccessRemoteWrite,
+        kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead,
+        kAccessLocalWrite | kAccessRemoteAtomic,
+        kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead | kAccessRemoteAtomic};
     int access = kValid[rng() % 8];
     uintptr_t start = arena_ + (rng() % kArenaPages) * kPage + (rng() % 4 == 0 ? rng() % kPage : 0);
     size_t length = 1 + rng() % (6 * kPage);
@@ -200,7 +203,8 @@ class DifferentialTest : public ::testing::Test {
         expected = EINVAL;
         break;
       case 1:  // remote write or atomic without local write
-        access = (rng() % 2 ? kAccessRemoteWrite : kAccessRemoteAtomic) | (access & kAccessRemoteRead);
+        access =
+            (rng() % 2 ? kAccessRemoteWrite : kAccessRemoteAtomic) | (access & kAccessRemoteRead);
         expected = EINVAL;
         break;
       case 2:
@@ -264,7 +268,8 @@ class DifferentialTest : public ::testing::Test {
     const uintptr_t re = rs + info.length;
     ASSERT_LE(rs, start) << "region does not cover the request";
     ASSERT_GE(re, start + length) << "region does not cover the request";
-    ASSERT_EQ(info.access & kAccessRemoteBits, access & kAccessRemoteBits) << "remote rights differ";
+    ASSERT_EQ(info.access & kAccessRemoteBits, access & kAccessRemoteBits)
+        << "remote rights differ";
     ASSERT_EQ(info.access & access & kAccessLocalWrite, access & kAccessLocalWrite);
     uint64_t seq;
     {
@@ -286,7 +291,8 @@ class DifferentialTest : public ::testing::Test {
         }
         if (remote != 0) {
           ASSERT_TRUE(remote_named_[remote >> 1][PageOf(p)])
-              << "the rkey reaches page " << PageOf(p) << ", which no request with its rights named";
+              << "the rkey reaches page " << PageOf(p)
+              << ", which no request with its rights named";
         }
         if (invalidated_at_[PageOf(p)] >= seq) {
           ++stale_;
@@ -480,10 +486,10 @@ TEST_F(DifferentialTest, RandomOperationsAgreeWithTheModel) {
   const uint64_t seed = EnvOr("MRCACHE_DIFF_SEED", 20261129);
   const uint64_t ops = EnvOr("MRCACHE_DIFF_OPS", 100000);
   const Limits phases[] = {
-      {8, 0, size_t{1} << 30, 0},                    // few regions, merging
-      {0, 16 * kPage, 0, 0},                         // byte limit, no merging
-      {4, 32 * kPage, 8 * kPage, 4 * kPage},         // both limits, bounded merges, alignment
-      {16384, 0, size_t{1} << 30, 16 * kPage},       // defaults, wide alignment
+      {8, 0, size_t{1} << 30, 0},               // few regions, merging
+      {0, 16 * kPage, 0, 0},                    // byte limit, no merging
+      {4, 32 * kPage, 8 * kPage, 4 * kPage},    // both limits, bounded merges, alignment
+      {16384, 0, size_t{1} << 30, 16 * kPage},  // defaults, wide alignment
   };
   std::mt19937_64 rng(seed);
   uint64_t done = 0;
@@ -515,13 +521,14 @@ TEST_F(DifferentialTest, RandomOperationsAgreeWithTheModel) {
   }
   EXPECT_EQ(stale_, 0u);
   EXPECT_EQ(leaked_, 0u);
-  std::printf("RELIABILITY differential ops=%llu seed=%llu registrations=%llu stale=%llu leaked=%llu "
-              "outside_arena_gets=%llu foreign_pages=%llu\n",
-              static_cast<unsigned long long>(done), static_cast<unsigned long long>(seed),
-              static_cast<unsigned long long>(total_registrations_),
-              static_cast<unsigned long long>(stale_), static_cast<unsigned long long>(leaked_),
-              static_cast<unsigned long long>(outside_gets_),
-              static_cast<unsigned long long>(foreign_pages_));
+  std::printf(
+      "RELIABILITY differential ops=%llu seed=%llu registrations=%llu stale=%llu leaked=%llu "
+      "outside_arena_gets=%llu foreign_pages=%llu\n",
+      static_cast<unsigned long long>(done), static_cast<unsigned long long>(seed),
+      static_cast<unsigned long long>(total_registrations_),
+      static_cast<unsigned long long>(stale_), static_cast<unsigned long long>(leaked_),
+      static_cast<unsigned long long>(outside_gets_),
+      static_cast<unsigned long long>(foreign_pages_));
 }
 
 }  // namespace

@@ -65,14 +65,16 @@ class FaultInjectionTest : public ::testing::Test {
   void TearDown() override {
     cache_.reset();
     g_faults += state_->faults_injected.load();
-    EXPECT_EQ(state_->registrations.load(), state_->deregistrations.load()) << "leaked registrations";
+    EXPECT_EQ(state_->registrations.load(), state_->deregistrations.load())
+        << "leaked registrations";
     EXPECT_TRUE(state_->live.empty());
     munmap(buf_, len_);
   }
 
   Cache& cache() {
     if (!cache_) {
-      auto c = Cache::Create(config_, std::make_unique<CountingRegistrar>(MakeSimRegistrar(config_), state_));
+      auto c = Cache::Create(
+          config_, std::make_unique<CountingRegistrar>(MakeSimRegistrar(config_), state_));
       EXPECT_TRUE(c.ok()) << c.status();
       cache_ = std::move(*c);
     }
@@ -121,7 +123,8 @@ TEST_P(OutOfResourcesTest, OneFailureIsRetriedAfterEvictingTheLeastRecentlyUsedU
   EXPECT_EQ(cache().stats().registrar_failures, 0u);
   const int registrations = state_->registrations;
   EXPECT_EQ(GetPut(2), 0);
-  EXPECT_EQ(state_->registrations, registrations) << "the more recent unused region is still cached";
+  EXPECT_EQ(state_->registrations, registrations)
+      << "the more recent unused region is still cached";
   ASSERT_TRUE(cache().Put(held).ok());
 }
 
@@ -170,10 +173,14 @@ TEST_P(SurfacedErrnoTest, FailureSurfacesAtOnceAndEvictsNothing) {
 INSTANTIATE_TEST_SUITE_P(Errnos, SurfacedErrnoTest, ::testing::Values(EFAULT, EINTR, EIO, EPERM),
                          [](const ::testing::TestParamInfo<int>& info) {
                            switch (info.param) {
-                             case EFAULT: return std::string("EFAULT");
-                             case EINTR: return std::string("EINTR");
-                             case EIO: return std::string("EIO");
-                             default: return std::string("EPERM");
+                             case EFAULT:
+                               return std::string("EFAULT");
+                             case EINTR:
+                               return std::string("EINTR");
+                             case EIO:
+                               return std::string("EIO");
+                             default:
+                               return std::string("EPERM");
                            }
                          });
 
@@ -241,7 +248,8 @@ std::vector<int> RunWorkloadFailingNth(int err, int nth, size_t max_merge_bytes,
   config.max_merge_bytes = max_merge_bytes;
   std::vector<int> failures;
   {
-    auto c = Cache::Create(config, std::make_unique<CountingRegistrar>(MakeSimRegistrar(config), state));
+    auto c =
+        Cache::Create(config, std::make_unique<CountingRegistrar>(MakeSimRegistrar(config), state));
     EXPECT_TRUE(c.ok());
     Cache& cache = **c;
     std::mt19937 rng(nth * 31 + err);

@@ -90,34 +90,48 @@ enum ChildExit : int {
 std::string DescribeChild(int status) {
   if (WIFSIGNALED(status)) {
     int sig = WTERMSIG(status);
-    return sig == SIGALRM ? std::string("hung (SIGALRM after ") +
-                                std::to_string(kChildAlarmSeconds) + " s)"
-                          : std::string("killed by signal ") + strsignal(sig);
+    return sig == SIGALRM
+               ? std::string("hung (SIGALRM after ") + std::to_string(kChildAlarmSeconds) + " s)"
+               : std::string("killed by signal ") + strsignal(sig);
   }
   if (!WIFEXITED(status)) return "status " + std::to_string(status);
   switch (WEXITSTATUS(status)) {
-    case kChildOk: return "ok";
-    case kParentsGetNotEchild: return "the parent's cache did not return ECHILD";
-    case kNewCacheCreateFailed: return "creating a new cache failed";
-    case kNewCacheGetFailed: return "get on the new cache failed";
-    case kNewCacheWriteFailed: return "device write on the new cache failed";
-    case kNewCacheBytesWrong: return "device-written bytes not seen by the CPU";
-    case kNewCachePutFailed: return "put on the new cache failed";
-    case kNewCacheUnbalanced: return "new cache: registrations != deregistrations";
-    case kMapFailed: return "mmap failed";
-    case kParentsPutNotEchild: return "put on the parent's cache did not return ECHILD";
+    case kChildOk:
+      return "ok";
+    case kParentsGetNotEchild:
+      return "the parent's cache did not return ECHILD";
+    case kNewCacheCreateFailed:
+      return "creating a new cache failed";
+    case kNewCacheGetFailed:
+      return "get on the new cache failed";
+    case kNewCacheWriteFailed:
+      return "device write on the new cache failed";
+    case kNewCacheBytesWrong:
+      return "device-written bytes not seen by the CPU";
+    case kNewCachePutFailed:
+      return "put on the new cache failed";
+    case kNewCacheUnbalanced:
+      return "new cache: registrations != deregistrations";
+    case kMapFailed:
+      return "mmap failed";
+    case kParentsPutNotEchild:
+      return "put on the parent's cache did not return ECHILD";
     case kParentsDeviceWriteNotEchild:
       return "device write on the parent's cache did not return ECHILD";
     case kParentsInvalidateNotEchild:
       return "invalidate on the parent's cache did not return ECHILD";
-    case kParentsFlushNotEchild: return "flush on the parent's cache did not return ECHILD";
-    case kUnmapNotReported: return "the child's munmap did not invalidate the new cache's region";
-    default: return "exit " + std::to_string(WEXITSTATUS(status));
+    case kParentsFlushNotEchild:
+      return "flush on the parent's cache did not return ECHILD";
+    case kUnmapNotReported:
+      return "the child's munmap did not invalidate the new cache's region";
+    default:
+      return "exit " + std::to_string(WEXITSTATUS(status));
   }
 }
 
 void* MapPages(size_t pages) {
-  void* p = mmap(nullptr, pages * kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  void* p =
+      mmap(nullptr, pages * kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   return p == MAP_FAILED ? nullptr : p;
 }
 
@@ -148,8 +162,8 @@ class ForkTest : public ::testing::TestWithParam<Param> {
   void TearDown() override {
     stop_.store(true);
     for (std::thread& t : busy_) t.join();
-    EXPECT_EQ(busy_errors_.load(), 0) << "busy threads' get/write/put failed, first: "
-                                      << first_busy_error_;
+    EXPECT_EQ(busy_errors_.load(), 0)
+        << "busy threads' get/write/put failed, first: " << first_busy_error_;
     cache_.reset();
     EXPECT_EQ(counters_->registrations.load(), counters_->deregistrations.load());
   }
@@ -243,9 +257,7 @@ class ForkTest : public ::testing::TestWithParam<Param> {
   }
 
   // Under TSan a child must not start threads (see the top of this file).
-  bool NewCacheStartsAThread() const {
-    return config_.monitor.find("uffd") != std::string::npos;
-  }
+  bool NewCacheStartsAThread() const { return config_.monitor.find("uffd") != std::string::npos; }
 
   // Child steps (return a ChildExit).
   int GetFromParentsCache() {
@@ -259,8 +271,8 @@ class ForkTest : public ::testing::TestWithParam<Param> {
     auto counters = std::make_shared<RegistrarCounters>();
     auto registrar = CreateRegistrar(config_, nullptr);
     if (!registrar.ok()) return kNewCacheCreateFailed;
-    auto made =
-        Cache::Create(config_, std::make_unique<CountingRegistrar>(std::move(*registrar), counters));
+    auto made = Cache::Create(config_,
+                              std::make_unique<CountingRegistrar>(std::move(*registrar), counters));
     if (!made.ok()) return kNewCacheCreateFailed;
     std::unique_ptr<Cache> cache = std::move(*made);
     const size_t len = 4 * kPage;
@@ -372,13 +384,13 @@ TEST_P(ForkTest, ChildFollowsTheReadmeSequence) {
   });
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    MonitorsAndRegistrars, ForkTest,
-    ::testing::Combine(::testing::Values("auto", "patch", "symbols", "uffd", "none"),
-                       ::testing::Values("uring", "sim")),
-    [](const ::testing::TestParamInfo<Param>& info) {
-      return std::get<0>(info.param) + "_" + std::get<1>(info.param);
-    });
+INSTANTIATE_TEST_SUITE_P(MonitorsAndRegistrars, ForkTest,
+                         ::testing::Combine(::testing::Values("auto", "patch", "symbols", "uffd",
+                                                              "none"),
+                                            ::testing::Values("uring", "sim")),
+                         [](const ::testing::TestParamInfo<Param>& info) {
+                           return std::get<0>(info.param) + "_" + std::get<1>(info.param);
+                         });
 
 }  // namespace
 }  // namespace mrcache

@@ -38,14 +38,14 @@ constexpr int kBuffers = 16;  // 1 MiB in all: four times the limit
 const size_t kPage = static_cast<size_t>(sysconf(_SC_PAGESIZE));
 
 struct Outcome {
-  int setup_errno = 0;   // creating the cache in the child
+  int setup_errno = 0;  // creating the cache in the child
   int gets_ok = 0;
-  int first_errno = 0;   // of the first failing get
+  int first_errno = 0;  // of the first failing get
   uint64_t evictions = 0;
   int big_errno = 0;
   char big_message[256] = {};
-  int held = 0;          // buffers held when one more did not fit
-  int held_errno = 0;    // of the get that did not fit
+  int held = 0;        // buffers held when one more did not fit
+  int held_errno = 0;  // of the get that did not fit
   bool held_still_registered = false;
   int registrations = 0, deregistrations = 0;  // after the cache is destroyed
 };
@@ -73,7 +73,8 @@ Outcome RunUnderLimit() {
     return out;
   }
   {
-    auto made = Cache::Create(config, std::make_unique<CountingRegistrar>(std::move(*uring), counters));
+    auto made =
+        Cache::Create(config, std::make_unique<CountingRegistrar>(std::move(*uring), counters));
     if (!made.ok()) {
       out.setup_errno = StatusToErrno(made.status());
       return out;
@@ -101,7 +102,8 @@ Outcome RunUnderLimit() {
       (void)cache.Put(*r);
     } else {
       out.big_errno = StatusToErrno(r.status());
-      std::snprintf(out.big_message, sizeof out.big_message, "%s", std::string(r.status().message()).c_str());
+      std::snprintf(out.big_message, sizeof out.big_message, "%s",
+                    std::string(r.status().message()).c_str());
     }
 
     // Hold buffers until one no longer fits: the held ones fill the limit.
@@ -118,7 +120,8 @@ Outcome RunUnderLimit() {
     {
       std::lock_guard<std::mutex> lock(counters->mu);
       for (int i = 0; i < out.held; ++i) {
-        if (counters->live.count(GetRegionInfo(held[i]).handle) == 0) out.held_still_registered = false;
+        if (counters->live.count(GetRegionInfo(held[i]).handle) == 0)
+          out.held_still_registered = false;
       }
     }
     for (int i = 0; i < out.held; ++i) (void)cache.Put(held[i]);
@@ -136,8 +139,8 @@ class MemlockTest : public ::testing::Test {
     if (!UringAvailable()) GTEST_SKIP() << "io_uring is not available here";
     result_ = mrcache_test::RunWithLowMemlock<Outcome>(kLimit, RunUnderLimit);
     ASSERT_TRUE(result_.child_ok) << "the child process died";
-    ASSERT_EQ(result_.setup_errno, 0) << "could not drop CAP_IPC_LOCK or lower the limit: "
-                                      << std::strerror(result_.setup_errno);
+    ASSERT_EQ(result_.setup_errno, 0)
+        << "could not drop CAP_IPC_LOCK or lower the limit: " << std::strerror(result_.setup_errno);
     ASSERT_EQ(result_.outcome.setup_errno, 0) << std::strerror(result_.outcome.setup_errno);
   }
   mrcache_test::ChildResult<Outcome> result_;

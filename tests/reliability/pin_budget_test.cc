@@ -61,8 +61,8 @@ const size_t kPage = static_cast<size_t>(sysconf(_SC_PAGESIZE));
 class Buffers {
  public:
   Buffers(int n, size_t bytes) : n_(n), bytes_(bytes), stride_(bytes + kPage) {
-    base_ = static_cast<char*>(mmap(nullptr, n * stride_, PROT_READ | PROT_WRITE,
-                                    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+    base_ = static_cast<char*>(
+        mmap(nullptr, n * stride_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
     if (base_ == MAP_FAILED) {
       base_ = nullptr;
       return;
@@ -127,8 +127,8 @@ template <typename Outcome, typename Body>
 Outcome RunLimited(Body body) {
   auto result = mrcache_test::RunWithLowMemlock<Outcome>(kLimit, body);
   EXPECT_TRUE(result.child_ok) << "the child process died";
-  EXPECT_EQ(result.setup_errno, 0) << "could not drop CAP_IPC_LOCK or lower the limit: "
-                                   << std::strerror(result.setup_errno);
+  EXPECT_EQ(result.setup_errno, 0)
+      << "could not drop CAP_IPC_LOCK or lower the limit: " << std::strerror(result.setup_errno);
   return result.outcome;
 }
 
@@ -169,7 +169,8 @@ WorkingSetOutcome RunWorkingSetLargerThanTheLimit() {
     // Cyclic (every get misses under LRU), then a skewed pattern.
     uint64_t x = 12345;
     for (int i = 0; i < 4 * kCount; ++i) {
-      int b = i < 2 * kCount ? i % kCount : static_cast<int>((x = x * 6364136223846793005u + 1) >> 59);
+      int b =
+          i < 2 * kCount ? i % kCount : static_cast<int>((x = x * 6364136223846793005u + 1) >> 59);
       ++out.gets;
       if (c.Touch(bufs.at(b), kBuffer) != 0) ++out.failed_gets;
       out.peak_pinned = std::max(out.peak_pinned, c.pinned());
@@ -190,8 +191,10 @@ TEST(PinBudgetTest, WorkingSetLargerThanTheLimitNeverCostsMoreCallsThanNoCache) 
   // one deregister per register.
   EXPECT_LE(o.register_calls, o.gets);
   EXPECT_LE(o.peak_pinned, kBudget);
-  std::printf("RELIABILITY pin_budget working_set=2MiB limit=1MiB gets=%d register_calls=%d "
-              "peak_pinned=%zu\n", o.gets, o.register_calls, o.peak_pinned);
+  std::printf(
+      "RELIABILITY pin_budget working_set=2MiB limit=1MiB gets=%d register_calls=%d "
+      "peak_pinned=%zu\n",
+      o.gets, o.register_calls, o.peak_pinned);
 }
 
 struct FitsAloneOutcome {
@@ -260,7 +263,8 @@ CannotFitOutcome RunRequestThatCannotFit() {
       (void)c.cache->Put(*r);
     } else {
       out.err = StatusToErrno(r.status());
-      std::snprintf(out.message, sizeof out.message, "%s", std::string(r.status().message()).c_str());
+      std::snprintf(out.message, sizeof out.message, "%s",
+                    std::string(r.status().message()).c_str());
     }
     out.evictions = c.cache->stats().evictions;
     out.refusals = c.refusals();
@@ -337,7 +341,7 @@ struct ForeignPinsOutcome {
 
 ForeignPinsOutcome RunForeignPins() {
   ForeignPinsOutcome out;
-  constexpr int kCount = 16;  // 1 MiB
+  constexpr int kCount = 16;               // 1 MiB
   constexpr size_t kForeign = 512 * kKiB;  // pinned by the application itself
   Buffers bufs(kCount, kBuffer);
   Buffers foreign(1, kForeign);
@@ -379,12 +383,13 @@ TEST(PinBudgetTest, ForeignPinsLowerTheBudgetWhichRecoversWhenTheyGo) {
   EXPECT_LE(o.refusals, o.gets / 4) << "no thrashing: a refusal teaches the budget";
   EXPECT_LT(o.evictions, o.misses) << "regions stayed cached; no flush per miss";
   EXPECT_EQ(o.recovered_budget, kBudget);
-  std::printf("RELIABILITY pin_budget foreign=512KiB gets=%d misses=%llu refusals=%d evictions=%llu "
-              "lowered_budget=%llu recovered_budget=%llu\n",
-              o.gets, static_cast<unsigned long long>(o.misses), o.refusals,
-              static_cast<unsigned long long>(o.evictions),
-              static_cast<unsigned long long>(o.lowered_budget),
-              static_cast<unsigned long long>(o.recovered_budget));
+  std::printf(
+      "RELIABILITY pin_budget foreign=512KiB gets=%d misses=%llu refusals=%d evictions=%llu "
+      "lowered_budget=%llu recovered_budget=%llu\n",
+      o.gets, static_cast<unsigned long long>(o.misses), o.refusals,
+      static_cast<unsigned long long>(o.evictions),
+      static_cast<unsigned long long>(o.lowered_budget),
+      static_cast<unsigned long long>(o.recovered_budget));
 }
 
 }  // namespace

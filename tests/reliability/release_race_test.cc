@@ -158,11 +158,11 @@ TEST_P(ReleaseRaceTest, MremapOntoAnotherBufferNeverLeavesAStaleRegistration) {
   EXPECT_EQ(tally.corrupted.load(), 0u);
   EXPECT_EQ(tally.failures.load(), 0u);
   EXPECT_EQ(tally.writes.load(), uint64_t{3} * kThreads * iterations);
-  std::printf("RELIABILITY release_race way=mremap monitor=%s threads=%d iterations=%d stale=%llu "
-              "corrupted=%llu\n",
-              GetParam().c_str(), kThreads, iterations,
-              static_cast<unsigned long long>(tally.stale.load()),
-              static_cast<unsigned long long>(tally.corrupted.load()));
+  std::printf(
+      "RELIABILITY release_race way=mremap monitor=%s threads=%d iterations=%d stale=%llu "
+      "corrupted=%llu\n",
+      GetParam().c_str(), kThreads, iterations, static_cast<unsigned long long>(tally.stale.load()),
+      static_cast<unsigned long long>(tally.corrupted.load()));
   ExpectNoLeak();
 }
 
@@ -205,11 +205,11 @@ TEST_P(ReleaseRaceTest, ReallocOfMmappedChunksNeverLeavesAStaleRegistration) {
   EXPECT_EQ(tally.stale.load(), 0u);
   EXPECT_EQ(tally.corrupted.load(), 0u);
   EXPECT_EQ(tally.failures.load(), 0u);
-  std::printf("RELIABILITY release_race way=realloc monitor=%s threads=%d iterations=%d stale=%llu "
-              "corrupted=%llu\n",
-              GetParam().c_str(), kThreads, iterations,
-              static_cast<unsigned long long>(tally.stale.load()),
-              static_cast<unsigned long long>(tally.corrupted.load()));
+  std::printf(
+      "RELIABILITY release_race way=realloc monitor=%s threads=%d iterations=%d stale=%llu "
+      "corrupted=%llu\n",
+      GetParam().c_str(), kThreads, iterations, static_cast<unsigned long long>(tally.stale.load()),
+      static_cast<unsigned long long>(tally.corrupted.load()));
   ExpectNoLeak();
 }
 
@@ -231,8 +231,8 @@ const char* Name(Replacement way) {
 void Replace(Replacement way, char* p, size_t len) {
   switch (way) {
     case Replacement::kMmapFixed:
-      ASSERT_EQ(mmap(p, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0),
-                p);
+      ASSERT_EQ(
+          mmap(p, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0), p);
       break;
     case Replacement::kMunmapMmap:
       // Between the two calls the range is free; nothing else in this test
@@ -256,8 +256,7 @@ class ReplacementRaceTest : public ReleaseRaceTest {
   // next get must reach the buffer's current pages.
   void RunRounds(Replacement way) {
     // uffd's rounds wait for its reader thread, slow under a sanitizer.
-    const int rounds =
-        Iterations(200) * 5 / 2 / (UnderSanitizer() && GetParam() == "uffd" ? 5 : 1);
+    const int rounds = Iterations(200) * 5 / 2 / (UnderSanitizer() && GetParam() == "uffd" ? 5 : 1);
     const size_t len = 16 * kPage;
     char* buf = static_cast<char*>(
         mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));

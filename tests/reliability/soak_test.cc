@@ -69,7 +69,8 @@ TEST(SoakTest, WorkersAndAnUnmapperRunWithoutStaleWritesLeaksOrGrowth) {
   config.max_merge_bytes = 3 * slot_bytes;
   auto uring = MakeUringRegistrar(config);
   ASSERT_TRUE(uring.ok()) << uring.status();
-  auto made = Cache::Create(config, std::make_unique<CountingRegistrar>(std::move(*uring), counters));
+  auto made =
+      Cache::Create(config, std::make_unique<CountingRegistrar>(std::move(*uring), counters));
   ASSERT_TRUE(made.ok()) << made.status();
   std::unique_ptr<Cache> cache = std::move(*made);
 
@@ -171,12 +172,14 @@ TEST(SoakTest, WorkersAndAnUnmapperRunWithoutStaleWritesLeaksOrGrowth) {
   // Bounded: the cache keeps at most max_regions unused regions plus its
   // per-thread tables; 32 MiB leaves room for allocator noise (and sanitizers).
   EXPECT_LT(growth, 32 * 1024) << "RSS grew by " << growth << " KiB";
-  std::printf("RELIABILITY soak seconds=%.1f gets=%llu device_writes=%llu remaps=%llu stale_writes=%llu "
-              "leaked=%ld rss_growth_kib=%ld registrations=%d eagain=%llu\n",
-              seconds, static_cast<unsigned long long>(gets.load()),
-              static_cast<unsigned long long>(writes.load()), static_cast<unsigned long long>(remaps.load()),
-              static_cast<unsigned long long>(stale.load()), leaked, growth, counters->registrations.load(),
-              static_cast<unsigned long long>(eagain.load()));
+  std::printf(
+      "RELIABILITY soak seconds=%.1f gets=%llu device_writes=%llu remaps=%llu stale_writes=%llu "
+      "leaked=%ld rss_growth_kib=%ld registrations=%d eagain=%llu\n",
+      seconds, static_cast<unsigned long long>(gets.load()),
+      static_cast<unsigned long long>(writes.load()),
+      static_cast<unsigned long long>(remaps.load()), static_cast<unsigned long long>(stale.load()),
+      leaked, growth, counters->registrations.load(),
+      static_cast<unsigned long long>(eagain.load()));
 }
 
 }  // namespace
@@ -184,12 +187,14 @@ TEST(SoakTest, WorkersAndAnUnmapperRunWithoutStaleWritesLeaksOrGrowth) {
 
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
-  if (const char* env = std::getenv("MRCACHE_SOAK_SECONDS")) mrcache::g_duration_seconds = std::atof(env);
+  if (const char* env = std::getenv("MRCACHE_SOAK_SECONDS"))
+    mrcache::g_duration_seconds = std::atof(env);
   for (int i = 1; i < argc; ++i) {
     if (std::strncmp(argv[i], "--duration=", 11) == 0) {
       mrcache::g_duration_seconds = std::atof(argv[i] + 11);
     } else {
-      std::fprintf(stderr, "soak_test: unknown argument %s (expected --duration=SECONDS)\n", argv[i]);
+      std::fprintf(stderr, "soak_test: unknown argument %s (expected --duration=SECONDS)\n",
+                   argv[i]);
       return 2;
     }
   }

@@ -80,9 +80,10 @@ TEST(ThreadChurnTest, ShortLivedThreadsAfterAnInvalidationKeepResidentMemoryBoun
 
   const long growth = rss_churned - rss_start;
   const long after = rss_destroyed - rss_start;
-  std::printf("RELIABILITY thread_churn threads=%d regions=%zu rss_growth_kib=%ld "
-              "rss_after_destroy_kib=%ld\n",
-              kThreads, kRegions, growth, after);
+  std::printf(
+      "RELIABILITY thread_churn threads=%d regions=%zu rss_growth_kib=%ld "
+      "rss_after_destroy_kib=%ld\n",
+      kThreads, kRegions, growth, after);
   EXPECT_EQ(stats.registrations, stats.deregistrations + stats.regions);
   EXPECT_LE(growth, 64 * 1024) << "RSS grew by " << growth << " KiB over the thread churn";
   EXPECT_LE(after, 16 * 1024) << "RSS stayed " << after << " KiB above its start after destroy";

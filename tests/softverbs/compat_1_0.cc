@@ -47,8 +47,7 @@ using softverbs::compat;
 using softverbs::CompatList;
 using softverbs::KnownContext;
 
-#define SOFTVERBS_COMPAT_1_0(name) \
-  __asm__(".symver softverbs_" #name "_1_0, " #name "@IBVERBS_1.0")
+#define SOFTVERBS_COMPAT_1_0(name) __asm__(".symver softverbs_" #name "_1_0, " #name "@IBVERBS_1.0")
 
 extern "C" {
 
@@ -145,8 +144,7 @@ int softverbs_ibv_query_port_1_0(ibv_context_1_0* ctx, uint8_t port_num,
 }
 
 SOFTVERBS_COMPAT_1_0(ibv_query_gid);
-int softverbs_ibv_query_gid_1_0(ibv_context_1_0* ctx, uint8_t port_num, int index,
-                                ibv_gid* gid) {
+int softverbs_ibv_query_gid_1_0(ibv_context_1_0* ctx, uint8_t port_num, int index, ibv_gid* gid) {
   if (!KnownContext(ctx)) {
     errno = EINVAL;
     return -1;
@@ -155,8 +153,7 @@ int softverbs_ibv_query_gid_1_0(ibv_context_1_0* ctx, uint8_t port_num, int inde
 }
 
 SOFTVERBS_COMPAT_1_0(ibv_query_pkey);
-int softverbs_ibv_query_pkey_1_0(ibv_context_1_0* ctx, uint8_t port_num, int index,
-                                 __be16* pkey) {
+int softverbs_ibv_query_pkey_1_0(ibv_context_1_0* ctx, uint8_t port_num, int index, __be16* pkey) {
   if (!KnownContext(ctx)) {
     errno = EINVAL;
     return -1;

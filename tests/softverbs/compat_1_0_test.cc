@@ -19,8 +19,8 @@ Fn Compat(const char* name) {
 
 // The 1.0 entry points, looked up by version.
 struct Api {
-  ibv_device_1_0** (*get_device_list)(int*) = Compat<decltype(get_device_list)>(
-      "ibv_get_device_list");
+  ibv_device_1_0** (*get_device_list)(int*) =
+      Compat<decltype(get_device_list)>("ibv_get_device_list");
   void (*free_device_list)(ibv_device_1_0**) =
       Compat<decltype(free_device_list)>("ibv_free_device_list");
   const char* (*get_device_name)(ibv_device_1_0*) =
@@ -28,8 +28,8 @@ struct Api {
   ibv_context_1_0* (*open_device)(ibv_device_1_0*) =
       Compat<decltype(open_device)>("ibv_open_device");
   int (*close_device)(ibv_context_1_0*) = Compat<decltype(close_device)>("ibv_close_device");
-  int (*query_device)(ibv_context_1_0*, ibv_device_attr*) =
-      Compat<decltype(query_device)>("ibv_query_device");
+  int (*query_device)(ibv_context_1_0*,
+                      ibv_device_attr*) = Compat<decltype(query_device)>("ibv_query_device");
   ibv_pd_1_0* (*alloc_pd)(ibv_context_1_0*) = Compat<decltype(alloc_pd)>("ibv_alloc_pd");
   int (*dealloc_pd)(ibv_pd_1_0*) = Compat<decltype(dealloc_pd)>("ibv_dealloc_pd");
   ibv_mr_1_0* (*reg_mr)(ibv_pd_1_0*, void*, size_t, int) = Compat<decltype(reg_mr)>("ibv_reg_mr");

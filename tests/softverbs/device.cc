@@ -109,12 +109,12 @@ int QueryDeviceEx(ibv_context* context, const ibv_query_device_ex_input* input,
   if (ctx->odp != OdpLevel::kNone) {
     ex.odp_caps.general_caps = IBV_ODP_SUPPORT;
     if (ctx->odp == OdpLevel::kImplicit) ex.odp_caps.general_caps |= IBV_ODP_SUPPORT_IMPLICIT;
-    const uint32_t rdma = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE |
-                          IBV_ODP_SUPPORT_READ;
+    const uint32_t rdma =
+        IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE | IBV_ODP_SUPPORT_READ;
     ex.odp_caps.per_transport_caps.rc_odp_caps =
         rdma | IBV_ODP_SUPPORT_ATOMIC | IBV_ODP_SUPPORT_SRQ_RECV;
-    ex.odp_caps.per_transport_caps.uc_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV |
-                                                 IBV_ODP_SUPPORT_WRITE;
+    ex.odp_caps.per_transport_caps.uc_odp_caps =
+        IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE;
     ex.odp_caps.per_transport_caps.ud_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV;
     ex.xrc_odp_caps = rdma | IBV_ODP_SUPPORT_SRQ_RECV;
   }
@@ -178,9 +178,7 @@ __be64 softverbs_ibv_get_device_guid_1_1(ibv_device* device) {
   return htobe64(softverbs::kGuid);
 }
 
-int ibv_get_device_index(ibv_device* device) {
-  return device == softverbs::TheDevice() ? 0 : -1;
-}
+int ibv_get_device_index(ibv_device* device) { return device == softverbs::TheDevice() ? 0 : -1; }
 
 SOFTVERBS_DEFAULT_1_1(ibv_open_device);
 ibv_context* softverbs_ibv_open_device_1_1(ibv_device* device) {
@@ -278,7 +276,8 @@ int softverbs_ibv_query_device_1_1(ibv_context* context, ibv_device_attr* attr) 
 // The exported symbol takes the pre-port_cap_flags2 layout; rdma-core's
 // inline ibv_query_port only calls it when verbs_context.query_port is unset.
 SOFTVERBS_DEFAULT_1_1(ibv_query_port);
-int softverbs_ibv_query_port_1_1(ibv_context* context, uint8_t port_num, _compat_ibv_port_attr* attr) {
+int softverbs_ibv_query_port_1_1(ibv_context* context, uint8_t port_num,
+                                 _compat_ibv_port_attr* attr) {
   return softverbs::QueryPortEx(context, port_num, reinterpret_cast<ibv_port_attr*>(attr),
                                 offsetof(ibv_port_attr, port_cap_flags2));
 }
@@ -348,34 +347,47 @@ int ibv_read_sysfs_file(const char* dir, const char* file, char* buf, size_t siz
 // Pages pinned through io_uring are long-term GUP pins, which the kernel
 // (>= 5.13) copies on fork: fork protection is unneeded, as on real hardware
 // with such a kernel.
-int ibv_fork_init(void) {
-  return 0;
-}
+int ibv_fork_init(void) { return 0; }
 
 ibv_fork_status ibv_is_fork_initialized(void) { return IBV_FORK_UNNEEDED; }
 
 const char* ibv_node_type_str(ibv_node_type node_type) {
   switch (node_type) {
-    case IBV_NODE_CA: return "InfiniBand channel adapter";
-    case IBV_NODE_SWITCH: return "InfiniBand switch";
-    case IBV_NODE_ROUTER: return "InfiniBand router";
-    case IBV_NODE_RNIC: return "iWARP NIC";
-    case IBV_NODE_USNIC: return "usNIC";
-    case IBV_NODE_USNIC_UDP: return "usNIC UDP";
-    case IBV_NODE_UNSPECIFIED: return "unspecified";
-    default: return "unknown";
+    case IBV_NODE_CA:
+      return "InfiniBand channel adapter";
+    case IBV_NODE_SWITCH:
+      return "InfiniBand switch";
+    case IBV_NODE_ROUTER:
+      return "InfiniBand router";
+    case IBV_NODE_RNIC:
+      return "iWARP NIC";
+    case IBV_NODE_USNIC:
+      return "usNIC";
+    case IBV_NODE_USNIC_UDP:
+      return "usNIC UDP";
+    case IBV_NODE_UNSPECIFIED:
+      return "unspecified";
+    default:
+      return "unknown";
   }
 }
 
 const char* ibv_port_state_str(ibv_port_state port_state) {
   switch (port_state) {
-    case IBV_PORT_NOP: return "no state change (NOP)";
-    case IBV_PORT_DOWN: return "down";
-    case IBV_PORT_INIT: return "init";
-    case IBV_PORT_ARMED: return "armed";
-    case IBV_PORT_ACTIVE: return "active";
-    case IBV_PORT_ACTIVE_DEFER: return "active defer";
-    default: return "invalid state";
+    case IBV_PORT_NOP:
+      return "no state change (NOP)";
+    case IBV_PORT_DOWN:
+      return "down";
+    case IBV_PORT_INIT:
+      return "init";
+    case IBV_PORT_ARMED:
+      return "armed";
+    case IBV_PORT_ACTIVE:
+      return "active";
+    case IBV_PORT_ACTIVE_DEFER:
+      return "active defer";
+    default:
+      return "invalid state";
   }
 }
 

@@ -39,8 +39,8 @@ namespace {
 
 constexpr unsigned kKnownAccess =
     IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
-    IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_MW_BIND | IBV_ACCESS_ZERO_BASED |
-    IBV_ACCESS_ON_DEMAND | IBV_ACCESS_HUGETLB | IBV_ACCESS_RELAXED_ORDERING;
+    IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_MW_BIND | IBV_ACCESS_ZERO_BASED | IBV_ACCESS_ON_DEMAND |
+    IBV_ACCESS_HUGETLB | IBV_ACCESS_RELAXED_ORDERING;
 
 // 0 or EINVAL; *accepted gets the bits the MR keeps.
 int CheckAccess(unsigned access, unsigned* accepted) {
@@ -354,7 +354,8 @@ int ibv_rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, size_t length, i
   if ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) && (addr == nullptr || length == 0)) {
     return softverbs::ReregInputError(EINVAL);
   }
-  if (access != 0 && !(flags & IBV_REREG_MR_CHANGE_ACCESS)) return softverbs::ReregInputError(EINVAL);
+  if (access != 0 && !(flags & IBV_REREG_MR_CHANGE_ACCESS))
+    return softverbs::ReregInputError(EINVAL);
   Registry& r = registry();
   Mr* m = nullptr;
   Pd* new_pd = nullptr;
@@ -372,7 +373,8 @@ int ibv_rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, size_t length, i
     new_pd = m->pd;
     if (flags & IBV_REREG_MR_CHANGE_PD) {
       auto p = r.pds.find(pd);
-      if (p == r.pds.end() || p->second->ctx != m->pd->ctx) return softverbs::ReregInputError(EINVAL);
+      if (p == r.pds.end() || p->second->ctx != m->pd->ctx)
+        return softverbs::ReregInputError(EINVAL);
       new_pd = p->second;
     }
     new_addr = (flags & IBV_REREG_MR_CHANGE_TRANSLATION) ? addr : m->mr.addr;
@@ -382,9 +384,8 @@ int ibv_rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, size_t length, i
       int err = softverbs::CheckAccess(static_cast<unsigned>(access), &new_access);
       if (err != 0) return softverbs::ReregInputError(err);
     }
-    const uint64_t new_iova = (flags & IBV_REREG_MR_CHANGE_TRANSLATION)
-                                  ? reinterpret_cast<uintptr_t>(new_addr)
-                                  : m->iova;
+    const uint64_t new_iova =
+        (flags & IBV_REREG_MR_CHANGE_TRANSLATION) ? reinterpret_cast<uintptr_t>(new_addr) : m->iova;
     int err = softverbs::CheckRange(m->pd->ctx, new_addr, new_length, new_iova, new_access);
     if (err != 0 || softverbs::IsImplicit(new_addr, new_length, new_access)) {
       return softverbs::ReregInputError(err != 0 ? err : EOPNOTSUPP);

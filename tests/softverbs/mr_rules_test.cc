@@ -181,9 +181,9 @@ TEST_F(MrRules, ReregWithUnknownFlagsIsInputError) {
 TEST_F(MrRules, ReregOfUnknownMrIsInputError) {
   ibv_mr fake{};
   errno = 0;
-  EXPECT_EQ(ibv_rereg_mr(&fake, IBV_REREG_MR_CHANGE_ACCESS, nullptr, nullptr, 0,
-                         IBV_ACCESS_LOCAL_WRITE),
-            IBV_REREG_MR_ERR_INPUT);
+  EXPECT_EQ(
+      ibv_rereg_mr(&fake, IBV_REREG_MR_CHANGE_ACCESS, nullptr, nullptr, 0, IBV_ACCESS_LOCAL_WRITE),
+      IBV_REREG_MR_ERR_INPUT);
   EXPECT_EQ(errno, EINVAL);
 }
 
@@ -191,9 +191,9 @@ TEST_F(MrRules, ReregAccessFollowsTheRegMrRules) {
   ibv_mr* mr = Register(buf_, kBytes, IBV_ACCESS_LOCAL_WRITE);
   ASSERT_NE(mr, nullptr);
   errno = 0;
-  EXPECT_EQ(ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_ACCESS, nullptr, nullptr, 0,
-                         IBV_ACCESS_REMOTE_WRITE),
-            IBV_REREG_MR_ERR_INPUT);
+  EXPECT_EQ(
+      ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_ACCESS, nullptr, nullptr, 0, IBV_ACCESS_REMOTE_WRITE),
+      IBV_REREG_MR_ERR_INPUT);
   EXPECT_EQ(errno, EINVAL);
   EXPECT_EQ(ibv_dereg_mr(mr), 0);
 }

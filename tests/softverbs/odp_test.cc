@@ -50,8 +50,7 @@ TEST_F(ExplicitOdp, OdpDeviceWriteFollowsTheCurrentMapping) {
                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
   ASSERT_EQ(again, buf);
   const char data[] = "never stale";
-  ASSERT_EQ(client_.device_write(mr->lkey, reinterpret_cast<uintptr_t>(buf), data, sizeof data),
-            0);
+  ASSERT_EQ(client_.device_write(mr->lkey, reinterpret_cast<uintptr_t>(buf), data, sizeof data), 0);
   EXPECT_STREQ(buf, "never stale");
   EXPECT_EQ(ibv_dereg_mr(mr), 0);
   munmap(buf, kBytes);
@@ -84,9 +83,9 @@ TEST_F(ExplicitOdp, AdvisePrefetchWriteFaultsThePagesIn) {
   EXPECT_EQ(resident[0] & 1, 0);
   const uint64_t advised = client_.Counters().advise_calls;
   ibv_sge sge{reinterpret_cast<uintptr_t>(buf), static_cast<uint32_t>(kBytes), mr->lkey};
-  ASSERT_EQ(ibv_advise_mr(pd_, IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE, IBV_ADVISE_MR_FLAG_FLUSH,
-                          &sge, 1),
-            0);
+  ASSERT_EQ(
+      ibv_advise_mr(pd_, IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE, IBV_ADVISE_MR_FLAG_FLUSH, &sge, 1),
+      0);
   EXPECT_EQ(client_.Counters().advise_calls, advised + 1);
   ASSERT_EQ(mincore(buf, kBytes, resident), 0);
   for (size_t i = 0; i < kBytes / 4096; ++i) {
@@ -136,14 +135,13 @@ TEST_F(ImplicitOdp, ImplicitMrCoversTheWholeAddressSpace) {
   char* buf = static_cast<char*>(MapPages(kBytes));
   ASSERT_NE(buf, nullptr);
   const char data[] = "implicit";
-  EXPECT_EQ(client_.device_write(mr->lkey, reinterpret_cast<uintptr_t>(buf) + 10, data,
-                                 sizeof data),
-            0);
+  EXPECT_EQ(
+      client_.device_write(mr->lkey, reinterpret_cast<uintptr_t>(buf) + 10, data, sizeof data), 0);
   EXPECT_STREQ(buf + 10, "implicit");
   ibv_sge sge{reinterpret_cast<uintptr_t>(buf), static_cast<uint32_t>(kBytes), mr->lkey};
-  EXPECT_EQ(ibv_advise_mr(pd_, IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE, IBV_ADVISE_MR_FLAG_FLUSH,
-                          &sge, 1),
-            0);
+  EXPECT_EQ(
+      ibv_advise_mr(pd_, IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE, IBV_ADVISE_MR_FLAG_FLUSH, &sge, 1),
+      0);
   EXPECT_EQ(ibv_dereg_mr(mr), 0);
   munmap(buf, kBytes);
 }

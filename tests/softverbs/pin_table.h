@@ -48,8 +48,8 @@ class PinTable {
   void Unpin(const std::vector<uint32_t>& slots);
   // Copies src into the pinned pages behind [target, target+len), where the
   // region starts at `start` and was pinned into `slots`. 0 or an errno.
-  int Write(const std::vector<uint32_t>& slots, uintptr_t start, uintptr_t target,
-            const void* src, size_t len);
+  int Write(const std::vector<uint32_t>& slots, uintptr_t start, uintptr_t target, const void* src,
+            size_t len);
   // The reverse: copies the pinned pages behind [target, target+len) into
   // dst (IORING_OP_WRITE_FIXED into the memfd, then pread). 0 or an errno.
   int Read(const std::vector<uint32_t>& slots, uintptr_t start, uintptr_t target, void* dst,

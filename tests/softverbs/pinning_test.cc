@@ -54,8 +54,7 @@ TEST_F(Pinning, StaleRegistrationWritesIntoTheOldPages) {
                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
   ASSERT_EQ(again, buf) << "could not map the same address again";
   const char data[] = "written by the device";
-  ASSERT_EQ(client_.device_write(mr->lkey, reinterpret_cast<uintptr_t>(buf), data, sizeof data),
-            0);
+  ASSERT_EQ(client_.device_write(mr->lkey, reinterpret_cast<uintptr_t>(buf), data, sizeof data), 0);
   // The write went to the pages pinned at registration; the CPU sees new,
   // zero-filled pages at the same address.
   EXPECT_TRUE(AllZero(buf, kBytes));

@@ -53,12 +53,12 @@ struct Pd {
 struct Mr {
   ibv_mr mr;  // first: the caller's ibv_mr* is this object
   Pd* pd = nullptr;
-  uint64_t iova = 0;           // the address SGEs use for mr.addr
-  unsigned access = 0;         // accepted access bits (optional ones dropped)
-  bool odp = false;            // IBV_ACCESS_ON_DEMAND: nothing pinned
-  bool implicit = false;       // the implicit ODP MR (addr NULL, length SIZE_MAX)
-  std::vector<uint32_t> slots; // pinned: io_uring fixed-buffer slots, in order
-  uint64_t pinned_bytes = 0;   // page-rounded span pinned
+  uint64_t iova = 0;            // the address SGEs use for mr.addr
+  unsigned access = 0;          // accepted access bits (optional ones dropped)
+  bool odp = false;             // IBV_ACCESS_ON_DEMAND: nothing pinned
+  bool implicit = false;        // the implicit ODP MR (addr NULL, length SIZE_MAX)
+  std::vector<uint32_t> slots;  // pinned: io_uring fixed-buffer slots, in order
+  uint64_t pinned_bytes = 0;    // page-rounded span pinned
 };
 
 struct Registry {
@@ -143,8 +143,7 @@ int softverbs_ibv_query_device_1_1(ibv_context* context, ibv_device_attr* attr);
 int softverbs_ibv_query_port_1_1(ibv_context* context, uint8_t port_num,
                                  _compat_ibv_port_attr* attr);
 int softverbs_ibv_query_gid_1_1(ibv_context* context, uint8_t port_num, int index, ibv_gid* gid);
-int softverbs_ibv_query_pkey_1_1(ibv_context* context, uint8_t port_num, int index,
-                                 __be16* pkey);
+int softverbs_ibv_query_pkey_1_1(ibv_context* context, uint8_t port_num, int index, __be16* pkey);
 ibv_pd* softverbs_ibv_alloc_pd_1_1(ibv_context* context);
 int softverbs_ibv_dealloc_pd_1_1(ibv_pd* pd);
 ibv_mr* softverbs_ibv_reg_mr_1_1(ibv_pd* pd, void* addr, size_t length, int access);

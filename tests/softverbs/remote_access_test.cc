@@ -16,8 +16,7 @@ namespace softverbs {
 namespace {
 
 constexpr size_t kBytes = 64 * 1024;
-constexpr int kRemoteRw =
-    IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+constexpr int kRemoteRw = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
 
 class RemoteAccess : public SoftverbsTest {
  protected:
@@ -30,7 +29,9 @@ class RemoteAccess : public SoftverbsTest {
     munmap(buf_, kBytes);
     SoftverbsTest::TearDown();
   }
-  ibv_mr* Register(void* addr, size_t len, int access) { return ibv_reg_mr(pd_, addr, len, access); }
+  ibv_mr* Register(void* addr, size_t len, int access) {
+    return ibv_reg_mr(pd_, addr, len, access);
+  }
   int Write(const ibv_mr* mr, const void* at, size_t len, unsigned char fill = 0x5a) {
     std::vector<unsigned char> src(len, fill);
     return client_.remote_write(mr->rkey, reinterpret_cast<uintptr_t>(at), src.data(), len);
@@ -87,8 +88,9 @@ TEST_F(RemoteAccess, ReadReturnsTheMrBytes) {
   ASSERT_NE(mr, nullptr);
   for (size_t i = 0; i < 256; ++i) buf_[4000 + i] = static_cast<char>(i * 3 + 1);
   std::vector<char> got(256);
-  EXPECT_EQ(client_.remote_read(mr->rkey, reinterpret_cast<uintptr_t>(buf_ + 4000), got.data(), 256),
-            IBV_WC_SUCCESS);
+  EXPECT_EQ(
+      client_.remote_read(mr->rkey, reinterpret_cast<uintptr_t>(buf_ + 4000), got.data(), 256),
+      IBV_WC_SUCCESS);
   EXPECT_EQ(memcmp(got.data(), buf_ + 4000, 256), 0);
   EXPECT_EQ(ibv_dereg_mr(mr), 0);
 }
@@ -113,7 +115,8 @@ TEST_F(RemoteAccess, WriteGoesToThePagesPinnedAtRegistration) {
   ibv_mr* mr = Register(p, page, kRemoteRw);
   ASSERT_NE(mr, nullptr);
   ASSERT_EQ(munmap(p, page), 0);
-  ASSERT_EQ(mmap(p, page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0), p);
+  ASSERT_EQ(mmap(p, page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0),
+            p);
   EXPECT_EQ(Write(mr, p, 64, 0x33), IBV_WC_SUCCESS);
   EXPECT_EQ(p[0], 0) << "the write reached the new mapping, not the pinned pages";
   EXPECT_EQ(ibv_dereg_mr(mr), 0);

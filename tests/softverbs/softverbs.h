@@ -4,8 +4,8 @@
  * Programs built against rdma-core's headers load softverbs instead of the
  * real library (LD_LIBRARY_PATH). These extra functions let tests look
  * inside: what the "device" has registered, what a DMA write through a
- * registration does, and what a peer holding an rkey can reach. Resolve them with dlsym(RTLD_DEFAULT, ...) when the
- * program must also run against the real library.
+ * registration does, and what a peer holding an rkey can reach. Resolve them with
+ * dlsym(RTLD_DEFAULT, ...) when the program must also run against the real library.
  *
  * Invariants:
  *  - live_mrs == registrations - deregistrations - mrs_released_by_close.
@@ -25,23 +25,24 @@ extern "C" {
 #endif
 
 struct softverbs_counters {
-  uint64_t registrations;          /* successful ibv_reg_mr* calls, ODP included */
-  uint64_t failed_registrations;   /* ibv_reg_mr* calls that returned NULL */
-  uint64_t deregistrations;        /* successful ibv_dereg_mr calls */
-  uint64_t rereg_calls;            /* successful ibv_rereg_mr calls */
-  uint64_t mrs_released_by_close;  /* MRs still live at ibv_close_device */
-  uint64_t live_mrs;               /* MRs registered now */
-  uint64_t live_pds;               /* PDs allocated now */
-  uint64_t bytes_pinned;           /* pinned now (non-ODP MRs) */
-  uint64_t peak_bytes_pinned;      /* high-water mark of bytes_pinned */
-  uint64_t odp_registrations;      /* successful IBV_ACCESS_ON_DEMAND registrations */
-  uint64_t advise_calls;           /* ibv_advise_mr calls that reached softverbs */
-  uint64_t device_writes;          /* successful softverbs_device_write calls */
-  uint64_t remote_accesses;        /* successful rkey accesses: softverbs_remote_write/read and peers' RDMA */
-  uint64_t remote_access_errors;   /* rkey accesses (test entry points and peers' RDMA) that failed */
-  uint64_t live_cqs;               /* completion queues now */
-  uint64_t live_qps;               /* queue pairs now */
-  uint64_t packets_sent;           /* fabric packets this process sent (requests and responses) */
+  uint64_t registrations;         /* successful ibv_reg_mr* calls, ODP included */
+  uint64_t failed_registrations;  /* ibv_reg_mr* calls that returned NULL */
+  uint64_t deregistrations;       /* successful ibv_dereg_mr calls */
+  uint64_t rereg_calls;           /* successful ibv_rereg_mr calls */
+  uint64_t mrs_released_by_close; /* MRs still live at ibv_close_device */
+  uint64_t live_mrs;              /* MRs registered now */
+  uint64_t live_pds;              /* PDs allocated now */
+  uint64_t bytes_pinned;          /* pinned now (non-ODP MRs) */
+  uint64_t peak_bytes_pinned;     /* high-water mark of bytes_pinned */
+  uint64_t odp_registrations;     /* successful IBV_ACCESS_ON_DEMAND registrations */
+  uint64_t advise_calls;          /* ibv_advise_mr calls that reached softverbs */
+  uint64_t device_writes;         /* successful softverbs_device_write calls */
+  uint64_t
+      remote_accesses; /* successful rkey accesses: softverbs_remote_write/read and peers' RDMA */
+  uint64_t remote_access_errors; /* rkey accesses (test entry points and peers' RDMA) that failed */
+  uint64_t live_cqs;             /* completion queues now */
+  uint64_t live_qps;             /* queue pairs now */
+  uint64_t packets_sent;         /* fabric packets this process sent (requests and responses) */
 };
 
 /* Copies a consistent snapshot of the process-wide counters. */

@@ -89,12 +89,12 @@ struct PacketHeader {
   uint32_t src_qpn;
   uint32_t dst_qpn;
   uint32_t psn;
-  uint32_t imm;     // as posted (network order)
+  uint32_t imm;  // as posted (network order)
   uint32_t rkey;
   uint32_t status;  // kNak: the ibv_wc_status for the requester, or kRnrNak
   uint32_t qkey;    // UD
   uint32_t rnr_timer;
-  uint32_t length;  // payload bytes in this packet (kReadRequest: bytes asked)
+  uint32_t length;       // payload bytes in this packet (kReadRequest: bytes asked)
   uint64_t remote_addr;  // kWrite / kReadRequest: where this packet's bytes go / come from
   uint64_t total;        // the message's length
   uint64_t offset;       // this packet's offset within the message
@@ -102,9 +102,9 @@ struct PacketHeader {
 };
 
 // The RNR timer encodings of the InfiniBand specification (table 45), in µs.
-constexpr uint32_t kRnrMicros[32] = {655360, 10,    20,    30,    40,    60,    80,    120,
-                                     160,    240,   320,   480,   640,   960,   1280,  1920,
-                                     2560,   3840,  5120,  7680,  10240, 15360, 20480, 30720,
+constexpr uint32_t kRnrMicros[32] = {655360, 10,    20,    30,     40,     60,     80,     120,
+                                     160,    240,   320,   480,    640,    960,    1280,   1920,
+                                     2560,   3840,  5120,  7680,   10240,  15360,  20480,  30720,
                                      40960,  61440, 81920, 122880, 163840, 245760, 327680, 491520};
 
 struct Channel {
@@ -181,17 +181,17 @@ struct Qp {
   std::deque<RecvWqe> rq;
   // Requester (RC): the head of sq is in flight while busy.
   bool busy = false;
-  uint64_t acked = 0;     // bytes of the head WQE acknowledged
-  uint64_t total = 0;     // its length
-  uint32_t psn = 0;       // next PSN to send / the in-flight packet's
+  uint64_t acked = 0;  // bytes of the head WQE acknowledged
+  uint64_t total = 0;  // its length
+  uint32_t psn = 0;    // next PSN to send / the in-flight packet's
   uint32_t retries = 0, rnr_retries = 0;
   bool rnr_wait = false;  // deadline is an RNR back-off, not an ACK timeout
   Clock::time_point deadline;
   // Responder.
   uint32_t epsn = 0;
-  bool in_message = false;  // a SEND's later fragments are expected
+  bool in_message = false;    // a SEND's later fragments are expected
   bool drop_message = false;  // UC: the current message found no WQE
-  RecvWqe cur;              // the receive WQE the current SEND fills
+  RecvWqe cur;                // the receive WQE the current SEND fills
   // ibv_wr_* batch (ibv_qp_ex): built between wr_start and wr_complete.
   std::vector<SendWqe> batch;
   int batch_error = 0;
@@ -324,9 +324,12 @@ ibv_wc BaseWc(const Qp* qp, uint64_t wr_id, ibv_wc_status status) {
 ibv_wc_opcode SendWcOpcode(ibv_wr_opcode op) {
   switch (op) {
     case IBV_WR_RDMA_WRITE:
-    case IBV_WR_RDMA_WRITE_WITH_IMM: return IBV_WC_RDMA_WRITE;
-    case IBV_WR_RDMA_READ: return IBV_WC_RDMA_READ;
-    default: return IBV_WC_SEND;
+    case IBV_WR_RDMA_WRITE_WITH_IMM:
+      return IBV_WC_RDMA_WRITE;
+    case IBV_WR_RDMA_READ:
+      return IBV_WC_RDMA_READ;
+    default:
+      return IBV_WC_SEND;
   }
 }
 
@@ -398,7 +401,8 @@ int CheckSgesLocked(Registry& r, const Pd* pd, const std::vector<ibv_sge>& sges,
     const Mr* m = it->second;
     if (m->pd != pd) return IBV_WC_LOC_PROT_ERR;
     if (write && !(m->access & IBV_ACCESS_LOCAL_WRITE)) return IBV_WC_LOC_PROT_ERR;
-    if (s.addr + s.length < s.addr || s.addr < m->iova || s.addr + s.length - m->iova > m->mr.length) {
+    if (s.addr + s.length < s.addr || s.addr < m->iova ||
+        s.addr + s.length - m->iova > m->mr.length) {
       return IBV_WC_LOC_PROT_ERR;
     }
   }
@@ -482,9 +486,12 @@ Clock::duration AckTimeout(const Qp* qp) {
 Kind RequestKind(ibv_wr_opcode op) {
   switch (op) {
     case IBV_WR_RDMA_WRITE:
-    case IBV_WR_RDMA_WRITE_WITH_IMM: return kWrite;
-    case IBV_WR_RDMA_READ: return kReadRequest;
-    default: return kSend;
+    case IBV_WR_RDMA_WRITE_WITH_IMM:
+      return kWrite;
+    case IBV_WR_RDMA_READ:
+      return kReadRequest;
+    default:
+      return kSend;
   }
 }
 
@@ -625,8 +632,7 @@ void HandleResponseLocked(Registry& r, Qp* qp, const PacketHeader& h, const char
   const uint64_t chunk = std::min<uint64_t>(kFragment, qp->total - qp->acked);
   if (h.kind == kReadResponse) {
     if (w.opcode != IBV_WR_RDMA_READ || len != chunk) return;
-    int status = SgeCopyLocked(r, qp->pd, w.sges, qp->acked, const_cast<char*>(payload), len,
-                               true);
+    int status = SgeCopyLocked(r, qp->pd, w.sges, qp->acked, const_cast<char*>(payload), len, true);
     if (status != IBV_WC_SUCCESS) {
       FailHeadLocked(qp, static_cast<ibv_wc_status>(status));
       return;
@@ -682,9 +688,7 @@ bool TakeRecvLocked(Qp* qp, RecvWqe* out) {
   return true;
 }
 
-bool HasRecvLocked(const Qp* qp) {
-  return !(qp->srq != nullptr ? qp->srq->wqes : qp->rq).empty();
-}
+bool HasRecvLocked(const Qp* qp) { return !(qp->srq != nullptr ? qp->srq->wqes : qp->rq).empty(); }
 
 // The responder failed a request of an RC/UC QP: NAK it (RC) and enter the
 // error state, as hardware does.
@@ -796,8 +800,8 @@ void HandleRequestLocked(Registry& r, Qp* qp, const PacketHeader& h, const char*
         }
       }
       if (!qp->in_message) return;
-      int status = SgeCopyLocked(r, qp->pd, qp->cur.sges, h.offset, const_cast<char*>(payload),
-                                 len, true);
+      int status =
+          SgeCopyLocked(r, qp->pd, qp->cur.sges, h.offset, const_cast<char*>(payload), len, true);
       if (status != IBV_WC_SUCCESS) {
         qp->in_message = false;
         CompleteRecvLocked(qp, qp->cur.wr_id, static_cast<ibv_wc_status>(status));
@@ -813,16 +817,18 @@ void HandleRequestLocked(Registry& r, Qp* qp, const PacketHeader& h, const char*
     case kWrite: {
       if (h.flags & kFirst) {
         if (!(qp->attr.qp_access_flags & IBV_ACCESS_REMOTE_WRITE) ||
-            (h.total != 0 && CheckRkeyLocked(r, h.rkey, h.remote_addr, h.total,
-                                             IBV_ACCESS_REMOTE_WRITE, qp->pd,
-                                             nullptr) != IBV_WC_SUCCESS)) {
+            (h.total != 0 &&
+             CheckRkeyLocked(r, h.rkey, h.remote_addr, h.total, IBV_ACCESS_REMOTE_WRITE, qp->pd,
+                             nullptr) != IBV_WC_SUCCESS)) {
           ++r.counters.remote_access_errors;
           ResponderErrorLocked(r, qp, h, IBV_WC_REM_ACCESS_ERR);
           return;
         }
         if ((h.flags & kImm) && !HasRecvLocked(qp)) {
-          if (rc) ReplyLocked(r, qp, h, kNak, kRnrNak, nullptr, 0);
-          else qp->drop_message = !(h.flags & kLast);
+          if (rc)
+            ReplyLocked(r, qp, h, kNak, kRnrNak, nullptr, 0);
+          else
+            qp->drop_message = !(h.flags & kLast);
           if (!rc) qp->epsn = (qp->epsn + 1) & kPsnMask;
           return;
         }
@@ -850,8 +856,8 @@ void HandleRequestLocked(Registry& r, Qp* qp, const PacketHeader& h, const char*
         return;
       }
       std::vector<char> data(h.length);
-      int status = RemoteAccessLocked(r, h.rkey, h.remote_addr, data.data(), data.size(), false,
-                                      qp->pd);
+      int status =
+          RemoteAccessLocked(r, h.rkey, h.remote_addr, data.data(), data.size(), false, qp->pd);
       if (status != IBV_WC_SUCCESS) {
         ResponderErrorLocked(r, qp, h, status);
         return;
@@ -1033,11 +1039,15 @@ int ReqNotifyCq(ibv_cq* cq_in, int solicited_only) {
 bool OpcodeAllowed(ibv_qp_type type, ibv_wr_opcode op) {
   switch (op) {
     case IBV_WR_SEND:
-    case IBV_WR_SEND_WITH_IMM: return true;
+    case IBV_WR_SEND_WITH_IMM:
+      return true;
     case IBV_WR_RDMA_WRITE:
-    case IBV_WR_RDMA_WRITE_WITH_IMM: return type != IBV_QPT_UD;
-    case IBV_WR_RDMA_READ: return type == IBV_QPT_RC;
-    default: return false;  // atomics, MW binds, TSO, ...: not modelled
+    case IBV_WR_RDMA_WRITE_WITH_IMM:
+      return type != IBV_QPT_UD;
+    case IBV_WR_RDMA_READ:
+      return type == IBV_QPT_RC;
+    default:
+      return false;  // atomics, MW binds, TSO, ...: not modelled
   }
 }
 
@@ -1317,7 +1327,8 @@ int BindQp(Qp* qp) {
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   if (qp->path.size() >= sizeof addr.sun_path) {
-    fprintf(stderr, "softverbs: socket path %s is longer than %zu bytes: shorten SOFTVERBS_FABRIC_DIR\n",
+    fprintf(stderr,
+            "softverbs: socket path %s is longer than %zu bytes: shorten SOFTVERBS_FABRIC_DIR\n",
             qp->path.c_str(), sizeof addr.sun_path - 1);
     return ENAMETOOLONG;
   }
@@ -1440,11 +1451,10 @@ void DestroyQpLocked(Registry& r, Qp* qp) {
 // -1 for a transition softverbs does not model), per transport, as
 // ibv_modify_qp(3) and the InfiniBand specification's QP state table list them.
 int AllowedMask(ibv_qp_type type, ibv_qp_state from, ibv_qp_state to, int* required) {
-  const int kAv = IBV_QP_AV, kMtu = IBV_QP_PATH_MTU, kDqpn = IBV_QP_DEST_QPN,
-            kRq = IBV_QP_RQ_PSN, kSq = IBV_QP_SQ_PSN, kAcc = IBV_QP_ACCESS_FLAGS,
-            kPkey = IBV_QP_PKEY_INDEX, kPort = IBV_QP_PORT, kQkey = IBV_QP_QKEY,
-            kCur = IBV_QP_CUR_STATE, kAlt = IBV_QP_ALT_PATH, kMig = IBV_QP_PATH_MIG_STATE,
-            kRnrT = IBV_QP_MIN_RNR_TIMER;
+  const int kAv = IBV_QP_AV, kMtu = IBV_QP_PATH_MTU, kDqpn = IBV_QP_DEST_QPN, kRq = IBV_QP_RQ_PSN,
+            kSq = IBV_QP_SQ_PSN, kAcc = IBV_QP_ACCESS_FLAGS, kPkey = IBV_QP_PKEY_INDEX,
+            kPort = IBV_QP_PORT, kQkey = IBV_QP_QKEY, kCur = IBV_QP_CUR_STATE,
+            kAlt = IBV_QP_ALT_PATH, kMig = IBV_QP_PATH_MIG_STATE, kRnrT = IBV_QP_MIN_RNR_TIMER;
   *required = 0;
   if (to == IBV_QPS_RESET || to == IBV_QPS_ERR) return 0;
   const bool rc = type == IBV_QPT_RC, uc = type == IBV_QPT_UC;
@@ -1468,8 +1478,8 @@ int AllowedMask(ibv_qp_type type, ibv_qp_state from, ibv_qp_state to, int* requi
   }
   if (from == IBV_QPS_RTR && to == IBV_QPS_RTS) {
     if (rc) {
-      *required = kSq | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-                  IBV_QP_MAX_QP_RD_ATOMIC;
+      *required =
+          kSq | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
       return *required | kCur | kAlt | kAcc | kRnrT | kMig;
     }
     *required = kSq;
@@ -1496,9 +1506,8 @@ int ModifyQpLocked(Qp* qp, ibv_qp_attr* attr, int mask) {
   // Values.
   if ((mask & IBV_QP_PORT) && attr->port_num != 1) return EINVAL;
   if ((mask & IBV_QP_PKEY_INDEX) && attr->pkey_index != 0) return EINVAL;
-  constexpr unsigned kQpAccess =
-      IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
-      IBV_ACCESS_REMOTE_ATOMIC;
+  constexpr unsigned kQpAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+                                 IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
   if ((mask & IBV_QP_ACCESS_FLAGS) && (attr->qp_access_flags & ~kQpAccess)) return EINVAL;
   if ((mask & IBV_QP_PATH_MTU) && (attr->path_mtu < IBV_MTU_256 || attr->path_mtu > IBV_MTU_4096)) {
     return EINVAL;
@@ -1586,7 +1595,8 @@ void CloseTransport(Context* ctx) {
     t->stop = true;
     if (t->wake_fd >= 0) {
       uint64_t one = 1;
-      if (write(t->wake_fd, &one, sizeof one) < 0) { /* the thread also polls t->stop */ }
+      if (write(t->wake_fd, &one, sizeof one) < 0) { /* the thread also polls t->stop */
+      }
     }
   }
   if (t->thread.joinable()) t->thread.join();
@@ -1597,17 +1607,22 @@ void CloseTransport(Context* ctx) {
     if (qp->ctx == ctx) DestroyQpLocked(r, qp);
   }
   ibv_context* const c = &ctx->vctx.context;
-  ReleaseWhere(q.srqs, [c](Srq* s) { return s->srq.context == c; }, [](Srq* s) {
-    --s->pd->users;
-    delete s;
-  });
-  ReleaseWhere(q.ahs, [c](Ah* ah) { return ah->ah.context == c; }, [](Ah* ah) {
-    --ah->pd->users;
-    delete ah;
-  });
-  ReleaseWhere(q.cqs, [c](Cq* cq) { return cq->cq.context == c; },
-               [&r](Cq* cq) { ReleaseCqLocked(r, cq); });
-  ReleaseWhere(q.channels, [c](Channel* ch) { return ch->ch.context == c; }, ReleaseChannel);
+  ReleaseWhere(
+      q.srqs, [c](Srq* s) { return s->srq.context == c; },
+      [](Srq* s) {
+        --s->pd->users;
+        delete s;
+      });
+  ReleaseWhere(
+      q.ahs, [c](Ah* ah) { return ah->ah.context == c; },
+      [](Ah* ah) {
+        --ah->pd->users;
+        delete ah;
+      });
+  ReleaseWhere(
+      q.cqs, [c](Cq* cq) { return cq->cq.context == c; }, [&r](Cq* cq) { ReleaseCqLocked(r, cq); });
+  ReleaseWhere(
+      q.channels, [c](Channel* ch) { return ch->ch.context == c; }, ReleaseChannel);
   if (t->epfd >= 0) close(t->epfd);
   if (t->wake_fd >= 0) close(t->wake_fd);
   delete t;
@@ -1663,8 +1678,8 @@ int ibv_destroy_comp_channel(ibv_comp_channel* channel) {
   return 0;
 }
 
-ibv_cq* ibv_create_cq(ibv_context* context, int cqe, void* cq_context,
-                      ibv_comp_channel* channel, int comp_vector) {
+ibv_cq* ibv_create_cq(ibv_context* context, int cqe, void* cq_context, ibv_comp_channel* channel,
+                      int comp_vector) {
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mu);
   softverbs::Context* ctx = softverbs::FindContextLocked(context);
@@ -1909,14 +1924,30 @@ int ibv_destroy_ah(ibv_ah* ah_in) {
 }
 
 const char* ibv_wc_status_str(ibv_wc_status status) {
-  static const char* const kNames[] = {
-      "success", "local length error", "local QP operation error", "local EE context operation error",
-      "local protection error", "Work Request Flushed Error", "memory management operation error",
-      "bad response error", "local access error", "remote invalid request error",
-      "remote access error", "remote operation error", "transport retry counter exceeded",
-      "RNR retry counter exceeded", "local RDD violation error", "remote invalid RD request",
-      "aborted error", "invalid EE context number", "invalid EE context state",
-      "fatal error", "response timeout error", "general error", "TM error", "TM rendezvous pending"};
+  static const char* const kNames[] = {"success",
+                                       "local length error",
+                                       "local QP operation error",
+                                       "local EE context operation error",
+                                       "local protection error",
+                                       "Work Request Flushed Error",
+                                       "memory management operation error",
+                                       "bad response error",
+                                       "local access error",
+                                       "remote invalid request error",
+                                       "remote access error",
+                                       "remote operation error",
+                                       "transport retry counter exceeded",
+                                       "RNR retry counter exceeded",
+                                       "local RDD violation error",
+                                       "remote invalid RD request",
+                                       "aborted error",
+                                       "invalid EE context number",
+                                       "invalid EE context state",
+                                       "fatal error",
+                                       "response timeout error",
+                                       "general error",
+                                       "TM error",
+                                       "TM rendezvous pending"};
   const unsigned i = static_cast<unsigned>(status);
   return i < sizeof kNames / sizeof kNames[0] ? kNames[i] : "unknown";
 }

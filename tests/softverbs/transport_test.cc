@@ -89,8 +89,9 @@ class Transport : public SoftverbsTest {
     a.qp_access_flags = access;
     a.qkey = 0x11111111;
     const bool ud = qp->qp_type == IBV_QPT_UD;
-    if (int err = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-                                            (ud ? IBV_QP_QKEY : IBV_QP_ACCESS_FLAGS))) {
+    if (int err = ibv_modify_qp(qp, &a,
+                                IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+                                    (ud ? IBV_QP_QKEY : IBV_QP_ACCESS_FLAGS))) {
       return err;
     }
     a = {};
@@ -338,9 +339,8 @@ TEST_F(Transport, RdmaReadFetchesRemoteBytes) {
 TEST_F(Transport, WriteBeyondTheMrIsRemoteAccessErrorAndFlushesTheRest) {
   Pair(IBV_QPT_RC);
   const uint64_t past_end = reinterpret_cast<uintptr_t>(buf_[1]) + kBuf - 8;
-  ASSERT_EQ(PostSend(qp_[0], IBV_WR_RDMA_WRITE, 8, buf_[0], 16, mr_[0]->lkey, past_end,
-                     mr_[1]->rkey),
-            0);
+  ASSERT_EQ(
+      PostSend(qp_[0], IBV_WR_RDMA_WRITE, 8, buf_[0], 16, mr_[0]->lkey, past_end, mr_[1]->rkey), 0);
   ASSERT_EQ(PostSend(qp_[0], IBV_WR_RDMA_WRITE, 9, buf_[0], 16, mr_[0]->lkey,
                      reinterpret_cast<uintptr_t>(buf_[1]), mr_[1]->rkey),
             0);
@@ -445,9 +445,9 @@ TEST_F(Transport, WriteLandsInThePagesPinnedAtRegistration) {
   // The application replaces the target's mapping behind the registration.
   char* target = buf_[1];
   ASSERT_EQ(munmap(target, kBuf), 0);
-  ASSERT_EQ(mmap(target, kBuf, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED,
-                 -1, 0),
-            target);
+  ASSERT_EQ(
+      mmap(target, kBuf, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0),
+      target);
   Fill(buf_[0], 4096, 11);
   ASSERT_EQ(PostSend(qp_[0], IBV_WR_RDMA_WRITE, 8, buf_[0], 4096, mr_[0]->lkey,
                      reinterpret_cast<uintptr_t>(target), mr_[1]->rkey),
@@ -707,7 +707,8 @@ TEST_F(Transport, CompletionQueueOverrunMakesPollFail) {
   ibv_wc wc[1];
   int polled = 0;
   const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (polled == 0 && std::chrono::steady_clock::now() < give_up) polled = ibv_poll_cq(tiny, 0, wc);
+  while (polled == 0 && std::chrono::steady_clock::now() < give_up)
+    polled = ibv_poll_cq(tiny, 0, wc);
   EXPECT_LT(polled, 0);
   EXPECT_EQ(ibv_destroy_qp(qp_[0]), 0);
   qp_[0] = nullptr;
@@ -735,9 +736,9 @@ TEST_F(OdpTransport, WriteToAnOdpMrLandsInTheCurrentMapping) {
   char* target = nullptr;
   ibv_mr* odp = OdpMrOverUnmappedMemory(&target);
   ASSERT_NE(odp, nullptr);
-  ASSERT_EQ(mmap(target, kBuf, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED,
-                 -1, 0),
-            target);
+  ASSERT_EQ(
+      mmap(target, kBuf, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0),
+      target);
   Fill(buf_[0], 4096, 12);
   ASSERT_EQ(PostSend(qp_[0], IBV_WR_RDMA_WRITE, 8, buf_[0], 4096, mr_[0]->lkey,
                      reinterpret_cast<uintptr_t>(target), odp->rkey),

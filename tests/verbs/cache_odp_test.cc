@@ -143,10 +143,10 @@ TEST_F(CacheOdpTest, ImplicitDeviceWriteLandsAtTheAddress) {
   auto r = (*cache)->Get(buf_ + 7 * kPage, kPage, kRW);
   ASSERT_TRUE(r.ok());
   const char msg[] = "on demand";
-  ASSERT_TRUE((*cache)
-                  ->DeviceWrite(r->get(), reinterpret_cast<uintptr_t>(buf_ + 7 * kPage), msg,
-                                sizeof msg)
-                  .ok());
+  ASSERT_TRUE(
+      (*cache)
+          ->DeviceWrite(r->get(), reinterpret_cast<uintptr_t>(buf_ + 7 * kPage), msg, sizeof msg)
+          .ok());
   EXPECT_STREQ(buf_ + 7 * kPage, msg);
 }
 

@@ -2,8 +2,8 @@
 // verbs registrar, over a protection domain of softverbs' device -- or, with
 // MRCACHE_TEST_DEVICE=<ibv device> (scripts/test; README "Verifying on your
 // hardware"), of that device through the system libibverbs.
-#include <infiniband/verbs.h>
 #include <dlfcn.h>
+#include <infiniband/verbs.h>
 #include <stdlib.h>
 
 #include <cstdio>
@@ -34,7 +34,8 @@ struct SoftverbsPd {
     list = ibv_get_device_list(&n);
     const char* want = TestDevice();
     int pick = 0;
-    while (want != nullptr && pick < n && strcmp(ibv_get_device_name(list[pick]), want) != 0) ++pick;
+    while (want != nullptr && pick < n && strcmp(ibv_get_device_name(list[pick]), want) != 0)
+      ++pick;
     if (list != nullptr && pick < n) ctx = ibv_open_device(list[pick]);
     if (ctx != nullptr) pd = ibv_alloc_pd(ctx);
     if (pd == nullptr) {

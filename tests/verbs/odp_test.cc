@@ -56,8 +56,7 @@ TEST(ResolveOdpMode, ImplicitNeedsImplicitOdp) {
   auto none = ResolveOdpMode(OdpMode::kImplicit, Caps(false, false));
   ASSERT_FALSE(none.ok());
   EXPECT_EQ(StatusToErrno(none.status()), ENOTSUP);
-  EXPECT_THAT(std::string(none.status().message()),
-              HasSubstr("does not support on-demand paging"));
+  EXPECT_THAT(std::string(none.status().message()), HasSubstr("does not support on-demand paging"));
 }
 
 // One row per SOFTVERBS_ODP level: what each requested mode resolves to
@@ -73,10 +72,14 @@ struct DeviceRow {
 std::string Name(const absl::StatusOr<OdpMode>& mode) {
   if (!mode.ok()) return StatusToErrno(mode.status()) == ENOTSUP ? "" : "unexpected error";
   switch (*mode) {
-    case OdpMode::kOff: return "off";
-    case OdpMode::kExplicit: return "explicit";
-    case OdpMode::kImplicit: return "implicit";
-    case OdpMode::kAuto: return "auto";
+    case OdpMode::kOff:
+      return "off";
+    case OdpMode::kExplicit:
+      return "explicit";
+    case OdpMode::kImplicit:
+      return "implicit";
+    case OdpMode::kAuto:
+      return "auto";
   }
   return "?";
 }
@@ -98,14 +101,14 @@ TEST_P(OdpOnSoftverbs, EveryRequestedModeResolvesAsTheDeviceAllows) {
   EXPECT_EQ(Name(ResolveOdpMode(OdpMode::kAuto, caps)), row.auto_mode);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Devices, OdpOnSoftverbs,
-    ::testing::Values(DeviceRow{"none", "off", "", "", "off"},
-                      DeviceRow{"explicit", "off", "explicit", "", "explicit"},
-                      DeviceRow{"implicit", "off", "explicit", "implicit", "implicit"}),
-    [](const ::testing::TestParamInfo<DeviceRow>& info) {
-      return std::string(info.param.softverbs_odp);
-    });
+INSTANTIATE_TEST_SUITE_P(Devices, OdpOnSoftverbs,
+                         ::testing::Values(DeviceRow{"none", "off", "", "", "off"},
+                                           DeviceRow{"explicit", "off", "explicit", "", "explicit"},
+                                           DeviceRow{"implicit", "off", "explicit", "implicit",
+                                                     "implicit"}),
+                         [](const ::testing::TestParamInfo<DeviceRow>& info) {
+                           return std::string(info.param.softverbs_odp);
+                         });
 
 }  // namespace
 }  // namespace mrcache
