@@ -104,14 +104,15 @@ TEST_F(UffdMonitorTest, PageSeparatedRangesOfOneMappingAreOneSpanAndSplitNothing
   char* p = static_cast<char*>(mmap(nullptr, 2 * kRanges * 4096, PROT_READ | PROT_WRITE,
                                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
   ASSERT_NE(p, MAP_FAILED);
-  const size_t before = mrcache_test::ProcessMapCount();
+  const size_t kBytes = 2 * kRanges * 4096;
+  ASSERT_EQ(mrcache_test::MapCountIn(p, kBytes), 1u);
   for (size_t i = 0; i < kRanges; ++i) lease_->Watch(p + 2 * i * 4096, 4096);
   EXPECT_EQ(uffd_monitor::WatchedSpans(), 1u);
-  EXPECT_EQ(mrcache_test::ProcessMapCount(), before);
+  EXPECT_EQ(mrcache_test::MapCountIn(p, kBytes), 1u) << "watching split the mapping";
   EXPECT_EQ(lease_->watch_failures().total, 0u);
   for (size_t i = 0; i < kRanges; ++i) lease_->Unwatch(p + 2 * i * 4096, 4096);
   EXPECT_EQ(uffd_monitor::WatchedSpans(), 0u) << "the last Unwatch unregisters the mapping";
-  EXPECT_EQ(mrcache_test::ProcessMapCount(), before);
+  EXPECT_EQ(mrcache_test::MapCountIn(p, kBytes), 1u) << "unwatching split the mapping";
   listener_.Clear();
   munmap(p, 2 * kRanges * 4096);
   SyncMemoryMonitors();
