@@ -236,13 +236,14 @@ void RunOne(const uint8_t* data, size_t size) {
           const bool whole = alignment > kPage && (access & kRemote) == 0;
           uintptr_t us = whole ? rs : start;
           uintptr_t ue = whole ? re : start + length;
-          // An armed ENOMEM/EAGAIN made the cache evict unused regions (least
-          // recently used first) and retry the requested pages alone (a
-          // widened attempt), or the same unwidened plan: nothing was merged.
-          const bool refused = armed && (armed_errno == ENOMEM || armed_errno == EAGAIN);
+          // The new region replaces every compatible region it contains,
+          // whatever plan it came from (a retry after an armed ENOMEM/EAGAIN
+          // included). Regions gone from the ledger were evicted, and may
+          // have been before the merge: their used bytes are left out, so the
+          // model's used range never exceeds the cache's.
           for (const auto& [handle, l] : live_before) {
             auto u = w.used.find(handle);
-            if (refused) continue;
+            if (w.live.count(handle) == 0) continue;
             if (u != w.used.end() && w.retired.count(handle) == 0 && rs <= l.start &&
                 l.start + l.length <= re && (l.access & kRemote) == (info.access & kRemote) &&
                 (l.access & ~info.access) == 0) {
