@@ -383,283 +383,313 @@ ThreadCache* CacheImpl::AttachThread() {
   return tc;
 }
 
-absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start, uintptr_t end,
-                                               int user_access) {
+CacheImpl::Miss CacheImpl::StartMiss(uintptr_t start, uintptr_t end, int user_access) const {
+  Miss m;
+  m.start = start;
+  m.end = end;
+  m.user_access = user_access;
   // Explicit ODP registers every region on demand; lookups stay keyed by
   // what the caller asked for.
-  const int request_access =
-      odp_ == OdpMode::kExplicit ? (user_access | kAccessOnDemand) : user_access;
-  // The smallest range we ever register: the request rounded to the region
+  m.access = odp_ == OdpMode::kExplicit ? (user_access | kAccessOnDemand) : user_access;
+  // The smallest range ever registered: the request rounded to the region
   // granularity, or to pages if the granularity is coarser.
   const size_t fine = align_ < page_ ? align_ : page_;
-  const uintptr_t page_start = AlignDown(start, fine);
-  const uintptr_t page_end = AlignUp(end, fine);
-  if (page_end == 0) return ErrnoStatus(EINVAL, "mrc_get: range wraps the address space");
+  m.page_start = AlignDown(start, fine);
+  m.page_end = AlignUp(end, fine);
   // Remote rights: the region reaches only requested pages (remote_keys),
   // so alignment coarser than a page does not apply.
-  const bool remote = (user_access & kAccessRemoteBits) != 0;
-  uintptr_t aligned_start = remote ? page_start : AlignDown(start, align_);
-  uintptr_t aligned_end = remote ? page_end : AlignUp(end, align_);
-  if (aligned_end == 0) {
-    aligned_start = page_start;
-    aligned_end = page_end;
-  }
-  bool allow_merge = config_.max_merge_bytes > 0;
-  int memory_refusals = 0;  // registrar ENOMEM/EAGAIN so far
-  int widened_spoils = 0;   // attempts whose widened registration was spoiled
-  int exact_spoils = 0;     // attempts whose registration of the requested pages was spoiled
-  int in_flight_waits = 0;  // attempts that met another thread's release under way
-  GrowThreadCache(tc);
+  m.remote = (user_access & kAccessRemoteBits) != 0;
+  m.plan_start = m.remote ? m.page_start : AlignDown(start, align_);
+  m.plan_end = m.remote ? m.page_end : AlignUp(end, align_);
+  if (m.plan_end == 0) m.NarrowToPages();
+  m.allow_merge = config_.max_merge_bytes > 0;
+  return m;
+}
 
-  for (int attempt = 0;; ++attempt) {
+absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start, uintptr_t end,
+                                               int user_access) {
+  Miss miss = StartMiss(start, end, user_access);
+  if (miss.page_end == 0) return ErrnoStatus(EINVAL, "mrc_get: range wraps the address space");
+  GrowThreadCache(tc);
+  for (;;) {
     DeadList dead;
     PendingMiss pending;
     MissPlan plan;
     // Preallocate outside the lock whatever a miss may need under it.
     auto* fresh = new Region;
     auto* node = IntervalTree<Region*>::AllocateNode();
+    auto discard = [&] {
+      delete fresh;
+      IntervalTree<Region*>::FreeNode(node);
+      Release(&dead);
+    };
     size_t shortfall = 0;  // bytes the budget lacks after evicting our unused regions
     {
       MutexLock lock(&mu_);
       MaintainLocked(&dead);
-      if (Region* hit = FindCoveringLocked(start, end, request_access)) {
-        TakeRefLocked(tc, hit);
-        FillLookupLocked(tc, start, end, user_access, hit);
-        TouchLocked(hit);
-        // A retry was already counted as a miss: one get, one count.
-        if (attempt == 0) slow_hits_.fetch_add(1, std::memory_order_relaxed);
+      if (Region* hit = TakeCoveringLocked(tc, &miss)) {
         lock.Unlock();
-        delete fresh;
-        IntervalTree<Region*>::FreeNode(node);
-        Release(&dead);
+        discard();
         return hit;
       }
-      if (attempt == 0) misses_.fetch_add(1, std::memory_order_relaxed);
-      plan = allow_merge ? PlanMissLocked(aligned_start, aligned_end, request_access)
-                         : MissPlan{aligned_start, aligned_end, 0};
-      shortfall = FitPlanLocked(&plan, page_start, page_end, &dead);
-      // A pending miss records every change to what it may register; once
-      // the registered range is known, only changes that overlap it spoil it.
-      pending.start =
-          plan.has_block() && plan.block_start < plan.start ? plan.block_start : plan.start;
-      pending.end = plan.has_block() && plan.block_end > plan.end ? plan.block_end : plan.end;
-      pending.next = pending_;
-      pending_ = &pending;
+      shortfall = PlanAttemptLocked(&miss, &plan, &pending, &dead);
     }
     Release(&dead);
     if (shortfall > 0) budget_->ReclaimOthers(this, shortfall);
 
-    uintptr_t reg_start = plan.start, reg_end = plan.end;
-    int reg_access = request_access | plan.local;
-    const bool bridged = plan.has_block() && BridgeOutsideLock(plan, &reg_start, &reg_end);
-    if (bridged) reg_access |= plan.bridge_local;
-
-    // Register outside the lock. Monitors that watch ranges learn of it
-    // first, so an unmap during the registration is reported.
-    // A range that was not all mapped when the monitor looked may have been
-    // replaced since, unseen: such a registration is spoiled like one an
-    // invalidation overlapped.
-    const bool watched =
-        !monitor_ || monitor_->Watch(reinterpret_cast<void*>(reg_start), reg_end - reg_start);
-    absl::StatusOr<Registration> reg = TimedRegister(reg_start, reg_end, reg_access);
+    Attempt attempt = RegisterOutsideLock(miss, plan);
 
     MutexLock lock(&mu_);
     MaintainLocked(&dead);  // drains invalidations that arrived meanwhile
-    if (plan.has_block() && !bridged) {
-      // Nothing resident to bridge here: do not look again on every miss.
-      // (Merging does not consult this: only invalidations cool it.)
-      bridge_failed_.Mark(plan.block_start, plan.block_end,
-                          misses_.load(std::memory_order_relaxed));
-    }
-    for (PendingMiss** p = &pending_; *p != nullptr; p = &(*p)->next) {
-      if (*p == &pending) {
-        *p = pending.next;
-        break;
-      }
-    }
-    if (!reg.ok()) {
-      const int err = StatusToErrno(reg.status());
-      // Memory that cannot be registered: do not widen into it again soon.
-      if (bridged && (err == EFAULT || err == EINVAL)) {
-        bridge_failed_.Mark(reg_start, reg_end, misses_.load(std::memory_order_relaxed));
-      }
+    EndAttemptLocked(plan, attempt, &pending);
+    if (!attempt.reg.ok()) {
       lock.Unlock();
-      Release(&dead);
-      if (monitor_) monitor_->Unwatch(reinterpret_cast<void*>(reg_start), reg_end - reg_start);
-      delete fresh;
-      IntervalTree<Region*>::FreeNode(node);
-      bool widened = reg_start != page_start || reg_end != page_end || reg_access != request_access;
-      if ((err == ENOMEM || err == EAGAIN) && ++memory_refusals <= 3) {
-        // Out of resources. Below the RLIMIT_MEMLOCK budget, something else
-        // pins too: the budget comes down to what was pinned then, and the
-        // next plan fits it by evicting LRU. Then the requested pages alone;
-        // for those, only as many unused bytes as they need are evicted
-        // (never the whole cache), and one refusal is always retried.
-        const size_t need = reg_end - reg_start;
-        const size_t limit = budget_ != nullptr ? budget_->limit() : 0;
-        size_t to_free = need;  // without a known limit: room for the request
-        bool hopeless = false;
-        if (limit != 0) {
-          const size_t pinned_then = budget_->pinned();
-          if (pinned_then + need <= budget_->budget()) budget_->Lower(pinned_then);
-          // Beyond the limit itself nothing that could be evicted helps.
-          hopeless = need > limit;
-          const size_t ceiling = need > budget_->budget() ? limit : budget_->budget();
-          if (pinned_then + need > ceiling) to_free = pinned_then + need - ceiling;
-        }
-        if (hopeless) {
-          // Fall through to the error.
-        } else if (widened) {
-          allow_merge = false;
-          aligned_start = page_start;
-          aligned_end = page_end;
-          continue;
-        } else if (MakeRoom(to_free) > 0 || memory_refusals == 1) {
-          continue;
-        }
-      }
-      if (err == ENOMEM || err == EAGAIN) {
-        registrar_failures_.fetch_add(1, std::memory_order_relaxed);
-        return OutOfPinnedMemory(reg_start, reg_end, reg.status());
-      }
-      if ((err == EFAULT || err == EINVAL) && widened) {
-        // Alignment or a merge reached memory that cannot be registered, or a
-        // size the registrar refuses: fall back to exactly the requested pages.
-        allow_merge = false;
-        aligned_start = page_start;
-        aligned_end = page_end;
-        continue;
-      }
-      registrar_failures_.fetch_add(1, std::memory_order_relaxed);
-      return reg.status();
+      if (monitor_) monitor_->Unwatch(reinterpret_cast<void*>(attempt.start), attempt.length());
+      discard();
+      absl::Status refused = AfterRefusal(&miss, attempt);
+      if (!refused.ok()) return refused;
+      continue;
     }
     // Spoiled: an invalidation overlapped what we registered while we did,
     // or a fenced release of it is still under way (memory_events.h: its
     // report after the call has not been made yet, so nothing could void a
     // registration of pages that are about to change).
-    const bool changed = pending.Spoils(reg_start, reg_end) || !watched;
-    const bool in_flight = !changed && ReleaseInFlight(reg_start, reg_end);
-    const bool spoiled = changed || in_flight;
-    Region* raced = spoiled ? nullptr : FindCoveringLocked(start, end, request_access);
-    if (spoiled || raced != nullptr) {
-      // The memory changed while we registered (discard and retry), or
-      // another thread registered a covering region (use it).
-      if (raced != nullptr) {
-        TakeRefLocked(tc, raced);
-        FillLookupLocked(tc, start, end, user_access, raced);
-        TouchLocked(raced);
-      }
+    const bool changed = pending.Spoils(attempt.start, attempt.end) || !attempt.watched;
+    const bool in_flight = !changed && ReleaseInFlight(attempt.start, attempt.end);
+    Region* raced = changed || in_flight ? nullptr : FindCoveringLocked(start, end, miss.access);
+    if (raced == nullptr && !changed && !in_flight) {
+      Region* r = InstallLocked(tc, miss, attempt, fresh, node, &dead);
       lock.Unlock();
-      CountRegistration(reg->length);
-      TimedDeregister(*reg);
-      if (monitor_) monitor_->Unwatch(reinterpret_cast<void*>(reg_start), reg_end - reg_start);
-      delete fresh;
-      IntervalTree<Region*>::FreeNode(node);
       Release(&dead);
-      if (raced != nullptr) return raced;
-      if (in_flight) {
-        // A release of these addresses is under way in another thread (the
-        // kernel may already have handed them to this caller's new mapping).
-        // It ends when that thread leaves its system call, however long it
-        // is descheduled: wait for it, without spending an attempt.
-        if (++in_flight_waits > kMaxMissAttempts * 16 ||
-            !WaitForReleasesInFlight(reg_start, reg_end, kReleaseWaitNs)) {
-          return ErrnoStatus(EAGAIN,
-                             "mrc_get: other threads kept releasing this memory while it "
-                             "was registered");
-        }
-        --attempt;
-        continue;
+      if (odp_ == OdpMode::kExplicit && config_.odp_prefetch_bytes &&
+          end - start >= config_.odp_prefetch_bytes) {
+        // Fault the range in now rather than on the device's first access; a
+        // failed prefetch only costs the device a fault later.
+        (void)registrar_->Prefetch(r->reg, reinterpret_cast<void*>(start), end - start);
       }
-      const bool widened = reg_start != page_start || reg_end != page_end;
-      if (widened) {
-        if (++widened_spoils >= 2) {
-          // Releases keep landing in what widening added: register exactly
-          // the requested pages, which only a release of the caller's own
-          // memory can spoil.
-          allow_merge = false;
-          aligned_start = page_start;
-          aligned_end = page_end;
-        }
-      } else if (++exact_spoils >= kMaxMissAttempts) {
-        // Only this: a get never fails because other memory changed.
-        return ErrnoStatus(EAGAIN,
-                           "mrc_get: the requested memory kept being released while it "
-                           "was registered");
-      }
-      continue;
+      return r;
     }
-
-    Region* r = fresh;
-    r->start = reg_start;
-    r->end = reg_end;
-    r->reg = *reg;
-    r->cache = this;
-    // Alignment coarser than a page, or bridging, adds whole pages that no
-    // request touched; then the region counts as used everywhere.
-    const bool whole = (align_ > page_ && !remote) || bridged;
-    r->used_start = whole ? r->start : start;
-    r->used_end = whole ? r->end : end;
-    r->lru_stamp = tick_.load(std::memory_order_relaxed);
-    r->last_use.store(r->lru_stamp, std::memory_order_relaxed);
-    index_.InsertNode(node, r->start, r->end, r);
-    cached_bytes_ += r->length();
-    if (index_.size() * 4 > wanted_thread_slots_.load(std::memory_order_relaxed) &&
-        wanted_thread_slots_.load(std::memory_order_relaxed) < ThreadCache::kMaxSlots) {
-      wanted_thread_slots_.store(wanted_thread_slots_.load(std::memory_order_relaxed) * 2,
-                                 std::memory_order_relaxed);
-    }
-    r->lru_next = lru_head_;
-    if (lru_head_ != nullptr) lru_head_->lru_prev = r;
-    lru_head_ = r;
-    if (lru_tail_ == nullptr) lru_tail_ = r;
-    CountRegistration(r->length());
-
-    // Retire every compatible region the new one replaces.
-    struct Merge {
-      Region* self;
-      Region* victims;
-    } merge{r, nullptr};
-    index_.ForEachOverlap(r->start, r->end, [&merge](uintptr_t s, uintptr_t e, Region* o) {
-      Region* n = merge.self;
-      if (o != n && s >= n->start && e <= n->end && o->remote_access() == n->remote_access() &&
-          (o->reg.access & kAccessOnDemand) == (n->reg.access & kAccessOnDemand) &&
-          AccessCompatible(n->reg.access, o->reg.access)) {
-        o->next_dead = merge.victims;
-        merge.victims = o;
-      }
-    });
-    Region* candidates = nullptr;
-    if (merge.victims != nullptr) merges_.fetch_add(1, std::memory_order_relaxed);
-    for (Region* o = merge.victims; o != nullptr;) {
-      Region* next = o->next_dead;
-      if (o->used_start < r->used_start) r->used_start = o->used_start;
-      if (o->used_end > r->used_end) r->used_end = o->used_end;
-      UnindexLocked(o, &candidates);
-      o = next;
-    }
-    TakeRefLocked(tc, r);
-    if (candidates != nullptr) SettleLocked(candidates, &dead);
-    FillLookupLocked(tc, start, end, user_access, r);
-    const size_t max_regions = config_.max_regions;
-    const size_t max_bytes = config_.max_bytes;
-    EvictLocked(
-        [this, max_regions, max_bytes] {
-          mu_.AssertHeld();  // EvictLocked calls this with mu_ held
-          return (max_regions && index_.size() > max_regions) ||
-                 (max_bytes && cached_bytes_ > max_bytes);
-        },
-        &dead);
+    // The memory changed while we registered (discard and retry), or
+    // another thread registered a covering region (use it).
+    if (raced != nullptr) HandOutLocked(tc, raced, miss);
     lock.Unlock();
-    Release(&dead);
-    if (odp_ == OdpMode::kExplicit && config_.odp_prefetch_bytes &&
-        end - start >= config_.odp_prefetch_bytes) {
-      // Fault the range in now rather than on the device's first access; a
-      // failed prefetch only costs the device a fault later.
-      (void)registrar_->Prefetch(r->reg, reinterpret_cast<void*>(start), end - start);
-    }
-    return r;
+    CountRegistration(attempt.reg->length);
+    TimedDeregister(*attempt.reg);
+    if (monitor_) monitor_->Unwatch(reinterpret_cast<void*>(attempt.start), attempt.length());
+    discard();
+    if (raced != nullptr) return raced;
+    absl::Status spoiled = AfterSpoil(&miss, attempt, in_flight);
+    if (!spoiled.ok()) return spoiled;
   }
+}
+
+Region* CacheImpl::TakeCoveringLocked(ThreadCache* tc, Miss* miss) {
+  Region* hit = FindCoveringLocked(miss->start, miss->end, miss->access);
+  if (hit == nullptr) {
+    // One get, one count: a retry was counted already.
+    if (!miss->counted) misses_.fetch_add(1, std::memory_order_relaxed);
+    miss->counted = true;
+    return nullptr;
+  }
+  HandOutLocked(tc, hit, *miss);
+  if (!miss->counted) slow_hits_.fetch_add(1, std::memory_order_relaxed);
+  miss->counted = true;
+  return hit;
+}
+
+void CacheImpl::HandOutLocked(ThreadCache* tc, Region* r, const Miss& miss) {
+  TakeRefLocked(tc, r);
+  FillLookupLocked(tc, miss.start, miss.end, miss.user_access, r);
+  TouchLocked(r);
+}
+
+size_t CacheImpl::PlanAttemptLocked(Miss* miss, MissPlan* plan, PendingMiss* pending,
+                                    DeadList* dead) {
+  *plan = miss->allow_merge ? PlanMissLocked(miss->plan_start, miss->plan_end, miss->access)
+                            : MissPlan{miss->plan_start, miss->plan_end, 0};
+  const size_t shortfall = FitPlanLocked(plan, miss->page_start, miss->page_end, dead);
+  // A pending miss records every change to what it may register; once the
+  // registered range is known, only changes that overlap it spoil it.
+  pending->start =
+      plan->has_block() && plan->block_start < plan->start ? plan->block_start : plan->start;
+  pending->end = plan->has_block() && plan->block_end > plan->end ? plan->block_end : plan->end;
+  pending->next = pending_;
+  pending_ = pending;
+  return shortfall;
+}
+
+CacheImpl::Attempt CacheImpl::RegisterOutsideLock(const Miss& miss, const MissPlan& plan) {
+  Attempt a;
+  a.start = plan.start;
+  a.end = plan.end;
+  a.access = miss.access | plan.local;
+  a.bridged = plan.has_block() && BridgeOutsideLock(plan, &a.start, &a.end);
+  if (a.bridged) a.access |= plan.bridge_local;
+  a.widened_range = a.start != miss.page_start || a.end != miss.page_end;
+  a.widened = a.widened_range || a.access != miss.access;
+  // Monitors that watch ranges learn of the registration first, so an unmap
+  // during it is reported. A range that was not all mapped when the monitor
+  // looked may have been replaced since, unseen: such a registration is
+  // spoiled like one an invalidation overlapped.
+  a.watched = !monitor_ || monitor_->Watch(reinterpret_cast<void*>(a.start), a.length());
+  a.reg = TimedRegister(a.start, a.end, a.access);
+  return a;
+}
+
+void CacheImpl::EndAttemptLocked(const MissPlan& plan, const Attempt& attempt,
+                                 PendingMiss* pending) {
+  const uint64_t now = misses_.load(std::memory_order_relaxed);
+  if (plan.has_block() && !attempt.bridged) {
+    // Nothing resident to bridge here: do not look again on every miss.
+    // (Merging does not consult this: only invalidations cool it.)
+    bridge_failed_.Mark(plan.block_start, plan.block_end, now);
+  }
+  if (!attempt.reg.ok() && attempt.bridged) {
+    // Memory that cannot be registered: do not widen into it again soon.
+    const int err = StatusToErrno(attempt.reg.status());
+    if (err == EFAULT || err == EINVAL) bridge_failed_.Mark(attempt.start, attempt.end, now);
+  }
+  for (PendingMiss** p = &pending_; *p != nullptr; p = &(*p)->next) {
+    if (*p == pending) {
+      *p = pending->next;
+      break;
+    }
+  }
+}
+
+absl::Status CacheImpl::AfterRefusal(Miss* miss, const Attempt& attempt) {
+  const int err = StatusToErrno(attempt.reg.status());
+  const bool out_of_memory = err == ENOMEM || err == EAGAIN;
+  if (out_of_memory && ++miss->memory_refusals <= 3) {
+    // Out of resources. Below the RLIMIT_MEMLOCK budget, something else
+    // pins too: the budget comes down to what was pinned then, and the next
+    // plan fits it by evicting LRU. Then the requested pages alone; for
+    // those, only as many unused bytes as they need are evicted (never the
+    // whole cache), and one refusal is always retried.
+    const size_t need = attempt.length();
+    const size_t limit = budget_ != nullptr ? budget_->limit() : 0;
+    size_t to_free = need;  // without a known limit: room for the request
+    bool hopeless = false;
+    if (limit != 0) {
+      const size_t pinned_then = budget_->pinned();
+      if (pinned_then + need <= budget_->budget()) budget_->Lower(pinned_then);
+      // Beyond the limit itself nothing that could be evicted helps.
+      hopeless = need > limit;
+      const size_t ceiling = need > budget_->budget() ? limit : budget_->budget();
+      if (pinned_then + need > ceiling) to_free = pinned_then + need - ceiling;
+    }
+    if (!hopeless) {
+      if (attempt.widened) {
+        miss->NarrowToPages();
+        return absl::OkStatus();
+      }
+      if (MakeRoom(to_free) > 0 || miss->memory_refusals == 1) return absl::OkStatus();
+    }
+  }
+  if (out_of_memory) {
+    registrar_failures_.fetch_add(1, std::memory_order_relaxed);
+    return OutOfPinnedMemory(attempt.start, attempt.end, attempt.reg.status());
+  }
+  if ((err == EFAULT || err == EINVAL) && attempt.widened) {
+    // Alignment or a merge reached memory that cannot be registered, or a
+    // size the registrar refuses: fall back to exactly the requested pages.
+    miss->NarrowToPages();
+    return absl::OkStatus();
+  }
+  registrar_failures_.fetch_add(1, std::memory_order_relaxed);
+  return attempt.reg.status();
+}
+
+absl::Status CacheImpl::AfterSpoil(Miss* miss, const Attempt& attempt, bool in_flight) {
+  if (in_flight) {
+    // A release of these addresses is under way in another thread (the
+    // kernel may already have handed them to this caller's new mapping). It
+    // ends when that thread leaves its system call, however long it is
+    // descheduled: wait for it, without spending an attempt.
+    if (++miss->in_flight_waits > kMaxMissAttempts * 16 ||
+        !WaitForReleasesInFlight(attempt.start, attempt.end, kReleaseWaitNs)) {
+      return ErrnoStatus(EAGAIN,
+                         "mrc_get: other threads kept releasing this memory while it was "
+                         "registered");
+    }
+    return absl::OkStatus();
+  }
+  if (attempt.widened_range) {
+    // Releases keep landing in what widening added: register exactly the
+    // requested pages, which only a release of the caller's own memory can
+    // spoil.
+    if (++miss->widened_spoils >= 2) miss->NarrowToPages();
+    return absl::OkStatus();
+  }
+  // Only this: a get never fails because other memory changed.
+  if (++miss->exact_spoils >= kMaxMissAttempts) {
+    return ErrnoStatus(EAGAIN,
+                       "mrc_get: the requested memory kept being released while it was "
+                       "registered");
+  }
+  return absl::OkStatus();
+}
+
+Region* CacheImpl::InstallLocked(ThreadCache* tc, const Miss& miss, const Attempt& attempt,
+                                 Region* fresh, IntervalTree<Region*>::Node* node, DeadList* dead) {
+  Region* r = fresh;
+  r->start = attempt.start;
+  r->end = attempt.end;
+  r->reg = *attempt.reg;
+  r->cache = this;
+  // Alignment coarser than a page, or bridging, adds whole pages that no
+  // request touched; then the region counts as used everywhere.
+  const bool whole = (align_ > page_ && !miss.remote) || attempt.bridged;
+  r->used_start = whole ? r->start : miss.start;
+  r->used_end = whole ? r->end : miss.end;
+  r->lru_stamp = tick_.load(std::memory_order_relaxed);
+  r->last_use.store(r->lru_stamp, std::memory_order_relaxed);
+  index_.InsertNode(node, r->start, r->end, r);
+  cached_bytes_ += r->length();
+  const size_t slots = wanted_thread_slots_.load(std::memory_order_relaxed);
+  if (index_.size() * 4 > slots && slots < ThreadCache::kMaxSlots) {
+    wanted_thread_slots_.store(slots * 2, std::memory_order_relaxed);
+  }
+  LruPushFrontLocked(r);
+  CountRegistration(r->length());
+  Region* replaced = UnindexContainedLocked(r);
+  TakeRefLocked(tc, r);
+  if (replaced != nullptr) SettleLocked(replaced, dead);
+  FillLookupLocked(tc, miss.start, miss.end, miss.user_access, r);
+  const size_t max_regions = config_.max_regions;
+  const size_t max_bytes = config_.max_bytes;
+  EvictLocked(
+      [this, max_regions, max_bytes] {
+        mu_.AssertHeld();  // EvictLocked calls this with mu_ held
+        return (max_regions && index_.size() > max_regions) ||
+               (max_bytes && cached_bytes_ > max_bytes);
+      },
+      dead);
+  return r;
+}
+
+Region* CacheImpl::UnindexContainedLocked(Region* r) {
+  Region* victims = nullptr;
+  index_.ForEachOverlap(r->start, r->end, [r, &victims](uintptr_t s, uintptr_t e, Region* o) {
+    if (o != r && s >= r->start && e <= r->end && o->remote_access() == r->remote_access() &&
+        (o->reg.access & kAccessOnDemand) == (r->reg.access & kAccessOnDemand) &&
+        AccessCompatible(r->reg.access, o->reg.access)) {
+      o->next_dead = victims;
+      victims = o;
+    }
+  });
+  if (victims == nullptr) return nullptr;
+  merges_.fetch_add(1, std::memory_order_relaxed);
+  Region* candidates = nullptr;
+  for (Region* o = victims; o != nullptr;) {
+    Region* next = o->next_dead;
+    // Whoever asked for o's bytes now finds r: r answers for them.
+    if (o->used_start < r->used_start) r->used_start = o->used_start;
+    if (o->used_end > r->used_end) r->used_end = o->used_end;
+    UnindexLocked(o, &candidates);
+    o = next;
+  }
+  return candidates;
 }
 
 absl::StatusOr<Region*> CacheImpl::AcquireBypass(uintptr_t start, uintptr_t end, int access,
@@ -1232,16 +1262,24 @@ void CacheImpl::TouchLocked(Region* r) {
   r->lru_stamp = tick;
   r->last_use.store(tick, std::memory_order_relaxed);
   if (lru_head_ == r) return;
-  // unlink
-  if (r->lru_prev != nullptr) r->lru_prev->lru_next = r->lru_next;
-  if (r->lru_next != nullptr) r->lru_next->lru_prev = r->lru_prev;
-  if (lru_tail_ == r) lru_tail_ = r->lru_prev;
-  // push front
+  LruUnlinkLocked(r);
+  LruPushFrontLocked(r);
+}
+
+void CacheImpl::LruPushFrontLocked(Region* r) {
   r->lru_prev = nullptr;
   r->lru_next = lru_head_;
   if (lru_head_ != nullptr) lru_head_->lru_prev = r;
   lru_head_ = r;
   if (lru_tail_ == nullptr) lru_tail_ = r;
+}
+
+void CacheImpl::LruUnlinkLocked(Region* r) {
+  if (r->lru_prev != nullptr) r->lru_prev->lru_next = r->lru_next;
+  if (r->lru_next != nullptr) r->lru_next->lru_prev = r->lru_prev;
+  if (lru_head_ == r) lru_head_ = r->lru_next;
+  if (lru_tail_ == r) lru_tail_ = r->lru_prev;
+  r->lru_prev = r->lru_next = nullptr;
 }
 
 int64_t CacheImpl::TotalRefsLocked(const Region* r, uint64_t* last_use) const {
@@ -1263,11 +1301,7 @@ int64_t CacheImpl::TotalRefsLocked(const Region* r, uint64_t* last_use) const {
 void CacheImpl::UnindexLocked(Region* r, Region** candidates) {
   IntervalTree<Region*>::FreeNode(index_.DetachNode(r->start, r));  // node storage is plain memory
   cached_bytes_ -= r->length();
-  if (r->lru_prev != nullptr) r->lru_prev->lru_next = r->lru_next;
-  if (r->lru_next != nullptr) r->lru_next->lru_prev = r->lru_prev;
-  if (lru_head_ == r) lru_head_ = r->lru_next;
-  if (lru_tail_ == r) lru_tail_ = r->lru_prev;
-  r->lru_prev = r->lru_next = nullptr;
+  LruUnlinkLocked(r);
   r->state = RegionState::kInvalid;
   // Lock-free puts learn it from their slots (before the generation bump
   // that SettleLocked does, see Put).

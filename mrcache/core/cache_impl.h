@@ -196,6 +196,42 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
     bool has_block() const { return block_end > block_start; }
   };
 
+  // One get that missed the lock-free path, across its attempts. The first
+  // block is fixed by the request; the second is what earlier attempts
+  // taught (AfterRefusal and AfterSpoil change it).
+  struct Miss {
+    uintptr_t start = 0, end = 0;  // as asked
+    int user_access = 0;           // as asked (lookups are keyed by it)
+    int access = 0;                // registered: user_access, on demand under explicit ODP
+    uintptr_t page_start = 0, page_end = 0;  // the smallest range ever registered
+    bool remote = false;                     // remote rights: never aligned beyond pages
+
+    uintptr_t plan_start = 0, plan_end = 0;  // what the next plan widens from
+    bool allow_merge = false;
+    bool counted = false;     // counted already, as a miss or a slow hit
+    int memory_refusals = 0;  // registrar ENOMEM/EAGAIN so far
+    int widened_spoils = 0;   // attempts whose widened registration was spoiled
+    int exact_spoils = 0;     // attempts whose registration of the requested pages was spoiled
+    int in_flight_waits = 0;  // attempts that met another thread's release under way
+    // From now on: exactly the requested pages, no merging.
+    void NarrowToPages() {
+      allow_merge = false;
+      plan_start = page_start;
+      plan_end = page_end;
+    }
+  };
+  // One registration made outside the lock for a Miss.
+  struct Attempt {
+    uintptr_t start = 0, end = 0;  // registered (the plan, bridged or not)
+    int access = 0;
+    bool bridged = false;
+    bool widened_range = false;  // beyond the requested pages
+    bool widened = false;        // beyond the requested pages or rights
+    bool watched = true;         // the monitor saw the range (or there is none)
+    absl::StatusOr<Registration> reg;
+    size_t length() const { return end - start; }
+  };
+
   CacheImpl(const Config& config, std::unique_ptr<Registrar> registrar);
 
   // ECHILD naming `op` if this is a parent's cache in a fork child (whose
@@ -208,7 +244,44 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   absl::Status PutShared(Region* r);
   // Deregisters the retired regions whose last reference is gone.
   void SettleRetired();
+  // The slow path of a get: under mu_, a covering region or a plan; outside
+  // it, the registration; under it again, the region installed, or the
+  // attempt discarded (refused or spoiled) and the next one narrowed.
   absl::StatusOr<Region*> AcquireSlow(ThreadCache* tc, uintptr_t start, uintptr_t end, int access);
+  // The Miss of a get of [start, end) (page_end == 0: the range wraps).
+  Miss StartMiss(uintptr_t start, uintptr_t end, int user_access) const;
+  // A region covering the miss's request, handed out (HandOutLocked), or
+  // nullptr; counts the get once, as a slow hit or a miss.
+  Region* TakeCoveringLocked(ThreadCache* tc, Miss* miss) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Gives the caller a reference to r: the reference, its lookup entry, the
+  // LRU touch.
+  void HandOutLocked(ThreadCache* tc, Region* r, const Miss& miss)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Plans the next attempt (merge, bridge block, fitted to the budget) and
+  // links `pending` into pending_; returns FitPlanLocked's shortfall.
+  size_t PlanAttemptLocked(Miss* miss, MissPlan* plan, PendingMiss* pending, DeadList* dead)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Without mu_: bridges, tells the monitor, registers.
+  Attempt RegisterOutsideLock(const Miss& miss, const MissPlan& plan);
+  // Unlinks `pending` and remembers ranges not worth widening into again.
+  void EndAttemptLocked(const MissPlan& plan, const Attempt& attempt, PendingMiss* pending)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Without mu_, after the registrar refused `attempt`: OK to try again
+  // (narrowed, or after making room), else the error for the caller.
+  absl::Status AfterRefusal(Miss* miss, const Attempt& attempt);
+  // Without mu_, after `attempt` was spoiled by a release (in flight: still
+  // under way): OK to try again, else EAGAIN. Only a release of the
+  // requested pages themselves can exhaust the attempts.
+  absl::Status AfterSpoil(Miss* miss, const Attempt& attempt, bool in_flight);
+  // Makes `fresh` the region of a successful attempt: indexed, on the LRU,
+  // replacing the compatible regions it contains, handed to the caller; then
+  // evicts down to max_regions and max_bytes.
+  Region* InstallLocked(ThreadCache* tc, const Miss& miss, const Attempt& attempt, Region* fresh,
+                        IntervalTree<Region*>::Node* node, DeadList* dead)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Unindexes the compatible regions r contains (r takes over their used
+  // bytes); returns them linked by next_dead, for SettleLocked.
+  Region* UnindexContainedLocked(Region* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A dedicated registration of exactly [start, end), never shared,
   // deregistered at put; counted as remote_private if `remote_private`, else
   // as bypassed.
@@ -261,6 +334,9 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   void FillLookupLocked(ThreadCache* tc, uintptr_t start, uintptr_t end, int access, Region* r)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void TouchLocked(Region* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The LRU list of cached regions (lru_head_ = most recently used).
+  void LruPushFrontLocked(Region* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void LruUnlinkLocked(Region* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Raises r->last_use to `used` (a slot's stamp that is about to go away).
   void FoldLastUseLocked(Region* r, uint64_t used) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The sum of r's shared and per-thread counts; with last_use, also the max
