@@ -253,23 +253,57 @@ void PrintConfigTable() {
   }
 }
 
+// Markdown `code` and *emphasis* of the key table as roff bold and italics,
+// with roff's escape character escaped.
+std::string MarkdownToRoff(const char* text) {
+  std::string out;
+  bool code = false, emphasis = false;
+  for (const char* c = text; *c != '\0'; ++c) {
+    if (*c == '`') {
+      out += code ? "\\fR" : "\\fB";
+      code = !code;
+    } else if (*c == '*' && !code) {
+      out += emphasis ? "\\fR" : "\\fI";
+      emphasis = !emphasis;
+    } else if (*c == '\\') {
+      out += "\\e";
+    } else {
+      out += *c;
+    }
+  }
+  return out;
+}
+
+// The configuration keys as the list of mrcache(7)'s CONFIGURATION section.
+void PrintConfigMan() {
+  for (const mrcache::ConfigKeyInfo& key : mrcache::Config::KeyTable()) {
+    std::printf(".TP\n.B %s\n%s.\nDefault: %s.\n", key.name, MarkdownToRoff(key.values).c_str(),
+                MarkdownToRoff(key.default_value).c_str());
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "-h") == 0 || std::strcmp(argv[i], "--help") == 0) {
       std::printf(
-          "usage: mrcache-info [--config-table]\n\n"
+          "usage: mrcache-info [--config-table | --config-man]\n\n"
           "Prints the mrcache configuration in effect (every key; set them with MRCACHE_<KEY>),\n"
           "the RDMA devices libibverbs lists with their ODP capabilities, and which memory\n"
           "monitors can be installed here. Exit status 1 if the MRCACHE_* environment is\n"
           "invalid.\n\n"
           "--config-table  print every configuration key, what it accepts and its default,\n"
-          "                as a Markdown table (the one in README.md), and exit.\n");
+          "                as a Markdown table (the one in README.md), and exit.\n"
+          "--config-man    the same keys as the roff list of mrcache(7), and exit.\n");
       return 0;
     }
     if (std::strcmp(argv[i], "--config-table") == 0) {
       PrintConfigTable();
+      return 0;
+    }
+    if (std::strcmp(argv[i], "--config-man") == 0) {
+      PrintConfigMan();
       return 0;
     }
     std::fprintf(stderr, "mrcache-info: unknown argument '%s' (see --help)\n", argv[i]);
