@@ -161,7 +161,7 @@ absl::StatusOr<std::unique_ptr<CacheImpl>> CacheImpl::Create(const Config& confi
 CacheImpl::~CacheImpl() {
   if (budget_ != nullptr) budget_->Leave(this);  // no other cache reclaims from us from now on
   if (listening_) RemoveMemoryEventListener(this);
-  bool child = forked_.load() || getpid() != pid_;
+  const bool child = InForkChild();
   DeadList dead;
   int64_t held = 0;
   {
@@ -249,11 +249,14 @@ void CacheImpl::OnForkPrepare() noexcept ABSL_NO_THREAD_SAFETY_ANALYSIS { mu_.lo
 void CacheImpl::OnForkParent() noexcept ABSL_NO_THREAD_SAFETY_ANALYSIS { mu_.unlock(); }
 
 void CacheImpl::OnForkChild() noexcept ABSL_NO_THREAD_SAFETY_ANALYSIS {
-  forked_.store(true, std::memory_order_release);
   gen_.fetch_add(1, std::memory_order_acq_rel);
   // Taken by OnForkPrepare on this (the only) thread: the guarded state is
   // as that thread left it, consistent.
   mu_.unlock();
+}
+
+bool CacheImpl::InForkChild() const {
+  return ForkGeneration() != fork_generation_ || getpid() != pid_;
 }
 
 absl::Status CacheImpl::CheckNotForked(const char* op) const {

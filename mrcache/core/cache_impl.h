@@ -238,6 +238,10 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   // registrar must not be called), else OK. Out of line: the put fast path
   // compares the generations itself and calls this only in a child.
   __attribute__((noinline)) absl::Status CheckNotForked(const char* op) const;
+  // True in a child forked after this cache was created (by fork(), whose
+  // atfork handler raised ForkGeneration(), or by a raw clone that skipped it
+  // and only the pid tells).
+  bool InForkChild() const;
   // Acquire and Put after their lock-free paths found nothing.
   absl::StatusOr<Region*> AcquireUncached(uintptr_t start, uintptr_t end, size_t length,
                                           int access);
@@ -397,7 +401,9 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   const size_t align_;
   const size_t page_;
   const pid_t pid_;
-  const uint64_t fork_generation_;  // ForkGeneration() at creation (fork_guard.h)
+  // ForkGeneration() at creation (fork_guard.h): a different value now means
+  // this is a fork child's copy of the cache (see InForkChild).
+  const uint64_t fork_generation_;
   bool listening_ = false;
   OdpMode odp_ = OdpMode::kOff;
   bool bridging_safe_ = false;       // see PlanMissLocked
@@ -413,7 +419,6 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   // Hit-path shared state: read-mostly.
   alignas(64) std::atomic<uint64_t> gen_{1};
   std::atomic<uint64_t> tick_{1};
-  std::atomic<bool> forked_{false};
   // Per-thread table size to aim for: about four slots per cached region.
   std::atomic<size_t> wanted_thread_slots_{ThreadCache::kMinSlots};
 
