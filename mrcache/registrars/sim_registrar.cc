@@ -11,7 +11,6 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -21,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "mrcache/errno_status.h"
+#include "mrcache/mutex.h"
 #include "mrcache/registrars/registration_checks.h"
 
 namespace mrcache {
@@ -67,7 +67,7 @@ class PinCounts {
 
   absl::Status Pin(const void* addr, size_t length) {
     auto [first, last] = PageRange(addr, length);
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     // Lock the runs of pages nobody pins yet; undo them all if one fails.
     std::vector<std::pair<uintptr_t, uintptr_t>> locked;
     for (uintptr_t p = first; p < last;) {
@@ -91,7 +91,7 @@ class PinCounts {
 
   void Unpin(const void* addr, size_t length) {
     auto [first, last] = PageRange(addr, length);
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     uintptr_t run_start = 0, run_end = 0;  // pages to munlock, merged
     auto flush = [&] {
       if (run_end > run_start) UnlockPages(run_start, run_end, page_);
@@ -110,7 +110,7 @@ class PinCounts {
   }
 
   uint64_t pinned_pages() const {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     return counts_.size();
   }
 
@@ -131,8 +131,8 @@ class PinCounts {
   }
 
   const size_t page_;
-  mutable std::mutex mu_;
-  absl::flat_hash_map<uintptr_t, uint32_t> counts_;  // page -> pins; guarded by mu_
+  mutable Mutex mu_;
+  absl::flat_hash_map<uintptr_t, uint32_t> counts_ ABSL_GUARDED_BY(mu_);  // page -> pins
 };
 
 class SimRegistrar final : public Registrar {
@@ -145,7 +145,7 @@ class SimRegistrar final : public Registrar {
         pins_(static_cast<size_t>(sysconf(_SC_PAGESIZE))) {}
 
   ~SimRegistrar() override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     for (const auto& [handle, live] : live_) {
       if (live.mlocked) pins_.Unpin(live.addr, live.length);
     }
@@ -182,7 +182,7 @@ class SimRegistrar final : public Registrar {
     live.mlocked = mlocked;
     if (odp) live.touched = std::make_unique<absl::flat_hash_set<uintptr_t>>();
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       live_.emplace(handle, std::move(live));
       ++registrations_;
       simulated_ns_ += cost;
@@ -199,7 +199,7 @@ class SimRegistrar final : public Registrar {
   absl::Status Deregister(const Registration& reg) override {
     Live live;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       auto it = FindLive(reg);
       if (it == live_.end()) return NotLive(reg);
       live = std::move(it->second);
@@ -244,7 +244,7 @@ class SimRegistrar final : public Registrar {
   SimRegistrarStats stats() const {
     SimRegistrarStats st;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       st.registrations = registrations_;
       st.deregistrations = deregistrations_;
       st.live = live_.size();
@@ -266,8 +266,8 @@ class SimRegistrar final : public Registrar {
   };
   using LiveMap = absl::flat_hash_map<uint64_t, Live>;
 
-  // The live entry `reg` names, or live_.end(). mu_ held.
-  LiveMap::iterator FindLive(const Registration& reg) {
+  // The live entry `reg` names, or live_.end().
+  LiveMap::iterator FindLive(const Registration& reg) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     auto it = live_.find(reg.handle);
     if (it == live_.end() || it->second.addr != reg.addr || it->second.length != reg.length) {
       return live_.end();
@@ -287,7 +287,7 @@ class SimRegistrar final : public Registrar {
   absl::Status Touch(const Registration& reg, void* addr, size_t length) {
     uint64_t faulted = 0;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       auto it = FindLive(reg);
       if (it == live_.end()) return NotLive(reg);
       if (absl::Status s = CheckMapped(addr, length); !s.ok()) return s;
@@ -311,12 +311,12 @@ class SimRegistrar final : public Registrar {
   PinCounts pins_;
   std::atomic<uint64_t> next_handle_{1};
 
-  mutable std::mutex mu_;
-  LiveMap live_;                    // guarded by mu_
-  uint64_t registrations_ = 0;      // guarded by mu_
-  uint64_t deregistrations_ = 0;    // guarded by mu_
-  uint64_t simulated_ns_ = 0;       // guarded by mu_
-  uint64_t odp_faulted_pages_ = 0;  // guarded by mu_
+  mutable Mutex mu_;
+  LiveMap live_ ABSL_GUARDED_BY(mu_);
+  uint64_t registrations_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t deregistrations_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t simulated_ns_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t odp_faulted_pages_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace
