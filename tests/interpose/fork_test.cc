@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "tests/interpose/shim_fixture.h"
+#include "tests/softverbs/fork_children.h"
 
 // AddressSanitizer of GCC 12 has no fork handling for its own allocator: a
 // child that allocates can block forever on an allocator lock a busy thread
@@ -36,22 +37,8 @@ constexpr bool kAsan = false;
 
 namespace {
 
-class ShimForkTest : public shim_test::ShimTest {
- protected:
-  // Forks; the child runs `child` under alarm(10) and exits with its result.
-  // Returns the child's wait status.
-  template <typename Fn>
-  static int RunChild(Fn child) {
-    pid_t pid = fork();
-    if (pid == 0) {
-      alarm(10);
-      _exit(child());
-    }
-    int status = -1;
-    if (pid < 0 || waitpid(pid, &status, 0) != pid) return -1;
-    return status;
-  }
-};
+using ShimForkTest = shim_test::ShimTest;
+using fork_children::RunChild;
 
 // What each child does: a device, a PD and an MR of its own, a device write
 // through it, and everything released. 0 if all of it worked.
@@ -101,19 +88,12 @@ TEST_F(ShimForkTest, ChildOfAProcessBusyInTheShimOpensTheDeviceAndRegisters) {
       ibv_dealloc_pd(pd);
     }
   });
-  int deadlocked = 0, failed = 0;
-  for (int i = 0; i < 20; ++i) {
-    int status = RunChild([this] { return ChildUsesANewDevice(buf_); });
-    if (WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM) {
-      ++deadlocked;
-    } else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-      ++failed;
-    }
-  }
+  const fork_children::Outcomes children =
+      fork_children::RunChildren(20, [this] { return ChildUsesANewDevice(buf_); });
   stop = true;
   for (std::thread& t : busy) t.join();
-  EXPECT_EQ(deadlocked, 0) << "children that deadlocked, of 20";
-  EXPECT_EQ(failed, 0) << "children that failed, of 20";
+  EXPECT_EQ(children.deadlocked, 0) << "children that deadlocked, of 20";
+  EXPECT_EQ(children.failed, 0) << "children that failed, of 20";
 }
 
 TEST_F(ShimForkTest, ChildRegistrationOnAnInheritedPdIsItsOwn) {

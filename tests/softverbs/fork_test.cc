@@ -4,15 +4,13 @@
 // pages on fork, IBV_FORK_UNNEEDED).
 #include <gtest/gtest.h>
 #include <infiniband/verbs.h>
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <thread>
 #include <vector>
 
 #include "tests/softverbs/fixture.h"
+#include "tests/softverbs/fork_children.h"
 
 namespace softverbs {
 namespace {
@@ -20,21 +18,20 @@ namespace {
 using Fork = SoftverbsTest;
 
 // What a child does: a device, a PD and an MR of its own, and back.
-// Exit status 0 if all of it worked.
-[[noreturn]] void ChildUsesTheDevice() {
-  alarm(10);  // a deadlock ends as SIGALRM, not as a hung test
+// 0 if all of it worked.
+int ChildUsesTheDevice() {
   int n = 0;
   ibv_device** list = ibv_get_device_list(&n);
-  if (list == nullptr || n != 1) _exit(2);
+  if (list == nullptr || n != 1) return 2;
   ibv_context* ctx = ibv_open_device(list[0]);
-  if (ctx == nullptr) _exit(3);
+  if (ctx == nullptr) return 3;
   ibv_pd* pd = ibv_alloc_pd(ctx);
   static char buf[4096] __attribute__((aligned(4096)));
   ibv_mr* mr = pd == nullptr ? nullptr : ibv_reg_mr(pd, buf, sizeof buf, IBV_ACCESS_LOCAL_WRITE);
-  if (mr == nullptr) _exit(4);
-  if (ibv_dereg_mr(mr) != 0 || ibv_dealloc_pd(pd) != 0 || ibv_close_device(ctx) != 0) _exit(5);
+  if (mr == nullptr) return 4;
+  if (ibv_dereg_mr(mr) != 0 || ibv_dealloc_pd(pd) != 0 || ibv_close_device(ctx) != 0) return 5;
   ibv_free_device_list(list);
-  _exit(0);
+  return 0;
 }
 
 TEST_F(Fork, ChildOfABusyMultiThreadedProcessCanUseTheDevice) {
@@ -49,23 +46,11 @@ TEST_F(Fork, ChildOfABusyMultiThreadedProcessCanUseTheDevice) {
       }
     });
   }
-  int deadlocked = 0, failed = 0;
-  for (int i = 0; i < 20; ++i) {
-    pid_t pid = fork();
-    ASSERT_GE(pid, 0);
-    if (pid == 0) ChildUsesTheDevice();
-    int status = 0;
-    ASSERT_EQ(waitpid(pid, &status, 0), pid);
-    if (WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM) {
-      ++deadlocked;
-    } else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-      ++failed;
-    }
-  }
+  const fork_children::Outcomes children = fork_children::RunChildren(20, ChildUsesTheDevice);
   stop = true;
   for (std::thread& t : busy) t.join();
-  EXPECT_EQ(deadlocked, 0) << "children that deadlocked, of 20";
-  EXPECT_EQ(failed, 0) << "children that failed, of 20";
+  EXPECT_EQ(children.deadlocked, 0) << "children that deadlocked, of 20";
+  EXPECT_EQ(children.failed, 0) << "children that failed, of 20";
 }
 
 }  // namespace
