@@ -1,8 +1,10 @@
 #include "mrcache/log.h"
 
 #include <cstdio>
-#include <mutex>
 #include <string>
+
+#include "absl/base/attributes.h"
+#include "mrcache/mutex.h"
 
 namespace mrcache {
 namespace {
@@ -12,23 +14,16 @@ struct Sink {
   void* arg = nullptr;
 };
 
-std::mutex& SinkMutex() {
-  static auto* mu = new std::mutex;
-  return *mu;
-}
-
-Sink& CurrentSink() {  // guarded by SinkMutex()
-  static Sink sink;
-  return sink;
-}
+ABSL_CONST_INIT Mutex g_sink_mu;
+ABSL_CONST_INIT Sink g_sink ABSL_GUARDED_BY(g_sink_mu);
 
 }  // namespace
 
 void Log(LogLevel level, absl::string_view message) {
   Sink sink;
   {
-    std::lock_guard<std::mutex> lock(SinkMutex());
-    sink = CurrentSink();
+    MutexLock lock(&g_sink_mu);
+    sink = g_sink;
   }
   const std::string text(message);
   if (sink.fn != nullptr) {
@@ -39,8 +34,8 @@ void Log(LogLevel level, absl::string_view message) {
 }
 
 void SetLogCallback(LogCallback fn, void* arg) {
-  std::lock_guard<std::mutex> lock(SinkMutex());
-  CurrentSink() = Sink{fn, arg};
+  MutexLock lock(&g_sink_mu);
+  g_sink = Sink{fn, arg};
 }
 
 }  // namespace mrcache

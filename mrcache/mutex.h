@@ -18,7 +18,9 @@ namespace mrcache {
 
 class ABSL_LOCKABLE Mutex {
  public:
-  Mutex() = default;
+  // Constant-initialised, and trivially destructible like the std::mutex
+  // underneath, so a Mutex may be a global used until the process exits.
+  constexpr Mutex() = default;
   Mutex(const Mutex&) = delete;
   Mutex& operator=(const Mutex&) = delete;
 
