@@ -9,7 +9,6 @@
 #include <atomic>
 #include <cstdio>
 #include <cstring>
-#include <mutex>
 #include <string>
 
 #include "mrcache/errno_status.h"
@@ -17,6 +16,7 @@
 #include "mrcache/monitors/memory_events.h"
 #include "mrcache/monitors/raw_syscall.h"
 #include "mrcache/monitors/release_ranges.h"
+#include "mrcache/mutex.h"
 
 extern "C" void* __curbrk;
 
@@ -277,19 +277,17 @@ struct TrampolinePage {
   size_t used = 0;
 };
 constexpr int kMaxTrampolinePages = 16;
-TrampolinePage g_pages[kMaxTrampolinePages];  // guarded by PatchMutex
 struct SlotOwner {
   void* entry;
   uint8_t* slot;
 };
 constexpr int kMaxSlots = 256;
-SlotOwner g_slot_owners[kMaxSlots];
-int g_num_slot_owners = 0;
-
-std::mutex& PatchMutex() {
-  static std::mutex* m = new std::mutex;
-  return *m;
-}
+// Taken to patch or unpatch, and across fork (fork_guard.h). A global that
+// is constant-initialised and never destroyed (mutex.h).
+ABSL_CONST_INIT Mutex g_patch_mu;
+TrampolinePage g_pages[kMaxTrampolinePages] ABSL_GUARDED_BY(g_patch_mu);
+SlotOwner g_slot_owners[kMaxSlots] ABSL_GUARDED_BY(g_patch_mu);
+int g_num_slot_owners ABSL_GUARDED_BY(g_patch_mu) = 0;
 
 bool WithinRel32(const void* from_next, const void* to) {
   intptr_t d = reinterpret_cast<intptr_t>(to) - reinterpret_cast<intptr_t>(from_next);
@@ -326,10 +324,9 @@ uint8_t* MapPageNear(void* entry) {
 
 // A slot that jumps to `handler`, reachable by a rel32 jump that ends at
 // `jump_end`; one per (entry, handler), reused by every later installation
-// (the library stays loaded once it has patched libc: PinLibrary). Requires
-// PatchMutex.
-absl::Status SlotFor(const char* name, void* entry, uint8_t* jump_end, void* handler,
-                     uint8_t** out) {
+// (the library stays loaded once it has patched libc: PinLibrary).
+absl::Status SlotFor(const char* name, void* entry, uint8_t* jump_end, void* handler, uint8_t** out)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(g_patch_mu) {
   for (int i = 0; i < g_num_slot_owners; ++i) {
     if (g_slot_owners[i].entry == entry) {
       uint64_t target;
@@ -516,7 +513,7 @@ void PinLibrary() {
 // reached through the entry's jump, which was removed).
 absl::Status ApplySyscallPatch(void* entry, void* handler, PatchSite* site) {
   const char* name = "syscall";
-  std::lock_guard<std::mutex> lock(PatchMutex());
+  MutexLock lock(&g_patch_mu);
   if (entry == nullptr) {
     return ErrnoStatus(ENOTSUP, "patch monitor: syscall not found in libc");
   }
@@ -579,7 +576,7 @@ absl::Status ApplyPatch(const char* name, void* entry, const uint8_t (&expected)
 #if !defined(__x86_64__)
   return ErrnoStatus(ENOTSUP, std::string("patch monitor: ") + name + ": x86-64 only");
 #endif
-  std::lock_guard<std::mutex> lock(PatchMutex());
+  MutexLock lock(&g_patch_mu);
   if (entry == nullptr) {
     return ErrnoStatus(ENOTSUP, std::string("patch monitor: ") + name + " not found in libc");
   }
@@ -622,7 +619,7 @@ absl::Status ApplyPatch(const char* name, void* entry, const uint8_t (&expected)
 
 absl::Status RemovePatch(PatchSite* site) {
   if (!site->applied) return absl::OkStatus();
-  std::lock_guard<std::mutex> lock(PatchMutex());
+  MutexLock lock(&g_patch_mu);
   uint8_t code[8];
   uint64_t word = ReadCodeWord(site->entry);
   memcpy(code, &word, 8);
@@ -687,8 +684,10 @@ void Disable() {
 
 bool Enabled() { return g_enabled.load(std::memory_order_relaxed); }
 
-void LockForFork() { PatchMutex().lock(); }
-void UnlockAfterFork() { PatchMutex().unlock(); }
+// The fork handlers lock in one call and unlock in another: beyond the
+// analysis (fork_guard.h states the protocol).
+void LockForFork() ABSL_NO_THREAD_SAFETY_ANALYSIS { g_patch_mu.lock(); }
+void UnlockAfterFork() ABSL_NO_THREAD_SAFETY_ANALYSIS { g_patch_mu.unlock(); }
 
 }  // namespace patch_monitor
 }  // namespace mrcache
