@@ -42,7 +42,11 @@
  * request that cannot fit even with every unused region gone fails with
  * ENOMEM (EAGAIN if that is what the registrar said), whose message names
  * the limit and the bytes pinned; regions in use
- * are never evicted. On-demand paging (odp) pins nothing and has no budget.
+ * are never evicted. The budget applies only to registrations that pin
+ * memory counted against RLIMIT_MEMLOCK: verbs and uring do; on-demand
+ * paging (odp) and sim without sim_mlock pin nothing and have no budget; a
+ * custom registrar (mrc_cache_create_custom) is taken to pin, as callbacks
+ * calling ibv_reg_mr do, unless its config sets custom_pins=0.
  * mrc_stats_t.pin_budget_bytes is the budget now (0 = no limit).
  *
  * Thread safety: every function may be called from any thread, concurrently,
@@ -65,7 +69,7 @@ struct ibv_pd;
  * Keys equal the MRCACHE_* environment names, lower-case, without the prefix
  * (registrar, max_regions, max_bytes, max_merge_bytes, bridge_bytes,
  * alignment, remote_keys, monitor, odp, odp_prefetch_bytes, sim_*, pool_*,
- * uring_slots). `mrcache-info --config-table` prints every key with what it
+ * uring_slots, custom_pins). `mrcache-info --config-table` prints every key with what it
  * accepts and its default, from the library's own table; mrcache(7) and
  * README.md ("Configuration") explain them.
  */
@@ -163,8 +167,10 @@ typedef struct {
   int (*dereg)(void *ctx, uint64_t handle);
 } mrc_registrar_ops_t;
 /* Like mrc_cache_create, with `ops` (copied) called with `ctx` instead of a
- * built-in registrar. Returns 0; EINVAL if ops, ops->reg, ops->dereg or cache
- * is NULL, or for a bad config; ENOMEM. */
+ * built-in registrar. The callbacks' registrations are taken to pin memory
+ * counted against RLIMIT_MEMLOCK, so the pin budget applies, unless cfg sets
+ * custom_pins=0 (callbacks that pin nothing). Returns 0; EINVAL if ops, ops->reg, ops->dereg or
+ * cache is NULL, or for a bad config; ENOMEM. */
 int mrc_cache_create_custom(const mrc_config_t *cfg, const mrc_registrar_ops_t *ops, void *ctx,
                             mrc_cache_t **cache);
 /* The handle the registrar returned for this held region (0 for NULL). */

@@ -147,9 +147,9 @@ absl::StatusOr<std::unique_ptr<CacheImpl>> CacheImpl::Create(const Config& confi
   if (!listen.ok()) return listen;
   cache->listening_ = true;
 
-  // Regions that pin count against the process's budget; on-demand paging
-  // pins nothing and needs none.
-  if (cache->odp_ == OdpMode::kOff) {
+  // Regions that pin count against the process's budget; on-demand paging,
+  // and registrars that pin nothing (registrar.h), need none.
+  if (cache->odp_ == OdpMode::kOff && cache->registrar_->pins_memory()) {
     PinBudget& budget = PinBudget::Process();
     budget.Refresh();
     budget.Join(cache.get());

@@ -305,7 +305,8 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   MissPlan PlanMissLocked(uintptr_t start, uintptr_t end, int access)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Bytes this cache may pin now: the process budget, or max_bytes if
-  // smaller; 0 = no limit (and always 0 for on-demand paging).
+  // smaller; 0 = no limit (and always 0 for on-demand paging or a registrar
+  // that pins nothing).
   size_t PinBudgetBytes() const;
   // The process budget that applies to this cache's pins (0 = none).
   size_t ProcessBudget() const { return budget_ != nullptr ? budget_->budget() : 0; }
@@ -409,7 +410,7 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   bool bridging_safe_ = false;       // see PlanMissLocked
   bool monitor_incomplete_ = false;  // auto's coverage is not all in effect (stats)
   // The process's pin budget, joined at creation; null when regions pin
-  // nothing (on-demand paging).
+  // nothing (on-demand paging, or a registrar whose pins_memory() is false).
   PinBudget* budget_ = nullptr;
   // odp=implicit: whole-address-space MRs, one per set of remote rights
   // (index: remote access bits >> 1), registered on first use.
