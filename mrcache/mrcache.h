@@ -34,7 +34,11 @@
  * unlimited or the process has CAP_IPC_LOCK; max_bytes lowers it further.
  * All caches of a process share that budget: a cache short of room first
  * evicts its own unused regions (least recently used first, only until the
- * request fits), then asks the other caches for theirs. A miss plans a
+ * request fits), then asks the other caches for theirs. A miss larger than a
+ * quarter of the budget that does not fit beside the pinned bytes gets a
+ * registration for itself, deregistered at mrc_put (counted in
+ * mrc_stats_t.bypassed), unless the same pages were served so among the
+ * last 4 such misses. A miss plans a
  * merged, bridged or aligned region only while it fits without evicting;
  * the requested pages themselves are always tried. If the registrar still refuses (ENOMEM or
  * EAGAIN) although the request fits the budget, something else pins too: the
@@ -182,7 +186,9 @@ uint64_t mrc_region_handle(const mrc_region_t *region);
 typedef struct {
   uint64_t hits, misses, registrations, deregistrations, evictions, invalidations, merges, regions,
       pinned_bytes, registrar_ns;
-  uint64_t peak_pinned_bytes, registrar_failures, bypassed;
+  uint64_t peak_pinned_bytes, registrar_failures,
+      bypassed; /* registered for one get alone, deregistered at its put: MW_BIND, ZERO_BASED,
+                   and misses too large for the pin budget ("Pinned-memory budget") */
   uint64_t
       remote_private; /* requests with remote rights registered privately (remote_keys=private) */
   uint64_t monitor_incomplete; /* 1: the monitor reports less than `auto` promises (cause logged at

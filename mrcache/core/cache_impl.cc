@@ -325,9 +325,49 @@ __attribute__((noinline)) absl::StatusOr<Region*> CacheImpl::AcquireUncached(uin
     return AcquireBypass(start, end, access | odp, /*remote_private=*/true);
   }
   if (odp_ == OdpMode::kImplicit) return AcquireImplicitOdp(start, end, access);
+  if (budget_ != nullptr) {
+    absl::StatusOr<Region*> oversized = AcquireOversized(start, end, access);
+    if (!oversized.ok() || *oversized != nullptr) return oversized;
+  }
   ThreadCache* tc = FindThreadCache(uid_);
   if (tc == nullptr) tc = AttachThread();
   return AcquireSlow(tc, start, end, access);
+}
+
+absl::StatusOr<Region*> CacheImpl::AcquireOversized(uintptr_t start, uintptr_t end, int access) {
+  const size_t budget = ProcessBudget();
+  const uintptr_t page_start = AlignDown(start, page_);
+  const uintptr_t page_end = AlignUp(end, page_);
+  if (budget == 0 || page_end == 0) return nullptr;
+  const size_t need = page_end - page_start;
+  // Beyond the budget itself: AcquireSlow tries it and explains a refusal.
+  if (need <= budget / 4 || need > budget) return nullptr;
+  size_t missing = 0;
+  {
+    MutexLock lock(&mu_);
+    // Any covering region (even one an undrained invalidation voids) sends
+    // the request down the normal path, which drains first.
+    if (FindCoveringLocked(start, end, access) != nullptr) return nullptr;
+    const size_t pinned = budget_->pinned();
+    if (pinned + need <= budget) return nullptr;  // caching it evicts nothing
+    for (PageRange& seen : oversized_seen_) {
+      if (seen.start == page_start && seen.end == page_end) {
+        seen = PageRange{};
+        return nullptr;
+      }
+    }
+    oversized_seen_[oversized_next_++ % kOversizedSeen] = PageRange{page_start, page_end};
+    missing = pinned + need - budget;
+  }
+  MakeRoom(missing);
+  absl::StatusOr<Region*> r = AcquireBypass(page_start, page_end, access);
+  if (!r.ok()) {
+    const int err = StatusToErrno(r.status());
+    if (err == ENOMEM || err == EAGAIN) return nullptr;
+    return r;
+  }
+  misses_.fetch_add(1, std::memory_order_relaxed);
+  return r;
 }
 
 void CacheImpl::GrowThreadCache(ThreadCache* tc) {

@@ -22,7 +22,11 @@
 //      cache's request takes room from the other's unused regions;
 //  (e) pins the cache does not know about lower the budget at the first
 //      refusal, without emptying the cache, and it recovers once they go;
-//  (f) the budget binds only registrars that pin (Registrar::pins_memory()):
+//  (f) a request over a quarter of the budget that does not fit beside the
+//      pinned bytes gets a registration for itself, deregistered at put,
+//      rather than displacing the cache for good; seen again soon, it is
+//      cached;
+//  (g) the budget binds only registrars that pin (Registrar::pins_memory()):
 //      sim without sim_mlock keeps a working set three times the limit
 //      registered, sim with it stays within the budget, and a custom
 //      registrar is taken to pin unless its config sets custom_pins=0;
@@ -541,6 +545,78 @@ TEST(PinBudgetTest, CustomRegistrarWithCustomPinsZeroIsNotBoundByTheMemlockLimit
   EXPECT_EQ(o.failed_gets, 0);
   EXPECT_EQ(o.registrations, 48) << "each buffer registered once; the later passes hit";
   EXPECT_EQ(o.live_at_end, 0);
+}
+
+struct LargeOutcome {
+  int setup_errno = 0;
+  int first_errno = -1, second_errno = -1, third_errno = -1;
+  uint64_t evictions_first = 0, bypassed_first = 0;
+  size_t pinned_after_first = 0;
+  int small_reregistered = 0;  // of the nine small regions the first use left
+  int second_registrations = 0, third_registrations = 0;
+  uint64_t bypassed_end = 0;
+  int registrations_at_end = 0, deregistrations_at_end = 0;
+};
+
+// 12 unused 64 KiB regions (768 KiB of the 896 KiB budget), then a 320 KiB
+// buffer (more than a quarter of the budget) three times, with three other
+// small buffers filling the room again after its first use.
+LargeOutcome RunLargeRequest() {
+  LargeOutcome out;
+  constexpr int kSmall = 15;
+  constexpr size_t kLarge = 320 * kKiB;
+  Buffers small(kSmall, kBuffer);
+  Buffers large(1, kLarge);
+  std::shared_ptr<RegistrarCounters> counters;
+  {
+    Counted c(/*max_merge_bytes=*/0);
+    counters = c.counters;
+    if (c.setup_errno != 0 || !small.ok() || !large.ok()) {
+      out.setup_errno = c.setup_errno ? c.setup_errno : ENOMEM;
+      return out;
+    }
+    for (int i = 0; i < 12; ++i) c.Touch(small.at(i), kBuffer);
+    out.first_errno = c.Touch(large.at(0), kLarge);
+    out.evictions_first = c.cache->stats().evictions;
+    out.bypassed_first = c.cache->stats().bypassed;
+    out.pinned_after_first = c.pinned();
+    int before = counters->registrations.load();
+    for (int i = 3; i < 12; ++i) c.Touch(small.at(i), kBuffer);
+    out.small_reregistered = counters->registrations.load() - before;
+    for (int i = 12; i < kSmall; ++i) c.Touch(small.at(i), kBuffer);  // the room is full again
+    before = counters->registrations.load();
+    out.second_errno = c.Touch(large.at(0), kLarge);
+    out.second_registrations = counters->registrations.load() - before;
+    before = counters->registrations.load();
+    out.third_errno = c.Touch(large.at(0), kLarge);
+    out.third_registrations = counters->registrations.load() - before;
+    out.bypassed_end = c.cache->stats().bypassed;
+  }
+  out.registrations_at_end = counters->registrations.load();
+  out.deregistrations_at_end = counters->deregistrations.load();
+  return out;
+}
+
+TEST(PinBudgetTest, LargeRequestThatWouldEvictIsRegisteredForItselfAndReleasedAtPut) {
+  const LargeOutcome o = RunLimited<LargeOutcome>(RunLargeRequest);
+  ASSERT_EQ(o.setup_errno, 0) << std::strerror(o.setup_errno);
+  EXPECT_EQ(o.first_errno, 0) << std::strerror(o.first_errno);
+  EXPECT_EQ(o.evictions_first, 3u) << "768 + 320 - 896 KiB: three regions, only until it fit";
+  EXPECT_EQ(o.bypassed_first, 1u);
+  EXPECT_EQ(o.pinned_after_first, 9 * kBuffer) << "its registration went at its put";
+  EXPECT_EQ(o.small_reregistered, 0) << "the nine other regions stayed cached";
+  EXPECT_EQ(o.registrations_at_end, o.deregistrations_at_end);
+}
+
+TEST(PinBudgetTest, LargeRequestSeenAgainSoonIsCached) {
+  const LargeOutcome o = RunLimited<LargeOutcome>(RunLargeRequest);
+  ASSERT_EQ(o.setup_errno, 0) << std::strerror(o.setup_errno);
+  EXPECT_EQ(o.second_errno, 0) << std::strerror(o.second_errno);
+  EXPECT_EQ(o.second_registrations, 1);
+  EXPECT_EQ(o.third_errno, 0) << std::strerror(o.third_errno);
+  EXPECT_EQ(o.third_registrations, 0) << "the second use cached it";
+  EXPECT_EQ(o.bypassed_end, 1u);
+  EXPECT_EQ(o.registrations_at_end, o.deregistrations_at_end);
 }
 
 }  // namespace
