@@ -322,7 +322,7 @@ __attribute__((noinline)) absl::StatusOr<Region*> CacheImpl::AcquireUncached(uin
   if ((access & kAccessRemoteBits) && config_.remote_keys == RemoteKeys::kPrivate) {
     // An rkey of exactly the requested bytes, revoked at put (cache.h).
     const int odp = odp_ == OdpMode::kExplicit || odp_ == OdpMode::kImplicit ? kAccessOnDemand : 0;
-    return AcquireBypass(start, end, access | odp, /*remote_private=*/true);
+    return AcquireBypass(start, end, access | odp, BypassKind::kRemotePrivate);
   }
   if (odp_ == OdpMode::kImplicit) return AcquireImplicitOdp(start, end, access);
   if (budget_ != nullptr) {
@@ -360,7 +360,7 @@ absl::StatusOr<Region*> CacheImpl::AcquireOversized(uintptr_t start, uintptr_t e
     missing = pinned + need - budget;
   }
   MakeRoom(missing);
-  absl::StatusOr<Region*> r = AcquireBypass(page_start, page_end, access);
+  absl::StatusOr<Region*> r = AcquireBypass(page_start, page_end, access, BypassKind::kOversized);
   if (!r.ok()) {
     const int err = StatusToErrno(r.status());
     if (err == ENOMEM || err == EAGAIN) return nullptr;
@@ -736,13 +736,13 @@ Region* CacheImpl::UnindexContainedLocked(Region* r) {
 }
 
 absl::StatusOr<Region*> CacheImpl::AcquireBypass(uintptr_t start, uintptr_t end, int access,
-                                                 bool remote_private) {
-  // MW_BIND / ZERO_BASED, and remote rights under remote_keys=private: a
-  // dedicated registration of exactly the range, never shared, deregistered
-  // on put.
+                                                 BypassKind kind) {
+  // MW_BIND / ZERO_BASED, remote rights under remote_keys=private, and
+  // misses too large for the pin budget: a dedicated registration of exactly
+  // the range, never shared, deregistered on put.
   absl::StatusOr<Registration> reg = TimedRegister(start, end, access);
   if (!reg.ok()) {
-    registrar_failures_.fetch_add(1, std::memory_order_relaxed);
+    if (kind != BypassKind::kOversized) registrar_failures_.fetch_add(1, std::memory_order_relaxed);
     return reg.status();
   }
   auto* r = new Region;
@@ -752,7 +752,8 @@ absl::StatusOr<Region*> CacheImpl::AcquireBypass(uintptr_t start, uintptr_t end,
   r->cache = this;
   r->bypass = true;
   r->shared_refs = 1;
-  (remote_private ? remote_private_ : bypassed_).fetch_add(1, std::memory_order_relaxed);
+  (kind == BypassKind::kRemotePrivate ? remote_private_ : bypassed_)
+      .fetch_add(1, std::memory_order_relaxed);
   CountRegistration(end - start);
   return r;
 }

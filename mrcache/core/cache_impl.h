@@ -288,11 +288,15 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   // Unindexes the compatible regions r contains (r takes over their used
   // bytes); returns them linked by next_dead, for SettleLocked.
   Region* UnindexContainedLocked(Region* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Why a get bypasses the cache: MW_BIND/ZERO_BASED (counted as bypassed),
+  // remote rights under remote_keys=private (remote_private), or a miss too
+  // large for the pin budget (bypassed; a refusal is not counted as a
+  // registrar failure, since the normal path then retries it).
+  enum class BypassKind { kDedicated, kRemotePrivate, kOversized };
   // A dedicated registration of exactly [start, end), never shared,
-  // deregistered at put; counted as remote_private if `remote_private`, else
-  // as bypassed.
+  // deregistered at put, counted as `kind` says.
   absl::StatusOr<Region*> AcquireBypass(uintptr_t start, uintptr_t end, int access,
-                                        bool remote_private = false);
+                                        BypassKind kind = BypassKind::kDedicated);
   // Under a pin budget, a miss whose requested pages exceed a quarter of the
   // budget and do not fit beside the pinned bytes is not cached: it would
   // displace a quarter of the cache or more, and LRU would evict it again
