@@ -278,14 +278,18 @@ int Main(int argc, char** argv) {
         mrcache::RemoteKeysName(recorded.remote_keys),
         flags.limits_given ? "" : ", max_regions and max_bytes");
   }
-  // The budget each cache works out at creation (pin_budget.h).
+  // The budget each cache works out at creation (pin_budget.h), if its
+  // registrar pins at all (Registrar::pins_memory()).
   const size_t memlock_limit = mrcache::MemlockLimitThatApplies();
   options.pin_budget = memlock_limit != 0 ? mrcache::BudgetForLimit(memlock_limit, true) : 0;
+  bool registrar_pins = true;
   {
     // Fail before running anything if the registrar cannot work here.
     absl::StatusOr<std::unique_ptr<mrcache::Registrar>> probe = MakeBenchRegistrar(options.base);
     if (!probe.ok())
       return Fail(absl::StrCat("registrar ", flags.registrar, ": ", probe.status().message()));
+    registrar_pins = (*probe)->pins_memory();
+    if (!registrar_pins) options.pin_budget = 0;
   }
 
   std::printf(
@@ -294,12 +298,18 @@ int Main(int argc, char** argv) {
       flags.registrar.c_str(), static_cast<unsigned long long>(flags.params.seed), flags.params.ops,
       options.max_regions, options.max_bytes ? HumanBytes(options.max_bytes).c_str() : "unlimited",
       options.verify ? "on" : "off");
-  if (flags.memlock != 0 || options.pin_budget != 0) {
+  if ((flags.memlock != 0 || options.pin_budget != 0) && registrar_pins) {
     std::printf(
         "mrbench: RLIMIT_MEMLOCK %s, CAP_IPC_LOCK %s: the caches' pin budget is %s; belady-nomerge "
         "keeps within it\n",
         HumanBytes(memlock_limit).c_str(), mrcache::PinsCountAgainstMemlock() ? "dropped" : "held",
         HumanBytes(options.pin_budget).c_str());
+  } else if (memlock_limit != 0) {
+    std::printf(
+        "mrbench: RLIMIT_MEMLOCK %s, CAP_IPC_LOCK %s: registrar %s pins nothing, so the caches "
+        "have no pin budget\n",
+        HumanBytes(memlock_limit).c_str(), mrcache::PinsCountAgainstMemlock() ? "dropped" : "held",
+        flags.registrar.c_str());
   }
   std::fflush(stdout);
   std::vector<Row> rows, sweep;

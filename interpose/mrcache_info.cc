@@ -11,7 +11,8 @@
 //    fresh anonymous mapping here, the map-count limit it keeps, and where
 //    a cache reports the ranges it could not watch;
 //  - the pinned-memory budget a cache created here would get (README
-//    "Pinned-memory budget"), and that on-demand paging needs none.
+//    "Pinned-memory budget"), and that on-demand paging and registrars
+//    that pin nothing (sim without sim_mlock, custom_pins=0) need none.
 // Exit status: 0; 1 if the MRCACHE_* environment is invalid; 2 bad usage.
 #include <infiniband/verbs.h>
 #include <sys/mman.h>
@@ -22,9 +23,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "interpose/shim_defaults.h"
+#include "mrcache/cache.h"
 #include "mrcache/config.h"
 #include "mrcache/monitors/monitor.h"
 #include "mrcache/monitors/uffd_monitor.h"
@@ -162,11 +165,30 @@ void PrintDevices(const mrcache::Config& config) {
   ibv_free_device_list(list);
 }
 
+// Whether the registrar `config` names pins memory counted against
+// RLIMIT_MEMLOCK (Registrar::pins_memory()), and its name. verbs, which needs
+// a PD, always does; a registrar that cannot be built here is taken to pin.
+std::pair<std::string, bool> RegistrarPins(const mrcache::Config& config) {
+  if (config.registrar == "verbs") return {"verbs", true};
+  auto registrar = mrcache::CreateRegistrar(config, nullptr);
+  if (!registrar.ok()) return {config.registrar, true};
+  return {(*registrar)->name(), (*registrar)->pins_memory()};
+}
+
 // The budget rule of pin_budget.h, applied to this process as it is now.
 void PrintPinBudget(const mrcache::Config& config) {
   std::printf("\nPinned-memory budget (shared by the caches of a process):\n");
   const size_t limit = mrcache::MemlockLimitThatApplies();
   const size_t budget = mrcache::BudgetForLimit(limit == 0 ? RLIM_INFINITY : limit, limit != 0);
+  const auto [registrar, pins] = RegistrarPins(config);
+  std::printf("  registrar pins       : %s (registrar=%s)%s\n", pins ? "yes" : "no",
+              registrar.c_str(),
+              pins ? ", counted against RLIMIT_MEMLOCK"
+                   : ": no budget applies, a cache's pin_budget_bytes is 0");
+  std::printf(
+      "  custom registrar     : %s (custom_pins=%d)\n",
+      config.custom_pins ? "taken to pin, the budget applies" : "pins nothing, no budget applies",
+      config.custom_pins ? 1 : 0);
   if (limit == 0) {
     std::printf("  RLIMIT_MEMLOCK       = does not apply (%s)\n",
                 mrcache::PinsCountAgainstMemlock() ? "unlimited" : "CAP_IPC_LOCK");
@@ -175,8 +197,8 @@ void PrintPinBudget(const mrcache::Config& config) {
     std::printf("  RLIMIT_MEMLOCK       = %zu bytes (soft; counts: no CAP_IPC_LOCK)\n", limit);
     std::printf(
         "  pin_budget_bytes     = %zu (the limit minus %zu bytes of headroom for the "
-        "application's own pins)\n",
-        budget, limit - budget);
+        "application's own pins)%s\n",
+        budget, limit - budget, pins ? "" : "; 0 with this registrar, which pins nothing");
   }
   if (config.max_bytes != 0 && (budget == 0 || config.max_bytes < budget)) {
     std::printf("  max_bytes            = %zu lowers a cache's budget to it\n", config.max_bytes);

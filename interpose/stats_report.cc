@@ -86,7 +86,10 @@ std::string FormatText(const Report& r) {
   absl::StrAppendFormat(
       &out, "  pin budget:              %s\n",
       r.cache.pin_budget_bytes == 0
-          ? std::string("no limit (RLIMIT_MEMLOCK unlimited, or CAP_IPC_LOCK)")
+          ? std::string(memlock == 0 ? "no limit (RLIMIT_MEMLOCK unlimited, or CAP_IPC_LOCK)"
+                        : r.shim.caches == 0 ? "none yet (no PD cache was created)"
+                                             : "no limit: the caches' registrations pin nothing "
+                                               "(on-demand paging)")
           : absl::StrCat(Bytes(r.cache.pin_budget_bytes),
                          " shared by the process's caches (RLIMIT_MEMLOCK ",
                          memlock ? Bytes(memlock) : std::string("does not apply"), ")"));

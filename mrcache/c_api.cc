@@ -102,7 +102,7 @@ int mrc_cache_create_custom(const mrc_config_t* cfg, const mrc_registrar_ops_t* 
   if (cache == nullptr) return EINVAL;
   mrcache::Config config;
   if (int err = ConfigFor(cfg, &config)) return err;
-  auto reg = mrcache::MakeCustomRegistrar(ops, ctx);
+  auto reg = mrcache::MakeCustomRegistrar(ops, ctx, config.custom_pins);
   if (!reg.ok()) return Report(reg.status());
   return Adopt(mrcache::Cache::Create(config, std::move(*reg)), cache);
 }

@@ -233,7 +233,8 @@ const std::vector<KeyRow>& Rows() {
        "nanoseconds, a whole number",
        [](Config& c, absl::string_view v) { return SetNs(&c.sim_page_ns, v); },
        [](const Config& c) { return Num(c.sim_page_ns); }},
-      {{"sim_mlock", "sim registrar pins with mlock", "0"},
+      {{"sim_mlock", "sim registrar pins with mlock (only then does the pin budget apply to it)",
+        "0"},
        "0 or 1",
        [](Config& c, absl::string_view v) { return SetBool(&c.sim_mlock, v); },
        [](const Config& c) { return std::string(c.sim_mlock ? "1" : "0"); }},
@@ -263,6 +264,13 @@ const std::vector<KeyRow>& Rows() {
          return SetCheckedSize(&c.uring_slots, v, [](size_t n) { return n >= 1 && n <= 32768; });
        },
        [](const Config& c) { return Num(c.uring_slots); }},
+      {{"custom_pins",
+        "custom registrar (`mrc_cache_create_custom`): its callbacks pin memory that counts "
+        "against `RLIMIT_MEMLOCK`, so the pin budget applies; `0` for callbacks that pin nothing",
+        "1"},
+       "0 or 1",
+       [](Config& c, absl::string_view v) { return SetBool(&c.custom_pins, v); },
+       [](const Config& c) { return std::string(c.custom_pins ? "1" : "0"); }},
   };
   return *rows;
 }

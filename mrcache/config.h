@@ -67,6 +67,10 @@ struct Config {
   size_t pool_chunk_bytes = size_t{2} << 20;
   bool pool_hugepages = false;
   size_t uring_slots = 16384;  // uring registrar: fixed-buffer table size
+  // Custom registrar (mrc_cache_create_custom): its callbacks' registrations
+  // pin memory that counts against RLIMIT_MEMLOCK (as ibv_reg_mr does), so
+  // the pin budget applies; false for callbacks that pin nothing.
+  bool custom_pins = true;
 
   // Sets one key from its string form. EINVAL (with a message) for an unknown
   // key or a malformed/out-of-range value; the config is unchanged then.

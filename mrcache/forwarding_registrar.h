@@ -25,6 +25,7 @@ class ForwardingRegistrar : public Registrar {
     return inner_->DeviceWrite(reg, offset, src, length);
   }
   OdpCapabilities odp_capabilities() const override { return inner_->odp_capabilities(); }
+  bool pins_memory() const override { return inner_->pins_memory(); }
   absl::Status Prefetch(const Registration& reg, void* addr, size_t length) override {
     return inner_->Prefetch(reg, addr, length);
   }

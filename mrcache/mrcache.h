@@ -34,7 +34,11 @@
  * unlimited or the process has CAP_IPC_LOCK; max_bytes lowers it further.
  * All caches of a process share that budget: a cache short of room first
  * evicts its own unused regions (least recently used first, only until the
- * request fits), then asks the other caches for theirs. A miss plans a
+ * request fits), then asks the other caches for theirs. A miss larger than a
+ * quarter of the budget that does not fit beside the pinned bytes gets a
+ * registration for itself, deregistered at mrc_put (counted in
+ * mrc_stats_t.bypassed), unless the same pages were served so among the
+ * last 4 such misses. A miss plans a
  * merged, bridged or aligned region only while it fits without evicting;
  * the requested pages themselves are always tried. If the registrar still refuses (ENOMEM or
  * EAGAIN) although the request fits the budget, something else pins too: the
@@ -42,7 +46,11 @@
  * request that cannot fit even with every unused region gone fails with
  * ENOMEM (EAGAIN if that is what the registrar said), whose message names
  * the limit and the bytes pinned; regions in use
- * are never evicted. On-demand paging (odp) pins nothing and has no budget.
+ * are never evicted. The budget applies only to registrations that pin
+ * memory counted against RLIMIT_MEMLOCK: verbs and uring do; on-demand
+ * paging (odp) and sim without sim_mlock pin nothing and have no budget; a
+ * custom registrar (mrc_cache_create_custom) is taken to pin, as callbacks
+ * calling ibv_reg_mr do, unless its config sets custom_pins=0.
  * mrc_stats_t.pin_budget_bytes is the budget now (0 = no limit).
  *
  * Thread safety: every function may be called from any thread, concurrently,
@@ -65,7 +73,7 @@ struct ibv_pd;
  * Keys equal the MRCACHE_* environment names, lower-case, without the prefix
  * (registrar, max_regions, max_bytes, max_merge_bytes, bridge_bytes,
  * alignment, remote_keys, monitor, odp, odp_prefetch_bytes, sim_*, pool_*,
- * uring_slots). `mrcache-info --config-table` prints every key with what it
+ * uring_slots, custom_pins). `mrcache-info --config-table` prints every key with what it
  * accepts and its default, from the library's own table; mrcache(7) and
  * README.md ("Configuration") explain them.
  */
@@ -163,8 +171,10 @@ typedef struct {
   int (*dereg)(void *ctx, uint64_t handle);
 } mrc_registrar_ops_t;
 /* Like mrc_cache_create, with `ops` (copied) called with `ctx` instead of a
- * built-in registrar. Returns 0; EINVAL if ops, ops->reg, ops->dereg or cache
- * is NULL, or for a bad config; ENOMEM. */
+ * built-in registrar. The callbacks' registrations are taken to pin memory
+ * counted against RLIMIT_MEMLOCK, so the pin budget applies, unless cfg sets
+ * custom_pins=0 (callbacks that pin nothing). Returns 0; EINVAL if ops, ops->reg, ops->dereg or
+ * cache is NULL, or for a bad config; ENOMEM. */
 int mrc_cache_create_custom(const mrc_config_t *cfg, const mrc_registrar_ops_t *ops, void *ctx,
                             mrc_cache_t **cache);
 /* The handle the registrar returned for this held region (0 for NULL). */
@@ -176,7 +186,9 @@ uint64_t mrc_region_handle(const mrc_region_t *region);
 typedef struct {
   uint64_t hits, misses, registrations, deregistrations, evictions, invalidations, merges, regions,
       pinned_bytes, registrar_ns;
-  uint64_t peak_pinned_bytes, registrar_failures, bypassed;
+  uint64_t peak_pinned_bytes, registrar_failures,
+      bypassed; /* registered for one get alone, deregistered at its put: MW_BIND, ZERO_BASED,
+                   and misses too large for the pin budget ("Pinned-memory budget") */
   uint64_t
       remote_private; /* requests with remote rights registered privately (remote_keys=private) */
   uint64_t monitor_incomplete; /* 1: the monitor reports less than `auto` promises (cause logged at

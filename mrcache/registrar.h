@@ -17,6 +17,7 @@
 //    unknown access bits or REMOTE_WRITE/REMOTE_ATOMIC without LOCAL_WRITE ->
 //    EINVAL; memory that is not mapped -> EFAULT; out of resources -> ENOMEM or
 //    EAGAIN (the cache then evicts unused regions and retries once).
+//  - pins_memory() says whether registrations count against RLIMIT_MEMLOCK.
 //  - Every successful Register is matched by exactly one Deregister of the same
 //    Registration; Deregister never fails for a Registration it returned
 //    (a failure is reported, the resources are considered released).
@@ -95,6 +96,17 @@ class Registrar {
 
   // ODP support of the underlying device (none by default).
   virtual OdpCapabilities odp_capabilities() const { return {}; }
+
+  // True if a successful Register without IBV_ACCESS_ON_DEMAND pins pages
+  // that the kernel charges against RLIMIT_MEMLOCK in a process without
+  // CAP_IPC_LOCK (ibv_reg_mr: per process; io_uring buffers: per user;
+  // mlock). Only then does a cache keep its pins within the process's pin
+  // budget (registrars/pin_budget.h, README "Pinned-memory budget"); a
+  // registrar that pins nothing gets no budget and pin_budget_bytes 0.
+  // The answer never changes over the registrar's life. Default true: a
+  // registrar that does not say is taken to pin (verbs, uring; sim only
+  // with sim_mlock; custom as its config's custom_pins says).
+  virtual bool pins_memory() const { return true; }
 
   // Prefetch (ODP): advise the device to fault in [addr, addr+length) of reg.
   // ENOTSUP by default.

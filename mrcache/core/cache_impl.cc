@@ -147,9 +147,9 @@ absl::StatusOr<std::unique_ptr<CacheImpl>> CacheImpl::Create(const Config& confi
   if (!listen.ok()) return listen;
   cache->listening_ = true;
 
-  // Regions that pin count against the process's budget; on-demand paging
-  // pins nothing and needs none.
-  if (cache->odp_ == OdpMode::kOff) {
+  // Regions that pin count against the process's budget; on-demand paging,
+  // and registrars that pin nothing (registrar.h), need none.
+  if (cache->odp_ == OdpMode::kOff && cache->registrar_->pins_memory()) {
     PinBudget& budget = PinBudget::Process();
     budget.Refresh();
     budget.Join(cache.get());
@@ -322,12 +322,52 @@ __attribute__((noinline)) absl::StatusOr<Region*> CacheImpl::AcquireUncached(uin
   if ((access & kAccessRemoteBits) && config_.remote_keys == RemoteKeys::kPrivate) {
     // An rkey of exactly the requested bytes, revoked at put (cache.h).
     const int odp = odp_ == OdpMode::kExplicit || odp_ == OdpMode::kImplicit ? kAccessOnDemand : 0;
-    return AcquireBypass(start, end, access | odp, /*remote_private=*/true);
+    return AcquireBypass(start, end, access | odp, BypassKind::kRemotePrivate);
   }
   if (odp_ == OdpMode::kImplicit) return AcquireImplicitOdp(start, end, access);
+  if (budget_ != nullptr) {
+    absl::StatusOr<Region*> oversized = AcquireOversized(start, end, access);
+    if (!oversized.ok() || *oversized != nullptr) return oversized;
+  }
   ThreadCache* tc = FindThreadCache(uid_);
   if (tc == nullptr) tc = AttachThread();
   return AcquireSlow(tc, start, end, access);
+}
+
+absl::StatusOr<Region*> CacheImpl::AcquireOversized(uintptr_t start, uintptr_t end, int access) {
+  const size_t budget = ProcessBudget();
+  const uintptr_t page_start = AlignDown(start, page_);
+  const uintptr_t page_end = AlignUp(end, page_);
+  if (budget == 0 || page_end == 0) return nullptr;
+  const size_t need = page_end - page_start;
+  // Beyond the budget itself: AcquireSlow tries it and explains a refusal.
+  if (need <= budget / 4 || need > budget) return nullptr;
+  size_t missing = 0;
+  {
+    MutexLock lock(&mu_);
+    // Any covering region (even one an undrained invalidation voids) sends
+    // the request down the normal path, which drains first.
+    if (FindCoveringLocked(start, end, access) != nullptr) return nullptr;
+    const size_t pinned = budget_->pinned();
+    if (pinned + need <= budget) return nullptr;  // caching it evicts nothing
+    for (PageRange& seen : oversized_seen_) {
+      if (seen.start == page_start && seen.end == page_end) {
+        seen = PageRange{};
+        return nullptr;
+      }
+    }
+    oversized_seen_[oversized_next_++ % kOversizedSeen] = PageRange{page_start, page_end};
+    missing = pinned + need - budget;
+  }
+  MakeRoom(missing);
+  absl::StatusOr<Region*> r = AcquireBypass(page_start, page_end, access, BypassKind::kOversized);
+  if (!r.ok()) {
+    const int err = StatusToErrno(r.status());
+    if (err == ENOMEM || err == EAGAIN) return nullptr;
+    return r;
+  }
+  misses_.fetch_add(1, std::memory_order_relaxed);
+  return r;
 }
 
 void CacheImpl::GrowThreadCache(ThreadCache* tc) {
@@ -696,13 +736,13 @@ Region* CacheImpl::UnindexContainedLocked(Region* r) {
 }
 
 absl::StatusOr<Region*> CacheImpl::AcquireBypass(uintptr_t start, uintptr_t end, int access,
-                                                 bool remote_private) {
-  // MW_BIND / ZERO_BASED, and remote rights under remote_keys=private: a
-  // dedicated registration of exactly the range, never shared, deregistered
-  // on put.
+                                                 BypassKind kind) {
+  // MW_BIND / ZERO_BASED, remote rights under remote_keys=private, and
+  // misses too large for the pin budget: a dedicated registration of exactly
+  // the range, never shared, deregistered on put.
   absl::StatusOr<Registration> reg = TimedRegister(start, end, access);
   if (!reg.ok()) {
-    registrar_failures_.fetch_add(1, std::memory_order_relaxed);
+    if (kind != BypassKind::kOversized) registrar_failures_.fetch_add(1, std::memory_order_relaxed);
     return reg.status();
   }
   auto* r = new Region;
@@ -712,7 +752,8 @@ absl::StatusOr<Region*> CacheImpl::AcquireBypass(uintptr_t start, uintptr_t end,
   r->cache = this;
   r->bypass = true;
   r->shared_refs = 1;
-  (remote_private ? remote_private_ : bypassed_).fetch_add(1, std::memory_order_relaxed);
+  (kind == BypassKind::kRemotePrivate ? remote_private_ : bypassed_)
+      .fetch_add(1, std::memory_order_relaxed);
   CountRegistration(end - start);
   return r;
 }

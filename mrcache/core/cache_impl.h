@@ -107,7 +107,9 @@ namespace mrcache {
 // bridging widen at most to a quarter of the budget, and only while the
 // widened region fits without evicting. What is still missing is
 // asked of the other caches outside mu_. A registrar refusal lowers the
-// budget and evicts only what the request needs, never the whole cache.
+// budget and evicts only what the request needs, never the whole cache. A
+// miss over a quarter of the budget that does not fit beside the pinned
+// bytes is registered for itself and released at put (AcquireOversized).
 class CacheImpl : public MemoryEventListener, public PinBudget::Member {
  public:
   static absl::StatusOr<std::unique_ptr<CacheImpl>> Create(const Config& config,
@@ -286,11 +288,28 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   // Unindexes the compatible regions r contains (r takes over their used
   // bytes); returns them linked by next_dead, for SettleLocked.
   Region* UnindexContainedLocked(Region* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Why a get bypasses the cache: MW_BIND/ZERO_BASED (counted as bypassed),
+  // remote rights under remote_keys=private (remote_private), or a miss too
+  // large for the pin budget (bypassed; a refusal is not counted as a
+  // registrar failure, since the normal path then retries it).
+  enum class BypassKind { kDedicated, kRemotePrivate, kOversized };
   // A dedicated registration of exactly [start, end), never shared,
-  // deregistered at put; counted as remote_private if `remote_private`, else
-  // as bypassed.
+  // deregistered at put, counted as `kind` says.
   absl::StatusOr<Region*> AcquireBypass(uintptr_t start, uintptr_t end, int access,
-                                        bool remote_private = false);
+                                        BypassKind kind = BypassKind::kDedicated);
+  // Under a pin budget, a miss whose requested pages exceed a quarter of the
+  // budget and do not fit beside the pinned bytes is not cached: it would
+  // displace a quarter of the cache or more, and LRU would evict it again
+  // before a later use unless that use comes soon. It gets a registration of
+  // its pages for itself (after evicting unused regions, least recently used
+  // first, only until it fits), deregistered at its put and counted as
+  // bypassed, so the room goes back to regions that are reused. Second
+  // sight: pages served so among the last kOversizedSeen such misses are
+  // cached the next time, so that a large buffer reused soon stays
+  // registered. Returns nullptr where the request takes the normal path
+  // (no budget, a covering region, room enough, second sight, or a refused
+  // registration, which AcquireSlow's retries handle).
+  absl::StatusOr<Region*> AcquireOversized(uintptr_t start, uintptr_t end, int access);
   absl::StatusOr<Region*> AcquireImplicitOdp(uintptr_t start, uintptr_t end, int access);
   absl::StatusOr<Region*> ImplicitRegion(int access);
   absl::StatusOr<Registration> TimedImplicitRegister(int access);
@@ -305,7 +324,8 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   MissPlan PlanMissLocked(uintptr_t start, uintptr_t end, int access)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Bytes this cache may pin now: the process budget, or max_bytes if
-  // smaller; 0 = no limit (and always 0 for on-demand paging).
+  // smaller; 0 = no limit (and always 0 for on-demand paging or a registrar
+  // that pins nothing).
   size_t PinBudgetBytes() const;
   // The process budget that applies to this cache's pins (0 = none).
   size_t ProcessBudget() const { return budget_ != nullptr ? budget_->budget() : 0; }
@@ -409,7 +429,7 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   bool bridging_safe_ = false;       // see PlanMissLocked
   bool monitor_incomplete_ = false;  // auto's coverage is not all in effect (stats)
   // The process's pin budget, joined at creation; null when regions pin
-  // nothing (on-demand paging).
+  // nothing (on-demand paging, or a registrar whose pins_memory() is false).
   PinBudget* budget_ = nullptr;
   // odp=implicit: whole-address-space MRs, one per set of remote rights
   // (index: remote access bits >> 1), registered on first use.
@@ -437,6 +457,13 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   PendingMiss* pending_ ABSL_GUARDED_BY(mu_) = nullptr;
   AddressHeat invalidated_ ABSL_GUARDED_BY(mu_);    // where regions died by invalidation
   AddressHeat bridge_failed_ ABSL_GUARDED_BY(mu_);  // where bridging found nothing or failed
+  // AcquireOversized's last pages served uncached (second sight).
+  static constexpr int kOversizedSeen = 4;
+  struct PageRange {
+    uintptr_t start = 0, end = 0;
+  };
+  PageRange oversized_seen_[kOversizedSeen] ABSL_GUARDED_BY(mu_);
+  unsigned oversized_next_ ABSL_GUARDED_BY(mu_) = 0;
   // The generation read before the last drain of ring_ (MaintainLocked),
   // raised by this cache's own bumps that no report raced with. A lookup
   // entry is filled with it, never with a later generation: a release pushed

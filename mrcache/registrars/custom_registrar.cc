@@ -11,9 +11,11 @@ namespace {
 
 class CustomRegistrar : public Registrar {
  public:
-  CustomRegistrar(const mrc_registrar_ops_t& ops, void* ctx) : ops_(ops), ctx_(ctx) {}
+  CustomRegistrar(const mrc_registrar_ops_t& ops, void* ctx, bool pins)
+      : ops_(ops), ctx_(ctx), pins_(pins) {}
 
   const char* name() const override { return "custom"; }
+  bool pins_memory() const override { return pins_; }
 
   absl::StatusOr<Registration> Register(void* addr, size_t length, int access) override {
     if (length == 0) return ErrnoStatus(EINVAL, "custom registrar: length is 0");
@@ -48,16 +50,17 @@ class CustomRegistrar : public Registrar {
  private:
   const mrc_registrar_ops_t ops_;
   void* const ctx_;
+  const bool pins_;
 };
 
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Registrar>> MakeCustomRegistrar(const mrc_registrar_ops_t* ops,
-                                                               void* ctx) {
+                                                               void* ctx, bool pins) {
   if (ops == nullptr || ops->reg == nullptr || ops->dereg == nullptr) {
     return ErrnoStatus(EINVAL, "custom registrar: ops and both callbacks are required");
   }
-  return std::unique_ptr<Registrar>(new CustomRegistrar(*ops, ctx));
+  return std::unique_ptr<Registrar>(new CustomRegistrar(*ops, ctx, pins));
 }
 
 }  // namespace mrcache

@@ -17,9 +17,12 @@
 
 namespace mrcache {
 
-// EINVAL if ops or one of its callbacks is null.
+// A registrar calling ops' callbacks with ctx; `pins` is what its
+// pins_memory() answers (the config key custom_pins: whether the callbacks'
+// registrations count against RLIMIT_MEMLOCK, so that the pin budget
+// applies). EINVAL if ops or one of its callbacks is null.
 absl::StatusOr<std::unique_ptr<Registrar>> MakeCustomRegistrar(const mrc_registrar_ops_t* ops,
-                                                               void* ctx);
+                                                               void* ctx, bool pins = true);
 
 }  // namespace mrcache
 

@@ -152,6 +152,8 @@ class SimRegistrar final : public Registrar {
   }
 
   const char* name() const override { return "sim"; }
+  // Only sim_mlock pins (with mlock, charged to RLIMIT_MEMLOCK per process).
+  bool pins_memory() const override { return mlock_; }
 
   absl::StatusOr<Registration> Register(void* addr, size_t length, int access) override {
     const bool odp = (access & kAccessOnDemand) != 0;

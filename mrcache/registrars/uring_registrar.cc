@@ -91,6 +91,8 @@ class UringRegistrar final : public Registrar {
   }
 
   const char* name() const override { return "uring"; }
+  // io_uring charges registered buffers to the user's RLIMIT_MEMLOCK.
+  bool pins_memory() const override { return true; }
 
   absl::StatusOr<Registration> Register(void* addr, size_t length, int access) override {
     if (absl::Status s = CheckRegisterArgs(addr, length, access); !s.ok()) return s;

@@ -64,6 +64,9 @@ class VerbsRegistrar : public Registrar {
             reinterpret_cast<DeviceWriteFn>(dlsym(RTLD_DEFAULT, "softverbs_device_write"))) {}
 
   const char* name() const override { return "verbs"; }
+  // ibv_reg_mr pins and charges the process's RLIMIT_MEMLOCK; ODP
+  // registrations pin nothing, which the cache knows from their access bits.
+  bool pins_memory() const override { return true; }
 
   absl::StatusOr<Registration> Register(void* addr, size_t length, int access) override {
     absl::Status valid = ValidateAccess(access);

@@ -132,6 +132,19 @@ TEST(Mrbench, MemlockRunsUnprivilegedAndKeepsEveryConfigurationWithinThePinBudge
   EXPECT_EQ(rows, 8);
 }
 
+TEST(Mrbench, MemlockGivesNoPinBudgetToARegistrarThatPinsNothing) {
+  // sim without sim_mlock pins nothing (Registrar::pins_memory()): the limit
+  // does not bind the caches, and belady-nomerge is not held to it either.
+  Outcome o = RunMrbench(
+      "--registrar sim --memlock 1M --ops 1500 --max-regions 64 --workload zipf "
+      "--configs mrcache,belady-nomerge");
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  EXPECT_NE(o.output.find("registrar sim pins nothing, so the caches have no pin budget"),
+            std::string::npos)
+      << o.output;
+  EXPECT_EQ(o.output.find("the caches' pin budget is"), std::string::npos) << o.output;
+}
+
 TEST(Mrbench, MalformedTraceIsRejectedWithItsLineNumber) {
   const std::string trace = ::testing::TempDir() + "/bad_trace.txt";
   std::ofstream(trace) << "alloc 1 4096\nxfer 1 0 4096\nxfer 1 4000 200\n";

@@ -22,6 +22,14 @@
 //      cache's request takes room from the other's unused regions;
 //  (e) pins the cache does not know about lower the budget at the first
 //      refusal, without emptying the cache, and it recovers once they go;
+//  (f) a request over a quarter of the budget that does not fit beside the
+//      pinned bytes gets a registration for itself, deregistered at put,
+//      rather than displacing the cache for good; seen again soon, it is
+//      cached;
+//  (g) the budget binds only registrars that pin (Registrar::pins_memory()):
+//      sim without sim_mlock keeps a working set three times the limit
+//      registered, sim with it stays within the budget, and a custom
+//      registrar is taken to pin unless its config sets custom_pins=0;
 //  and the budget rule itself (BudgetForLimit).
 #include <sys/mman.h>
 #include <sys/resource.h>
@@ -39,6 +47,7 @@
 
 #include "mrcache/cache.h"
 #include "mrcache/errno_status.h"
+#include "mrcache/mrcache.h"
 #include "mrcache/registrars/pin_budget.h"
 #include "mrcache/registrars/sim_registrar.h"
 #include "tests/cache/counting_registrar.h"
@@ -90,10 +99,10 @@ struct Counted {
   std::unique_ptr<Cache> cache;
   int setup_errno = 0;
 
-  explicit Counted(size_t max_merge_bytes = size_t{1} << 30) {
+  explicit Counted(size_t max_merge_bytes = size_t{1} << 30, bool mlock = true) {
     Config config;
     config.registrar = "sim";
-    config.sim_mlock = true;
+    config.sim_mlock = mlock;
     config.sim_base_ns = 0;
     config.sim_page_ns = 0;
     config.monitor = "none";
@@ -390,6 +399,224 @@ TEST(PinBudgetTest, ForeignPinsLowerTheBudgetWhichRecoversWhenTheyGo) {
       static_cast<unsigned long long>(o.evictions),
       static_cast<unsigned long long>(o.lowered_budget),
       static_cast<unsigned long long>(o.recovered_budget));
+}
+
+struct PassesOutcome {
+  int setup_errno = 0;
+  uint64_t pin_budget_bytes = 0;
+  int failed_gets = 0;
+  int registrations = 0;
+  uint64_t evictions = 0;
+  size_t peak_pinned = 0;
+  int registrations_at_end = 0, deregistrations_at_end = 0;
+};
+
+// Three passes over 48 buffers of 64 KiB (3 MiB, three times the limit)
+// through a sim registrar that pins with mlock or not.
+PassesOutcome RunThreePasses(bool mlock) {
+  PassesOutcome out;
+  constexpr int kCount = 48;
+  Buffers bufs(kCount, kBuffer);
+  std::shared_ptr<RegistrarCounters> counters;
+  {
+    Counted c(size_t{1} << 30, mlock);
+    counters = c.counters;
+    if (c.setup_errno != 0 || !bufs.ok()) {
+      out.setup_errno = c.setup_errno ? c.setup_errno : ENOMEM;
+      return out;
+    }
+    for (int pass = 0; pass < 3; ++pass) {
+      for (int i = 0; i < kCount; ++i) {
+        if (c.Touch(bufs.at(i), kBuffer) != 0) ++out.failed_gets;
+        out.peak_pinned = std::max(out.peak_pinned, c.pinned());
+      }
+    }
+    const CacheStats s = c.cache->stats();
+    out.pin_budget_bytes = s.pin_budget_bytes;
+    out.evictions = s.evictions;
+    out.registrations = counters->registrations.load();
+  }
+  out.registrations_at_end = counters->registrations.load();
+  out.deregistrations_at_end = counters->deregistrations.load();
+  return out;
+}
+
+TEST(PinBudgetTest, SimRegistrarIsNotBoundByTheMemlockLimit) {
+  const PassesOutcome o = RunLimited<PassesOutcome>([] { return RunThreePasses(false); });
+  ASSERT_EQ(o.setup_errno, 0) << std::strerror(o.setup_errno);
+  EXPECT_EQ(o.pin_budget_bytes, 0u) << "sim without sim_mlock pins nothing: no budget";
+  EXPECT_EQ(o.failed_gets, 0);
+  EXPECT_EQ(o.registrations, 48) << "each buffer registered once; the later passes hit";
+  EXPECT_EQ(o.evictions, 0u);
+  EXPECT_EQ(o.peak_pinned, 48 * kBuffer) << "three times the limit stays registered";
+  EXPECT_EQ(o.registrations_at_end, o.deregistrations_at_end);
+}
+
+TEST(PinBudgetTest, PinningRegistrarIsStillBoundByTheMemlockLimit) {
+  const PassesOutcome o = RunLimited<PassesOutcome>([] { return RunThreePasses(true); });
+  ASSERT_EQ(o.setup_errno, 0) << std::strerror(o.setup_errno);
+  EXPECT_EQ(o.pin_budget_bytes, kBudget) << "sim_mlock pins: the budget applies";
+  EXPECT_EQ(o.failed_gets, 0);
+  EXPECT_GT(o.evictions, 0u);
+  EXPECT_LE(o.peak_pinned, kBudget);
+  EXPECT_LE(o.registrations, 3 * 48) << "never more calls than registering every get";
+  EXPECT_EQ(o.registrations_at_end, o.deregistrations_at_end);
+}
+
+// Custom-registrar callbacks that pin nothing, counting live registrations.
+struct CustomCounts {
+  int registrations = 0;
+  int live = 0;
+};
+int CountingReg(void* ctx, void* addr, size_t length, int access, uint64_t* handle, uint32_t* lkey,
+                uint32_t* rkey) {
+  auto* counts = static_cast<CustomCounts*>(ctx);
+  ++counts->registrations;
+  ++counts->live;
+  *handle = reinterpret_cast<uintptr_t>(addr);
+  *lkey = *rkey = 1;
+  return 0;
+}
+int CountingDereg(void* ctx, uint64_t handle) {
+  --static_cast<CustomCounts*>(ctx)->live;
+  return 0;
+}
+
+struct CustomOutcome {
+  int setup_errno = 0;
+  uint64_t pin_budget_bytes = 1;
+  int failed_gets = 0;
+  int registrations = 0;
+  int live_at_end = -1;
+};
+
+// Three passes over 48 buffers of 64 KiB through a custom registrar whose
+// config leaves custom_pins alone or sets it to `custom_pins`.
+CustomOutcome RunCustomRegistrar(const char* custom_pins) {
+  CustomOutcome out;
+  constexpr int kCount = 48;
+  Buffers bufs(kCount, kBuffer);
+  CustomCounts counts;
+  mrc_config_t* cfg = nullptr;
+  mrc_cache_t* cache = nullptr;
+  const mrc_registrar_ops_t ops{CountingReg, CountingDereg};
+  int err = bufs.ok() ? mrc_config_create(&cfg) : ENOMEM;
+  if (err == 0) err = mrc_config_set(cfg, "monitor", "none");
+  if (err == 0 && custom_pins != nullptr) err = mrc_config_set(cfg, "custom_pins", custom_pins);
+  if (err == 0) err = mrc_cache_create_custom(cfg, &ops, &counts, &cache);
+  mrc_config_destroy(cfg);
+  if (err != 0) {
+    out.setup_errno = err;
+    return out;
+  }
+  for (int pass = 0; pass < 3; ++pass) {
+    for (int i = 0; i < kCount; ++i) {
+      mrc_region_t* r = nullptr;
+      if (mrc_get(cache, bufs.at(i), kBuffer, kAccessLocalWrite, &r) != 0) {
+        ++out.failed_gets;
+        continue;
+      }
+      mrc_put(cache, r);
+    }
+  }
+  mrc_stats_t s{};
+  mrc_stats(cache, &s);
+  out.pin_budget_bytes = s.pin_budget_bytes;
+  out.registrations = counts.registrations;
+  mrc_cache_destroy(cache);
+  out.live_at_end = counts.live;
+  return out;
+}
+
+TEST(PinBudgetTest, CustomRegistrarIsTakenToPinByDefault) {
+  const CustomOutcome o =
+      RunLimited<CustomOutcome>([] { return RunCustomRegistrar(/*custom_pins=*/nullptr); });
+  ASSERT_EQ(o.setup_errno, 0) << std::strerror(o.setup_errno);
+  EXPECT_EQ(o.pin_budget_bytes, kBudget) << "callbacks that call ibv_reg_mr pin";
+  EXPECT_EQ(o.failed_gets, 0);
+  EXPECT_GT(o.registrations, 48) << "3 MiB cannot stay registered within 896 KiB";
+  EXPECT_EQ(o.live_at_end, 0);
+}
+
+TEST(PinBudgetTest, CustomRegistrarWithCustomPinsZeroIsNotBoundByTheMemlockLimit) {
+  const CustomOutcome o = RunLimited<CustomOutcome>([] { return RunCustomRegistrar("0"); });
+  ASSERT_EQ(o.setup_errno, 0) << std::strerror(o.setup_errno);
+  EXPECT_EQ(o.pin_budget_bytes, 0u);
+  EXPECT_EQ(o.failed_gets, 0);
+  EXPECT_EQ(o.registrations, 48) << "each buffer registered once; the later passes hit";
+  EXPECT_EQ(o.live_at_end, 0);
+}
+
+struct LargeOutcome {
+  int setup_errno = 0;
+  int first_errno = -1, second_errno = -1, third_errno = -1;
+  uint64_t evictions_first = 0, bypassed_first = 0;
+  size_t pinned_after_first = 0;
+  int small_reregistered = 0;  // of the nine small regions the first use left
+  int second_registrations = 0, third_registrations = 0;
+  uint64_t bypassed_end = 0;
+  int registrations_at_end = 0, deregistrations_at_end = 0;
+};
+
+// 12 unused 64 KiB regions (768 KiB of the 896 KiB budget), then a 320 KiB
+// buffer (more than a quarter of the budget) three times, with three other
+// small buffers filling the room again after its first use.
+LargeOutcome RunLargeRequest() {
+  LargeOutcome out;
+  constexpr int kSmall = 15;
+  constexpr size_t kLarge = 320 * kKiB;
+  Buffers small(kSmall, kBuffer);
+  Buffers large(1, kLarge);
+  std::shared_ptr<RegistrarCounters> counters;
+  {
+    Counted c(/*max_merge_bytes=*/0);
+    counters = c.counters;
+    if (c.setup_errno != 0 || !small.ok() || !large.ok()) {
+      out.setup_errno = c.setup_errno ? c.setup_errno : ENOMEM;
+      return out;
+    }
+    for (int i = 0; i < 12; ++i) c.Touch(small.at(i), kBuffer);
+    out.first_errno = c.Touch(large.at(0), kLarge);
+    out.evictions_first = c.cache->stats().evictions;
+    out.bypassed_first = c.cache->stats().bypassed;
+    out.pinned_after_first = c.pinned();
+    int before = counters->registrations.load();
+    for (int i = 3; i < 12; ++i) c.Touch(small.at(i), kBuffer);
+    out.small_reregistered = counters->registrations.load() - before;
+    for (int i = 12; i < kSmall; ++i) c.Touch(small.at(i), kBuffer);  // the room is full again
+    before = counters->registrations.load();
+    out.second_errno = c.Touch(large.at(0), kLarge);
+    out.second_registrations = counters->registrations.load() - before;
+    before = counters->registrations.load();
+    out.third_errno = c.Touch(large.at(0), kLarge);
+    out.third_registrations = counters->registrations.load() - before;
+    out.bypassed_end = c.cache->stats().bypassed;
+  }
+  out.registrations_at_end = counters->registrations.load();
+  out.deregistrations_at_end = counters->deregistrations.load();
+  return out;
+}
+
+TEST(PinBudgetTest, LargeRequestThatWouldEvictIsRegisteredForItselfAndReleasedAtPut) {
+  const LargeOutcome o = RunLimited<LargeOutcome>(RunLargeRequest);
+  ASSERT_EQ(o.setup_errno, 0) << std::strerror(o.setup_errno);
+  EXPECT_EQ(o.first_errno, 0) << std::strerror(o.first_errno);
+  EXPECT_EQ(o.evictions_first, 3u) << "768 + 320 - 896 KiB: three regions, only until it fit";
+  EXPECT_EQ(o.bypassed_first, 1u);
+  EXPECT_EQ(o.pinned_after_first, 9 * kBuffer) << "its registration went at its put";
+  EXPECT_EQ(o.small_reregistered, 0) << "the nine other regions stayed cached";
+  EXPECT_EQ(o.registrations_at_end, o.deregistrations_at_end);
+}
+
+TEST(PinBudgetTest, LargeRequestSeenAgainSoonIsCached) {
+  const LargeOutcome o = RunLimited<LargeOutcome>(RunLargeRequest);
+  ASSERT_EQ(o.setup_errno, 0) << std::strerror(o.setup_errno);
+  EXPECT_EQ(o.second_errno, 0) << std::strerror(o.second_errno);
+  EXPECT_EQ(o.second_registrations, 1);
+  EXPECT_EQ(o.third_errno, 0) << std::strerror(o.third_errno);
+  EXPECT_EQ(o.third_registrations, 0) << "the second use cached it";
+  EXPECT_EQ(o.bypassed_end, 1u);
+  EXPECT_EQ(o.registrations_at_end, o.deregistrations_at_end);
 }
 
 }  // namespace
