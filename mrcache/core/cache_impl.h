@@ -65,9 +65,9 @@
 // left the index and its count reached zero, and every slot naming it is
 // marked kDead before the Region is freed. A thread has at most one non-dead
 // slot per region, in the set of the region's start (thread_cache.h), which
-// is where reclaimers look for it (FindSlot) when they mark and sum. So a non-dead slot names a
-// live region, and a pointer compare identifies it even when a new Region reuses a freed one's
-// address.
+// is where reclaimers look for it (FindSlot) when they mark and sum. So a
+// non-dead slot names a live region, and a pointer compare identifies it
+// even when a new Region reuses a freed one's address.
 //
 // Recency (CLOCK): a fast-path hit stamps its slot with the current tick; a
 // slow-path touch stamps the Region. EvictLocked gives a second chance to a
