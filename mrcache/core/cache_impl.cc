@@ -81,16 +81,17 @@ constexpr uint64_t kReleaseWaitNs = 10'000'000'000;
 constexpr uint64_t kMergeCooldownMisses = 4096;
 
 // The calling thread's slot for r (its owner), or nullptr: the slot of the
-// thread's last hit if that was r, else the one at r's line. Either way a
-// non-dead slot naming r (thread_cache.h).
+// thread's last hit if that was r, else the one in the set of r's start.
+// Either way a non-dead slot naming r (thread_cache.h).
 inline ThreadCache::Line* OwnSlot(ThreadCache* tc, const Region* r) {
-  auto names_r = [r](const ThreadCache::Line* slot) {
-    return slot->ref_region == r &&
-           slot->ref_state.load(std::memory_order_relaxed) != ThreadCache::kDead;
-  };
-  if (tc->last_region == r && names_r(tc->last_slot)) return tc->last_slot;
-  ThreadCache::Line* slot = &tc->SlotFor(r->start);
-  return names_r(slot) ? slot : nullptr;
+  if (tc->last_region == r) {
+    ThreadCache::Line* last = tc->last_slot;
+    if (last->ref_region == r &&
+        last->ref_state.load(std::memory_order_relaxed) != ThreadCache::kDead) {
+      return last;
+    }
+  }
+  return tc->FindSlot(r, r->start);
 }
 
 }  // namespace
@@ -277,16 +278,18 @@ absl::StatusOr<Region*> CacheImpl::Acquire(void* addr, size_t length, int access
   // counted in this thread's own slot (the same cache line when `addr` is in
   // the region's first page). No shared cache line is written, and the Region
   // is not read. `start < end` rejects length 0 and overflow.
-  if (ThreadCache* tc = FindThreadCache(uid_)) {
+  // The entry is the first of its set, in probe order, that covers the
+  // request (usually the home line: one line read).
+  ThreadCache* tc = FindThreadCache(uid_);
+  const ThreadCache::Line* e = tc != nullptr ? tc->FindEntry(start, end, access) : nullptr;
+  if (e != nullptr && start < end) {
     uint64_t gen = gen_.load(std::memory_order_acquire);
-    const ThreadCache::Line& e = tc->LookupFor(start);
-    // The release generation of the entry's region (cache_impl.h); an empty
-    // entry names level 0, address 0.
-    const uint64_t released = ReleaseGen(e.release_level, e.start).load(std::memory_order_acquire);
-    if (e.gen == gen + released && e.access == access && e.start <= start && end <= e.end &&
-        start < end) {
-      Region* r = e.region;
-      ThreadCache::Line& slot = tc->lines[e.slot];
+    // The release generation of the entry's region (cache_impl.h).
+    const uint64_t released =
+        ReleaseGen(e->release_level, e->start).load(std::memory_order_acquire);
+    if (e->gen == gen + released) {
+      Region* r = e->region;
+      ThreadCache::Line& slot = tc->lines[e->slot];
       // A slot naming r is r's (see thread_cache.h). It cannot be kDead while
       // the entry is valid: r was killed only after leaving the index, and
       // that bumped the generation.
@@ -370,24 +373,61 @@ absl::StatusOr<Region*> CacheImpl::AcquireOversized(uintptr_t start, uintptr_t e
   return r;
 }
 
-void CacheImpl::GrowThreadCache(ThreadCache* tc) {
-  // Four lines per region this thread has used (few collisions in a
-  // direct-mapped table), capped by the cache-wide aim.
+void CacheImpl::AdaptThreadCache(ThreadCache* tc) {
+  // The policy is stated at ThreadCache::kMaxSlots.
+  ++tc->window_slow;
   const size_t lines = tc->mask + 1;
-  if (tc->claims * 4 <= lines) return;
+  const uint64_t hits = tc->hits.load(std::memory_order_relaxed);
+  const uint64_t slow = tc->window_slow;
+  const uint64_t gets = hits - tc->window_hits + slow;
+  if (gets < lines) return;
+  const uint64_t claims = tc->window_claims;
+  const uint64_t displaced = tc->window_displaced;
+  const uint64_t since = tc->window_tick;
+  tc->window_hits = hits;
+  tc->window_slow = 0;
+  tc->window_claims = 0;
+  tc->window_displaced = 0;
+  tc->window_tick = tick_.load(std::memory_order_relaxed);
   size_t want = lines;
-  while (want < tc->claims * 4) want *= 2;
-  const size_t cap = wanted_thread_slots_.load(std::memory_order_relaxed);
-  if (want > cap) want = cap;
-  if (want <= lines) return;
+  if (displaced * ThreadCache::kGrowShare > gets) {
+    const size_t cap = wanted_thread_slots_.load(std::memory_order_relaxed);
+    want = displaced * 2 > gets ? lines * 8 : lines * 2;
+    if (want > cap) want = cap > lines ? cap : lines;
+  } else if (displaced * ThreadCache::kShrinkShare <= gets && lines > ThreadCache::kMinSlots) {
+    // The regions the window used: those of the slots hit in it or still
+    // counting a reference, and those it claimed slots for (an upper bound).
+    uint64_t used = claims;
+    for (size_t i = 0; i < lines; ++i) {
+      const ThreadCache::Line& slot = tc->lines[i];
+      if (slot.ref_region == nullptr ||
+          slot.ref_state.load(std::memory_order_relaxed) == ThreadCache::kDead) {
+        continue;
+      }
+      if (slot.ref_count.load(std::memory_order_relaxed) != 0 ||
+          slot.ref_last_use.load(std::memory_order_relaxed) >= since) {
+        ++used;
+      }
+    }
+    if (used * 8 <= lines) {
+      want = ThreadCache::kMinSlots;
+      while (want < used * 4) want *= 2;
+    }
+  }
+  if (want != lines) ResizeThreadCache(tc, want);
+}
+
+void CacheImpl::ResizeThreadCache(ThreadCache* tc, size_t want) {
   // Allocate outside the lock; migrate under it; free outside it.
   ThreadCache fresh(want);
   {
     MutexLock lock(&mu_);
-    // Lookup entries simply start empty. Live slots move to their region's
-    // line in the new table, state and all; one that collides there goes to
-    // its region's shared count and stamp. (A slot that is not kDead names a
-    // live region, so reading it is safe.)
+    // Lookup entries simply start empty. Slots counting references move to
+    // their region's set in the new table, state and all; one that finds
+    // its set full goes to its region's shared count and stamp, as does
+    // the stamp of a slot with no count. (A slot that is not kDead names a
+    // live region, so reading it is safe; no two name the same region, so
+    // none is found in the new table before it moves.)
     for (size_t i = 0; i <= tc->mask; ++i) {
       ThreadCache::Line& old = tc->lines[i];
       Region* r = old.ref_region;
@@ -395,12 +435,12 @@ void CacheImpl::GrowThreadCache(ThreadCache* tc) {
       if (r == nullptr || state == ThreadCache::kDead) continue;
       int64_t count = old.ref_count.load(std::memory_order_relaxed);
       uint64_t used = old.ref_last_use.load(std::memory_order_relaxed);
-      ThreadCache::Line& slot = fresh.SlotFor(r->start);
-      if (count != 0 && slot.ref_region == nullptr) {
-        slot.ref_region = r;
-        slot.ref_state.store(state, std::memory_order_relaxed);
-        slot.ref_count.store(count, std::memory_order_relaxed);
-        slot.ref_last_use.store(used, std::memory_order_relaxed);
+      ThreadCache::Line* slot = count != 0 ? fresh.ClaimableSlot(r->start) : nullptr;
+      if (slot != nullptr) {
+        slot->ref_region = r;
+        slot->ref_state.store(state, std::memory_order_relaxed);
+        slot->ref_count.store(count, std::memory_order_relaxed);
+        slot->ref_last_use.store(used, std::memory_order_relaxed);
       } else {
         r->shared_refs += count;
         FoldLastUseLocked(r, used);
@@ -411,6 +451,11 @@ void CacheImpl::GrowThreadCache(ThreadCache* tc) {
     tc->last_region = nullptr;  // last_slot pointed into the old table
     tc->last_slot = nullptr;
   }  // `fresh` now owns the old table and frees it here, unlocked.
+}
+
+size_t CacheImpl::thread_table_lines() const {
+  const ThreadCache* tc = FindThreadCache(uid_);
+  return tc != nullptr ? tc->mask + 1 : 0;
 }
 
 ThreadCache* CacheImpl::AttachThread() {
@@ -453,7 +498,7 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
                                                int user_access) {
   Miss miss = StartMiss(start, end, user_access);
   if (miss.page_end == 0) return ErrnoStatus(EINVAL, "mrc_get: range wraps the address space");
-  GrowThreadCache(tc);
+  AdaptThreadCache(tc);
   for (;;) {
     DeadList dead;
     PendingMiss pending;
@@ -690,7 +735,7 @@ Region* CacheImpl::InstallLocked(ThreadCache* tc, const Miss& miss, const Attemp
   index_.InsertNode(node, r->start, r->end, r);
   cached_bytes_ += r->length();
   const size_t slots = wanted_thread_slots_.load(std::memory_order_relaxed);
-  if (index_.size() * 4 > slots && slots < ThreadCache::kMaxSlots) {
+  if (index_.size() * 2 > slots && slots < ThreadCache::kMaxSlots) {
     wanted_thread_slots_.store(slots * 2, std::memory_order_relaxed);
   }
   LruPushFrontLocked(r);
@@ -1247,51 +1292,76 @@ Region* CacheImpl::FindCoveringLocked(uintptr_t start, uintptr_t end, int access
 
 void CacheImpl::TakeRefLocked(ThreadCache* tc, Region* r) {
   // r is in the index, so a non-dead slot naming it is live (not retired).
-  ThreadCache::Line& slot = tc->SlotFor(r->start);
-  const bool dead = slot.ref_state.load(std::memory_order_relaxed) == ThreadCache::kDead;
-  if (slot.ref_region == r && !dead) {
-    ThreadCache::OwnerAdd(slot.ref_count, 1);
+  if (ThreadCache::Line* own = tc->FindSlot(r, r->start)) {
+    ThreadCache::OwnerAdd(own->ref_count, 1);
     return;
   }
-  ++tc->claims;
-  if (dead || slot.ref_count.load(std::memory_order_relaxed) == 0) {
+  ++tc->window_claims;
+  if (ThreadCache::Line* slot = tc->ClaimableSlot(r->start)) {
     // Claim the slot: its previous region holds no reference from us, and
     // keeps the recency the slot recorded for it (it is alive unless dead).
-    if (!dead && slot.ref_region != nullptr) {
-      FoldLastUseLocked(slot.ref_region, slot.ref_last_use.load(std::memory_order_relaxed));
+    const bool dead = slot->ref_state.load(std::memory_order_relaxed) == ThreadCache::kDead;
+    if (!dead && slot->ref_region != nullptr) {
+      FoldLastUseLocked(slot->ref_region, slot->ref_last_use.load(std::memory_order_relaxed));
+      ++tc->window_displaced;  // a live region of ours loses its slot: the set is full
     }
-    slot.ref_region = r;
-    slot.ref_last_use.store(0, std::memory_order_relaxed);
-    slot.ref_state.store(ThreadCache::kLive, std::memory_order_relaxed);
-    slot.ref_count.store(1, std::memory_order_release);
+    slot->ref_region = r;
+    slot->ref_last_use.store(0, std::memory_order_relaxed);
+    slot->ref_state.store(ThreadCache::kLive, std::memory_order_relaxed);
+    slot->ref_count.store(1, std::memory_order_release);
     return;
   }
-  ++r->shared_refs;  // slot taken by another live region of ours
+  ++tc->window_displaced;
+  ++r->shared_refs;  // every slot of the set counts another live region of ours
 }
 
-void CacheImpl::FillLookupLocked(ThreadCache* tc, uintptr_t start, uintptr_t /*end*/, int access,
+void CacheImpl::FillLookupLocked(ThreadCache* tc, uintptr_t start, uintptr_t end, int access,
                                  Region* r) {
   // The entry holds the region's range (so a later get of any part of it
-  // hits) and sits at the line of the requested start.
-  ThreadCache::Line& e = tc->LookupFor(start);
+  // hits) and sits in the set of the requested start. Entries of that set
+  // that cover the request go first: only one may, or a stale one could
+  // hide the new one from the probe (thread_cache.h).
+  const size_t home = tc->HomeIndex(start);
+  const uint64_t gen = gen_.load(std::memory_order_relaxed);
+  ThreadCache::Line* free = nullptr;
+  for (size_t i = 0; i < ThreadCache::kWays; ++i) {
+    ThreadCache::Line& line = tc->lines[ThreadCache::ProbeIndex(home, i)];
+    if (line.start <= start && end <= line.end && line.access == access) {
+      line.gen = 0;
+      line.start = line.end = 0;
+    }
+    const bool stale =
+        line.gen == 0 ||
+        line.gen !=
+            gen + ReleaseGen(line.release_level, line.start).load(std::memory_order_relaxed);
+    if (stale && free == nullptr) free = &line;
+  }
+  // Without a slot of ours (all of its set count references) a hit could
+  // not count its reference: no entry.
+  ThreadCache::Line* slot = tc->FindSlot(r, r->start);
   const int level = ReleaseLevel(r->start, r->end);
-  uint64_t released = 0;
-  if (level < kReleaseLevels)
-    released = ReleaseGen(level, r->start).load(std::memory_order_acquire);
+  if (slot == nullptr || level == kReleaseLevels) return;
+  uint64_t released = ReleaseGen(level, r->start).load(std::memory_order_acquire);
   // After reading the counter: a release pushed since the drain may overlap
   // r and be counted in `released` already (cache_impl.h). Then, and for a
-  // region no bucket holds, leave the line empty.
-  if (level == kReleaseLevels || !ring_.empty()) {
-    e.gen = 0;
-    return;
+  // region no bucket holds, leave the entry out.
+  if (!ring_.empty()) return;
+  // The slot's own line if it is in this set (one line per hit), else a free
+  // (empty or stale) line, else one in turn.
+  const size_t slot_index = static_cast<size_t>(slot - tc->lines);
+  ThreadCache::Line* e = free;
+  if ((slot_index & ~(ThreadCache::kWays - 1)) == (home & ~(ThreadCache::kWays - 1))) {
+    e = slot;
+  } else if (e == nullptr) {
+    e = &tc->lines[ThreadCache::ProbeIndex(home, tc->window_claims % ThreadCache::kWays)];
   }
-  e.gen = drained_gen_ + released;
-  e.release_level = static_cast<uint8_t>(level);
-  e.start = r->start;
-  e.end = r->end;
-  e.access = access;
-  e.region = r;
-  e.slot = static_cast<uint16_t>(tc->SlotIndex(r->start));
+  e->gen = drained_gen_ + released;
+  e->release_level = static_cast<uint8_t>(level);
+  e->start = r->start;
+  e->end = r->end;
+  e->access = access;
+  e->region = r;
+  e->slot = static_cast<uint16_t>(slot_index);
 }
 
 void CacheImpl::FoldLastUseLocked(Region* r, uint64_t used) {
@@ -1330,11 +1400,9 @@ int64_t CacheImpl::TotalRefsLocked(const Region* r, uint64_t* last_use) const {
   int64_t total = r->shared_refs;
   uint64_t used = r->last_use.load(std::memory_order_relaxed);
   for (const ThreadCache* tc = threads_; tc != nullptr; tc = tc->next) {
-    const ThreadCache::Line& slot = tc->SlotFor(r->start);
-    if (slot.ref_region == r &&
-        slot.ref_state.load(std::memory_order_relaxed) != ThreadCache::kDead) {
-      total += slot.ref_count.load(std::memory_order_acquire);
-      uint64_t hit = slot.ref_last_use.load(std::memory_order_relaxed);
+    if (const ThreadCache::Line* slot = tc->FindSlot(r, r->start)) {
+      total += slot->ref_count.load(std::memory_order_acquire);
+      uint64_t hit = slot->ref_last_use.load(std::memory_order_relaxed);
       if (hit > used) used = hit;
     }
   }
@@ -1396,10 +1464,8 @@ void CacheImpl::KillLocked(Region* r, DeadList* dead) {
 
 void CacheImpl::MarkSlotsLocked(const Region* r, uint8_t state) {
   for (ThreadCache* tc = threads_; tc != nullptr; tc = tc->next) {
-    ThreadCache::Line& slot = tc->SlotFor(r->start);
-    if (slot.ref_region == r &&
-        slot.ref_state.load(std::memory_order_relaxed) != ThreadCache::kDead) {
-      slot.ref_state.store(state, std::memory_order_release);
+    if (ThreadCache::Line* slot = tc->FindSlot(r, r->start)) {
+      slot->ref_state.store(state, std::memory_order_release);
     }
   }
 }

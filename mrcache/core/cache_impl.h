@@ -58,14 +58,16 @@
 // sees the decrement, or T sees the mark and rechecks the retired list, so a
 // retired region is deregistered at its last put, never later and never
 // before. A put never loses a count: the slot is T's own, counts move between
-// slots and shared_refs only under mu_ (table growth, orphan folding), and a
+// slots and shared_refs only under mu_ (table resize, orphan folding), and a
 // put that finds no live slot of T naming the region takes the locked path.
 //
 // Slot identity: a region is killed (KillLocked) only under mu_, after it
 // left the index and its count reached zero, and every slot naming it is
-// marked kDead before the Region is freed. So a non-dead slot names a live
-// region, and a pointer compare identifies it even when a new Region reuses
-// a freed one's address.
+// marked kDead before the Region is freed. A thread has at most one non-dead
+// slot per region, in the set of the region's start (thread_cache.h), which
+// is where reclaimers look for it (FindSlot) when they mark and sum. So a
+// non-dead slot names a live region, and a pointer compare identifies it
+// even when a new Region reuses a freed one's address.
 //
 // Recency (CLOCK): a fast-path hit stamps its slot with the current tick; a
 // slow-path touch stamps the Region. EvictLocked gives a second chance to a
@@ -131,6 +133,9 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   // the calling thread (a subset of stats().hits): what tests observe to
   // tell a lock-free hit from a locked one.
   uint64_t locked_hits() const { return slow_hits_.load(std::memory_order_relaxed); }
+  // Lines of the calling thread's lookup table for this cache, 0 if it has
+  // none yet (thread_cache.h): what tests observe of its adaptive size.
+  size_t thread_table_lines() const;
 
   // MemoryEventListener: hook context (no lock, no allocation, no registrar).
   void OnMemoryRelease(uintptr_t start, uintptr_t end) noexcept override;
@@ -315,8 +320,12 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   absl::StatusOr<Registration> TimedImplicitRegister(int access);
   bool IsImplicit(const Region* r) const;
   ThreadCache* AttachThread();
-  // Grows the calling thread's tables to wanted_thread_slots_ (owner only).
-  void GrowThreadCache(ThreadCache* tc);
+  // Counts a slow-path get of the calling thread (tc's owner) and, at the
+  // end of a window, resizes its table (ThreadCache::kMaxSlots states when).
+  void AdaptThreadCache(ThreadCache* tc);
+  // Replaces tc's table by one of `lines` lines (owner only; takes mu_ to
+  // migrate the slots).
+  void ResizeThreadCache(ThreadCache* tc, size_t lines);
 
   // All *Locked functions require mu_ (checked: ABSL_EXCLUSIVE_LOCKS_REQUIRED).
   void MaintainLocked(DeadList* dead) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -439,7 +448,8 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   // Hit-path shared state: read-mostly.
   alignas(64) std::atomic<uint64_t> gen_{1};
   std::atomic<uint64_t> tick_{1};
-  // Per-thread table size to aim for: about four slots per cached region.
+  // The most lines a thread's table grows to: about two per cached region
+  // (a power of two, at most ThreadCache::kMaxSlots).
   std::atomic<size_t> wanted_thread_slots_{ThreadCache::kMinSlots};
 
   // Release generations, kReleaseBuckets per level (hit path: read-mostly;

@@ -6,20 +6,29 @@
 // thread caches); whichever lets go last frees it (`owners`).
 //
 // A ThreadCache holds one table of 64-byte `Line`s (mask + 1 of them, 64-byte
-// aligned). Each line carries two unrelated halves, both indexed by the same
-// page hash (PageHash & mask), so that a get of a region's first page finds
-// its lookup entry and its reference slot on one cache line:
-//  - the lookup entry of line LookupFor(addr): a recent get() answer, read
+// aligned), grouped in sets of kWays consecutive lines. A key (an address)
+// has a home line, PageHash(key) & mask, and may sit in any line of the home
+// line's set; lookups probe the home line first, then the rest of the set
+// (ProbeIndex), so a key that did not collide costs one line, as in a
+// direct-mapped table, and up to kWays keys whose home lines coincide all fit.
+// Each line carries two unrelated halves, both keyed by page: a get of a
+// region's first page usually finds its lookup entry and its reference slot
+// on one cache line (FillLookupLocked puts the entry on the slot's line when
+// that line is in the entry's set):
+//  - a lookup entry, in the set of the get's start address (FindEntry): a
+//    recent get() answer, read
 //    and written only by the owner thread. It is valid only while its `gen`
 //    equals the sum of the cache's generation (every event that could make
 //    an answer wrong -- invalidation, eviction, merge, flush -- bumps it
 //    first) and the release generation of the region's bucket at
 //    `release_level` (every memory event that overlaps the region bumps it;
 //    see cache_impl.h), and it is used only for the same `access`. It stores the region's
-//    own range and the index of the region's slot, SlotIndex(region start),
-//    which stays right as long as the table does (a new table starts empty).
-//  - the reference slot of line SlotIndex(region start): this thread's share
-//    of one region's reference count, plus its recency stamp.
+//    own range and the index of the region's slot (`slot`), which stays right
+//    as long as the table does (a new table starts with no entries). At most
+//    one entry of a set covers a given (range, access): filling one clears
+//    the others, so a stale entry never hides a valid one from the probe.
+//  - a reference slot, in the set of the region's start (FindSlot): this
+//    thread's share of one region's reference count, plus its recency stamp.
 //      `ref_region`  the region the slot counts for; written only by the
 //                    owner under the cache lock (read lock-free by the owner
 //                    alone, and by reclaimers under the lock).
@@ -36,9 +45,15 @@
 //                    slot's fields are meaningless and the owner may reclaim
 //                    it on its next slow path.
 //    Invariant: a slot whose state is not kDead names a live Region, and
-//    sits at SlotIndex(that region's start) of its thread's current table. So a pointer compare
-//    (ref_region == r) on a non-dead slot identifies r exactly, even if r's address once belonged
+//    sits in the set of that region's start in its thread's current table;
+//    a thread has at most one such slot per region (a slot is claimed only
+//    after FindSlot found none). So a pointer compare (ref_region == r) on a
+//    non-dead slot identifies r exactly, even if r's address once belonged
 //    to a freed region: every slot naming that one was marked kDead first.
+//    A claim takes, in probe order, an empty or kDead slot, else the slot
+//    with a zero count whose last fast-path hit is oldest; with all kWays
+//    slots counting references the reference goes to the region's shared
+//    count and the get takes no lookup entry.
 //  - per-thread hit counter, summed by stats(), and `last_region`/`last_slot`:
 //    the region of the owner's last fast-path hit and its slot, so that a put
 //    right after a get finds the slot without reading the Region. Owner only;
@@ -60,12 +75,30 @@ class Region;
 class CacheImpl;
 
 struct alignas(64) ThreadCache {
-  // The table starts small and grows (owner thread, see CacheImpl) with what
-  // the thread itself uses: to about four lines per region it has taken
-  // slots for, and at most about four lines per cached region, up to kMaxSlots.
-  // A short-lived thread that touches a few regions keeps kMinSlots lines.
-  static constexpr size_t kMinSlots = 64;    // power of two (4 KiB)
-  static constexpr size_t kMaxSlots = 8192;  // power of two
+  // Size (lines; 64 bytes each). The owner resizes its table on its own
+  // slow path (CacheImpl::AdaptThreadCache), judging the window of gets since
+  // the last judgement once it holds at least as many gets as the table has
+  // lines. A get that had to take a slot from another live region of ours
+  // (or found its set all counting references) is *displacing*: the working
+  // set does not fit. (Misses of new memory are not: a larger table would
+  // not have answered them.)
+  //  - more than 1/kGrowShare of the window's gets displaced: the table
+  //    doubles (grows eightfold if more than half did, so that a thread
+  //    meeting a large working set gets there in a few windows), up to two
+  //    lines per region the cache holds and never beyond kMaxSlots;
+  //  - at most 1/kShrinkShare displaced, and the regions the window used
+  //    (slots hit or holding references, plus slots claimed) fill at most
+  //    1/8 of the table: it shrinks to four lines per such region (at least
+  //    kMinSlots).
+  // Bound: kMaxSlots lines = 4 MiB per thread and cache. A thread that uses
+  // a few regions keeps kMinSlots lines (4 KiB) however many the cache
+  // holds; a thread that stops calling the cache keeps its table until its
+  // next slow path or its exit.
+  static constexpr size_t kWays = 4;          // lines per set, a power of two
+  static constexpr size_t kMinSlots = 64;     // power of two (4 KiB), >= kWays
+  static constexpr size_t kMaxSlots = 65536;  // power of two (4 MiB)
+  static constexpr uint64_t kGrowShare = 64;
+  static constexpr uint64_t kShrinkShare = 256;
 
   enum RefState : uint8_t { kLive = 0, kRetired = 1, kDead = 2 };
 
@@ -76,7 +109,7 @@ struct alignas(64) ThreadCache {
     uintptr_t end = 0;
     Region* region = nullptr;
     int access = 0;             // what the get asked for
-    uint16_t slot = 0;          // SlotIndex(start) when filled (saves rehashing)
+    uint16_t slot = 0;          // the line of the region's slot (FindSlot) when filled
     uint8_t release_level = 0;  // the level of the release generation in `gen`
     // Reference slot (see the header comment).
     std::atomic<uint8_t> ref_state{kLive};
@@ -86,6 +119,7 @@ struct alignas(64) ThreadCache {
   };
   static_assert(sizeof(Line) == 64, "a lookup entry and a reference slot share one cache line");
   static_assert(kMaxSlots - 1 <= UINT16_MAX, "Line::slot holds a line index");
+  static_assert(kMinSlots >= kWays && (kWays & (kWays - 1)) == 0, "whole sets of kWays lines");
 
   // Page hash, independent of the table size; callers mask with `mask`.
   // An xor of shifted page numbers: consecutive pages take consecutive
@@ -98,11 +132,55 @@ struct alignas(64) ThreadCache {
     const uintptr_t page = addr >> 12;
     return page ^ (page >> 3) ^ (page >> 7) ^ (page >> 13) ^ (page >> 26);
   }
-  Line& LookupFor(uintptr_t addr) { return lines[PageHash(addr) & mask]; }
-  // The slot of the region that starts at region_start.
-  size_t SlotIndex(uintptr_t region_start) const { return PageHash(region_start) & mask; }
-  Line& SlotFor(uintptr_t region_start) { return lines[SlotIndex(region_start)]; }
-  const Line& SlotFor(uintptr_t region_start) const { return lines[SlotIndex(region_start)]; }
+  // The i-th line (0 <= i < kWays) to probe for a key whose home line is
+  // `home`: the home line itself, then the other lines of its set.
+  static size_t ProbeIndex(size_t home, size_t i) { return home ^ i; }
+  size_t HomeIndex(uintptr_t addr) const { return PageHash(addr) & mask; }
+
+  // The line whose lookup entry covers [start, end) for `access`, first in
+  // probe order, or nullptr. Its generation is the caller's to check.
+  Line* FindEntry(uintptr_t start, uintptr_t end, int access) {
+    const size_t home = HomeIndex(start);
+    for (size_t i = 0; i < kWays; ++i) {
+      Line& e = lines[ProbeIndex(home, i)];
+      if (e.start <= start && end <= e.end && e.access == access) return &e;
+    }
+    return nullptr;
+  }
+  // The non-dead slot naming `region`, which starts at region_start, or
+  // nullptr. Owner thread, or the cache lock held.
+  Line* FindSlot(const Region* region, uintptr_t region_start) {
+    const size_t home = HomeIndex(region_start);
+    for (size_t i = 0; i < kWays; ++i) {
+      Line& slot = lines[ProbeIndex(home, i)];
+      if (slot.ref_region == region && slot.ref_state.load(std::memory_order_relaxed) != kDead) {
+        return &slot;
+      }
+    }
+    return nullptr;
+  }
+  const Line* FindSlot(const Region* region, uintptr_t region_start) const {
+    return const_cast<ThreadCache*>(this)->FindSlot(region, region_start);
+  }
+  // The slot a region starting at region_start may claim (the header
+  // comment's order), or nullptr if all of its set count references. The
+  // caller has checked that no slot names the region.
+  Line* ClaimableSlot(uintptr_t region_start) {
+    const size_t home = HomeIndex(region_start);
+    Line* oldest = nullptr;
+    for (size_t i = 0; i < kWays; ++i) {
+      Line& slot = lines[ProbeIndex(home, i)];
+      if (slot.ref_region == nullptr || slot.ref_state.load(std::memory_order_relaxed) == kDead) {
+        return &slot;
+      }
+      if (slot.ref_count.load(std::memory_order_relaxed) == 0 &&
+          (oldest == nullptr || slot.ref_last_use.load(std::memory_order_relaxed) <
+                                    oldest->ref_last_use.load(std::memory_order_relaxed))) {
+        oldest = &slot;
+      }
+    }
+    return oldest;
+  }
 
   // Tables are whole pages of their own (mmap), never heap chunks: a freed
   // table goes back to the system at once, so thread churn does not leave
@@ -123,14 +201,20 @@ struct alignas(64) ThreadCache {
   // Owner thread's hot fields (the hit path reads the first three).
   uint64_t cache_uid = 0;
   // The table has mask + 1 lines. `lines` and `mask` change only by the
-  // owner thread under the cache lock (CacheImpl::GrowThreadCache).
+  // owner thread under the cache lock (CacheImpl::ResizeThreadCache).
   size_t mask;
   Line* lines;
   std::atomic<uint64_t> hits{0};
-  // Slots this thread claimed for a region, or found taken (under the cache
-  // lock): how many distinct regions it has used, the measure its table
-  // grows by.
-  size_t claims = 0;
+  // The window the size is judged by (owner only; see kMaxSlots): the
+  // `hits` it started at, its slow-path gets, the gets that claimed a slot
+  // (or found their set all counting references) and those that displaced,
+  // both counted under the cache lock, and the cache tick it started at
+  // (slots hit since are stamped with a later or equal tick).
+  uint64_t window_hits = 0;
+  uint64_t window_slow = 0;
+  uint64_t window_claims = 0;
+  uint64_t window_displaced = 0;
+  uint64_t window_tick = 0;
   Region* last_region = nullptr;  // owner only: last fast-path hit ...
   Line* last_slot = nullptr;      // ... and its slot in `lines`
 
