@@ -254,6 +254,15 @@ void PrintMonitors(const mrcache::Config& config) {
       std::printf("  %-9s incomplete: %s\n", "", (*lease)->shortfall().c_str());
     }
   }
+  const std::string sanitizer = mrcache::SanitizerRuntime();
+  if (sanitizer.empty()) {
+    std::printf("  sanitizer runtime: none (auto adds uffd only where one is loaded)\n");
+  } else {
+    std::printf(
+        "  sanitizer runtime: %s (auto adds uffd: its allocator unmaps with inline system "
+        "calls that patch and symbols do not see)\n",
+        sanitizer.c_str());
+  }
   PrintUffdWatching();
   auto chosen = mrcache::AcquireMonitor(config.monitor);
   std::printf(

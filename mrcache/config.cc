@@ -197,9 +197,9 @@ const std::vector<KeyRow>& Rows() {
        },
        [](const Config& c) { return std::string(RemoteKeysName(c.remote_keys)); }},
       {{"monitor",
-        "`none`, `symbols`, `patch`, `uffd`, `jemalloc`, `auto`, or a `+`-joined list "
-        "(`auto+uffd`: also an "
-        "inline `syscall` instruction)",
+        "`none`, `symbols`, `patch`, `uffd`, `jemalloc`, `auto` (adds `uffd` where a "
+        "sanitizer runtime is loaded), or a `+`-joined list (`auto+uffd`: also an inline "
+        "`syscall` instruction)",
         "`auto`"},
        "none|symbols|patch|uffd|jemalloc|auto, '+'-joined",
        [](Config& c, absl::string_view v) {

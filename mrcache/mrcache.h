@@ -73,7 +73,9 @@ struct ibv_pd;
  * Keys equal the MRCACHE_* environment names, lower-case, without the prefix
  * (registrar, max_regions, max_bytes, max_merge_bytes, bridge_bytes,
  * alignment, remote_keys, monitor, odp, odp_prefetch_bytes, sim_*, pool_*,
- * uring_slots, custom_pins). `mrcache-info --config-table` prints every key with what it
+ * uring_slots, custom_pins). The default monitor, `auto`, adds uffd in a
+ * process with a sanitizer runtime (its allocator unmaps with inline system
+ * calls; logged once). `mrcache-info --config-table` prints every key with what it
  * accepts and its default, from the library's own table; mrcache(7) and
  * README.md ("Configuration") explain them.
  */

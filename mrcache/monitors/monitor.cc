@@ -2,6 +2,8 @@
 // process-wide installation of each monitor (see monitor.h).
 #include "mrcache/monitors/monitor.h"
 
+#include <dlfcn.h>
+
 #include <atomic>
 #include <cerrno>
 #include <mutex>
@@ -11,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "mrcache/errno_status.h"
+#include "mrcache/log.h"
 #include "mrcache/monitors/fork_guard.h"
 #include "mrcache/monitors/jemalloc_monitor.h"
 #include "mrcache/monitors/monitor_sync.h"
@@ -189,18 +192,73 @@ class Lease : public MonitorLease {
   } failures_;
 };
 
+// Sanitizer runtimes, by the symbol that initialises each.
+struct SanitizerSymbol {
+  const char* symbol;
+  const char* name;
+};
+constexpr SanitizerSymbol kSanitizers[] = {
+    {"__asan_init", "AddressSanitizer"}, {"__hwasan_init", "HWAddressSanitizer"},
+    {"__tsan_init", "ThreadSanitizer"},  {"__msan_init", "MemorySanitizer"},
+    {"__lsan_init", "LeakSanitizer"},
+};
+
+std::string ErrnoText(const absl::Status& s) {
+  return std::string(s.message()) + " (errno " + std::to_string(StatusToErrno(s)) + ")";
+}
+
+bool NamesAuto(absl::string_view name) {
+  for (absl::string_view part : absl::StrSplit(name, '+')) {
+    if (part == "auto") return true;
+  }
+  return false;
+}
+
+// The first lease of the process whose `auto` added uffd for a sanitizer
+// says so, once.
+void LogSanitizerChoiceOnce(const std::string& sanitizer) {
+  static std::atomic<bool> logged{false};
+  if (logged.exchange(true, std::memory_order_relaxed)) return;
+  Log(LogLevel::kInfo, "monitor 'auto' includes uffd in this process: the " + sanitizer +
+                           " runtime is loaded, and its allocator unmaps memory with inline "
+                           "system calls that patch and symbols do not see");
+}
+
+}  // namespace
+
+std::string SanitizerRuntime() {
+  for (const SanitizerSymbol& s : kSanitizers) {
+    if (dlsym(RTLD_DEFAULT, s.symbol) != nullptr) return s.name;
+  }
+  return std::string();
+}
+
 // `auto`: `patch` (every release that goes through libc, its own internal
 // calls and syscall() included), else `symbols`; plus `jemalloc` when it is
 // the allocator. `uffd` is not in it: it costs every miss a userfaultfd
 // registration (a miss at zero registrar cost took 8.3 us with it; without
-// it, what `none` costs: bench/RESULTS.md) and watches memory by range,
-// which changes the application's own memory map; the one row only it
-// covers, an inline `syscall` instruction, is `auto+uffd`'s.
-std::vector<std::string> AutoNames() { return {"patch", "jemalloc"}; }
-
-}  // namespace
+// it, what `none` costs: bench/RESULTS.md) and watches memory by range; the
+// one row only it covers, an inline `syscall` instruction, is `auto+uffd`'s.
+// Except under a sanitizer, whose allocator makes such calls all the time.
+std::vector<std::string> AutoMonitorNames(absl::string_view sanitizer) {
+  std::vector<std::string> names = {"patch", "jemalloc"};
+  if (!sanitizer.empty()) names.push_back("uffd");
+  return names;
+}
 
 absl::StatusOr<std::unique_ptr<MonitorLease>> AcquireMonitor(absl::string_view name) {
+  const std::string sanitizer = NamesAuto(name) ? SanitizerRuntime() : std::string();
+  auto lease = AcquireMonitorFor(name, sanitizer);
+  if (lease.ok() && !sanitizer.empty()) {
+    for (absl::string_view part : absl::StrSplit((*lease)->name(), '+')) {
+      if (part == "uffd") LogSanitizerChoiceOnce(sanitizer);
+    }
+  }
+  return lease;
+}
+
+absl::StatusOr<std::unique_ptr<MonitorLease>> AcquireMonitorFor(absl::string_view name,
+                                                                absl::string_view sanitizer) {
   EnsureForkGuardInstalled();
   std::vector<absl::string_view> parts = absl::StrSplit(name, '+');
   bool want_auto = false;
@@ -236,53 +294,50 @@ absl::StatusOr<std::unique_ptr<MonitorLease>> AcquireMonitor(absl::string_view n
     }
     acquired.push_back(i);
   }
-  std::string shortfall;
+  // What `auto` promises and could not install, one part per cause.
+  std::vector<std::string> missing;
   if (want_auto) {
-    bool have_patch = false, have_symbols = false;
-    for (int i : acquired) {
-      absl::string_view n = g_components[i].name;
-      have_patch |= n == "patch";
-      have_symbols |= n == "symbols";
-    }
-    for (const std::string& n : AutoNames()) {
+    auto have = [&acquired](absl::string_view n) {
+      for (int a : acquired) {
+        if (n == g_components[a].name) return true;
+      }
+      return false;
+    };
+    for (const std::string& n : AutoMonitorNames(sanitizer)) {
       int i = FindComponent(n);
-      if (i < 0) continue;
-      bool already = false;
-      for (int a : acquired) already |= a == i;
-      if (already) continue;
+      if (i < 0 || have(n)) continue;
       absl::Status s = AcquireComponentLocked(i);
       if (s.ok()) {
         acquired.push_back(i);
-        have_patch |= n == "patch";
       } else if (n == "patch") {
-        // jemalloc's purges reach madvise, which patch or symbols see:
-        // only patch's absence costs coverage.
-        shortfall = "patch: " + std::string(s.message()) + " (errno " +
-                    std::to_string(StatusToErrno(s)) + ")";
+        missing.push_back("patch: " + ErrnoText(s));
+        if (!have("symbols")) {
+          int j = FindComponent("symbols");
+          absl::Status t = AcquireComponentLocked(j);
+          if (t.ok()) {
+            acquired.push_back(j);
+          } else {
+            missing.push_back("symbols: " + std::string(t.message()));
+          }
+        }
+        missing.push_back(have("symbols") ? "using symbols, which misses libc's internal calls "
+                                            "(free, realloc, trim) and syscall()"
+                                          : "nothing reports releases made through libc");
+      } else if (n == "uffd") {
+        missing.push_back("uffd: " + ErrnoText(s) + "; the " + std::string(sanitizer) +
+                          " runtime's allocator unmaps with inline system calls, which nothing "
+                          "else sees");
       }
+      // jemalloc's purges reach madvise, which patch or symbols see: its
+      // absence costs no coverage.
     }
-    if (!have_patch && !have_symbols) {
-      int i = FindComponent("symbols");
-      absl::Status s = AcquireComponentLocked(i);
-      if (!s.ok() && acquired.empty()) {
-        return ErrnoStatus(ENOTSUP, "monitor 'auto': no monitor can be installed here; " +
-                                        (shortfall.empty() ? "" : shortfall + "; ") +
-                                        "symbols: " + std::string(s.message()));
-      }
-      if (s.ok()) {
-        acquired.push_back(i);
-        have_symbols = true;
-      } else {
-        shortfall += "; symbols: " + std::string(s.message());
-      }
-    }
-    if (!have_patch) {
-      shortfall += have_symbols ? "; using symbols, which misses libc's internal calls (free, "
-                                  "realloc, trim) and syscall()"
-                                : "; nothing reports releases made through libc";
+    if (acquired.empty()) {
+      return ErrnoStatus(ENOTSUP, "monitor 'auto': no monitor can be installed here; " +
+                                      absl::StrJoin(missing, "; "));
     }
   }
-  return std::unique_ptr<MonitorLease>(new Lease(std::move(acquired), std::move(shortfall)));
+  return std::unique_ptr<MonitorLease>(
+      new Lease(std::move(acquired), absl::StrJoin(missing, "; ")));
 }
 
 }  // namespace mrcache

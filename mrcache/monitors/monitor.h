@@ -10,9 +10,12 @@
 // uffd, jemalloc, auto. A '+'-separated list selects several (e.g.
 // "patch+uffd", "auto+uffd"). `auto` is patch (else symbols) plus jemalloc
 // when it is the allocator: every release that goes through libc. `uffd` is
-// opt-in (`auto+uffd`): it alone sees an inline `syscall` instruction.
-// Monitors named explicitly must install (else the error); `auto`'s are best
-// effort, and what it could not install is the lease's shortfall().
+// opt-in (`auto+uffd`): it alone sees an inline `syscall` instruction. One
+// exception: in a process with a sanitizer runtime (SanitizerRuntime()),
+// whose allocator maps and unmaps with inline system calls, `auto` adds uffd
+// (logged once per process; mrcache-info shows it). Monitors named
+// explicitly must install (else the error); `auto`'s are best effort, and
+// what it could not install is the lease's shortfall().
 #ifndef MRCACHE_MONITOR_H_
 #define MRCACHE_MONITOR_H_
 
@@ -20,6 +23,8 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
+
 #include "absl/strings/string_view.h"
 
 #include "absl/status/statusor.h"
@@ -71,8 +76,32 @@ class MonitorLease {
 };
 
 // EINVAL for an unknown name; ENOTSUP (with the reason) when the monitor
-// cannot be installed in this process.
+// cannot be installed in this process. `auto` stands for
+// AutoMonitorNames(SanitizerRuntime()); the first lease of a process whose
+// `auto` adds uffd for a sanitizer logs one line (mrcache/log.h) saying so.
 absl::StatusOr<std::unique_ptr<MonitorLease>> AcquireMonitor(absl::string_view name);
+
+// The sanitizer runtime loaded in this process ("AddressSanitizer",
+// "HWAddressSanitizer", "ThreadSanitizer", "MemorySanitizer" or
+// "LeakSanitizer"), or "" if none is. Found by its initialisation symbol
+// (__asan_init, ...) through dlsym(RTLD_DEFAULT), so a sanitized application
+// that links an uninstrumented libmrcache is found too. These runtimes'
+// allocators map and unmap with inline system calls, which only uffd sees.
+// Not hook context (dlsym).
+std::string SanitizerRuntime();
+
+// The monitors `auto` stands for, in the order they are tried, when
+// `sanitizer` (SanitizerRuntime()'s answer) is loaded: patch and jemalloc
+// (symbols when patch cannot be installed), plus uffd when `sanitizer` is
+// not empty.
+std::vector<std::string> AutoMonitorNames(absl::string_view sanitizer);
+
+// AcquireMonitor(name) with `sanitizer` in place of SanitizerRuntime() (how
+// tests choose for a process with or without a sanitizer), and without the
+// log line. When `auto` adds uffd for `sanitizer` and uffd cannot be
+// installed, the shortfall() names the sanitizer and uffd's cause.
+absl::StatusOr<std::unique_ptr<MonitorLease>> AcquireMonitorFor(absl::string_view name,
+                                                                absl::string_view sanitizer);
 
 }  // namespace mrcache
 

@@ -14,9 +14,7 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 # (harmless for these short runs).
 [ -n "${ASAN_OPTIONS:-}" ] && export ASAN_OPTIONS="$ASAN_OPTIONS:verify_asan_link_order=0"
 # Their allocators unmap with raw system calls that only uffd sees: the
-# verbs program runs with monitor=auto+uffd there (see legacy_shim_test.sh).
-shim_monitor=()
-if [ -n "${ASAN_OPTIONS:-}" ] || [ -n "${TSAN_OPTIONS:-}" ]; then shim_monitor=(MRCACHE_MONITOR=auto+uffd); fi
+# default monitor (auto) adds uffd where a sanitizer runtime is loaded.
 prefix="$TEST_TMPDIR/prefix"
 # The runfiles tree holds the build outputs and the sources at their paths.
 scripts/install_tree . . "$prefix" >/dev/null
@@ -102,7 +100,7 @@ preload=$("$prefix/bin/mrcache-run" -- sh -c 'echo "$LD_PRELOAD"')
 # by the test rule) prints the same under it, with the summary at exit.
 app=tests/legacy/legacy_app
 "$app" 3 100 >"$TEST_TMPDIR/plain.out" 2>/dev/null || fail "plain legacy_app"
-env "${shim_monitor[@]}" "$prefix/bin/mrcache-run" --stats -- "$app" 3 100 >"$TEST_TMPDIR/shim.out" 2>"$TEST_TMPDIR/shim.err" ||
+"$prefix/bin/mrcache-run" --stats -- "$app" 3 100 >"$TEST_TMPDIR/shim.out" 2>"$TEST_TMPDIR/shim.err" ||
   fail "legacy_app under the installed mrcache-run: $(cat "$TEST_TMPDIR/shim.err")"
 diff -u "$TEST_TMPDIR/plain.out" "$TEST_TMPDIR/shim.out" || fail "output differs under mrcache-run"
 grep -q "hit rate" "$TEST_TMPDIR/shim.err" || fail "no summary: $(cat "$TEST_TMPDIR/shim.err")"

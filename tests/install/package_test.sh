@@ -18,9 +18,7 @@ done
 # Sanitizer builds: the preloaded shim precedes the ASan runtime (harmless here).
 [ -n "${ASAN_OPTIONS:-}" ] && export ASAN_OPTIONS="$ASAN_OPTIONS:verify_asan_link_order=0"
 # Their allocators unmap with raw system calls that only uffd sees: the
-# verbs program runs with monitor=auto+uffd there (see legacy_shim_test.sh).
-shim_monitor=()
-if [ -n "${ASAN_OPTIONS:-}" ] || [ -n "${TSAN_OPTIONS:-}" ]; then shim_monitor=(MRCACHE_MONITOR=auto+uffd); fi
+# default monitor (auto) adds uffd where a sanitizer runtime is loaded.
 
 out="$TEST_TMPDIR/out"
 deb=$(scripts/package_deb . . "$out") || fail "scripts/package_deb exited $?"
@@ -79,7 +77,7 @@ grep -q "usage: mrcache-info" "$TEST_TMPDIR/info.txt" || fail "mrcache-info --he
 # (LD_LIBRARY_PATH, set by the test rule, gives softverbs for libibverbs).
 preload=$("$root/usr/bin/mrcache-run" -- sh -c 'echo "$LD_PRELOAD"' 2>/dev/null)
 [ "${preload%%:*}" = "$root/usr/lib/libmrcache_preload.so" ] || fail "mrcache-run preloads '$preload'"
-env "${shim_monitor[@]}" "$root/usr/bin/mrcache-run" --stats -- tests/legacy/legacy_app 3 100 >/dev/null 2>"$TEST_TMPDIR/shim.err" ||
+"$root/usr/bin/mrcache-run" --stats -- tests/legacy/legacy_app 3 100 >/dev/null 2>"$TEST_TMPDIR/shim.err" ||
   fail "legacy_app under the extracted mrcache-run: $(cat "$TEST_TMPDIR/shim.err")"
 grep -q "hit rate" "$TEST_TMPDIR/shim.err" || fail "no summary: $(cat "$TEST_TMPDIR/shim.err")"
 echo "package test: $deb checked"

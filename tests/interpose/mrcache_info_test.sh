@@ -33,6 +33,15 @@ if grep -Eq "^  auto +available: patch" "$out/info"; then
 else
   grep -Eq "^  monitor_incomplete: 1 -- patch: " "$out/info" || fail "auto without patch: $(cat "$out/info")"
 fi
+# auto adds uffd exactly where a sanitizer runtime is loaded (this binary's build).
+if [ -n "${ASAN_OPTIONS:-}" ] || [ -n "${TSAN_OPTIONS:-}" ]; then
+  grep -Eq "^  sanitizer runtime: (Address|Thread)Sanitizer \(auto adds uffd" "$out/info" ||
+    fail "sanitizer runtime not shown: $(cat "$out/info")"
+  grep -Eq "^  auto +available: .*uffd" "$out/info" || fail "auto without uffd under a sanitizer"
+else
+  grep -Eq "^  sanitizer runtime: none " "$out/info" || fail "sanitizer line: $(cat "$out/info")"
+  grep -Eq "^  auto +available: .*uffd" "$out/info" && fail "auto with uffd without a sanitizer"
+fi
 grep -q "uffd watch probe (an anonymous mapping): watched" "$out/info" || fail "uffd probe: $(cat "$out/info")"
 grep -Eq "uffd registers whole mappings and adds none at or above [0-9]+ mappings" "$out/info" ||
   fail "uffd map-count limit missing"

@@ -12,10 +12,6 @@ if [ -n "${ASAN_OPTIONS:-}" ]; then
   export ASAN_OPTIONS="$ASAN_OPTIONS:verify_asan_link_order=0"
 fi
 # Under ASan and TSan their allocators unmap with raw system calls that only
-# uffd sees (free of a large block included): the default monitor (auto:
-# patch, or symbols under TSan) would serve stale registrations, so the
-# shim's monitor is auto+uffd there, unless the test sets one.
-if [ -n "${ASAN_OPTIONS:-}" ] || [ -n "${TSAN_OPTIONS:-}" ]; then
-  export MRCACHE_MONITOR="${MRCACHE_MONITOR:-auto+uffd}"
-fi
+# uffd sees (free of a large block included): the shim's default monitor
+# (auto) adds uffd there by itself.
 exec "$bin" "$@"

@@ -21,13 +21,12 @@
 set -uo pipefail
 # Sanitizer builds: the preloaded shim precedes the ASan runtime (harmless
 # here). ASan's allocator serves the large responses from its own mappings
-# and unmaps them with raw syscalls, which the patch monitor (`auto`) cannot
-# see: once its quarantine recycles an address the cache would serve a stale
+# and unmaps them with raw syscalls, which the patch monitor cannot see: once
+# its quarantine recycles an address, patch alone would serve a stale
 # registration (seen: 43 of 200 responses corrupted). userfaultfd sees those
-# unmaps, so under ASan the shim runs with auto+uffd.
+# unmaps, and the default monitor (auto) adds it where ASan's runtime is.
 if [ -n "${ASAN_OPTIONS:-}" ]; then
   export ASAN_OPTIONS="$ASAN_OPTIONS:verify_asan_link_order=0"
-  export MRCACHE_MONITOR=auto+uffd
 fi
 
 rpc="$PWD/tests/legacy/legacy_rpc"

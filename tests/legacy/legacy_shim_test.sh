@@ -12,10 +12,7 @@ set -euo pipefail
 # Sanitizer builds: the preloaded shim precedes the ASan runtime (harmless here).
 [ -n "${ASAN_OPTIONS:-}" ] && export ASAN_OPTIONS="$ASAN_OPTIONS:verify_asan_link_order=0"
 # Under ASan and TSan their allocators unmap with raw system calls that only
-# uffd sees: the default monitor (auto: patch, or symbols under TSan) would
-# serve stale registrations to the instrumented program, so the shim runs use
-# auto+uffd there.
-if [ -n "${ASAN_OPTIONS:-}" ] || [ -n "${TSAN_OPTIONS:-}" ]; then export MRCACHE_MONITOR=auto+uffd; fi
+# uffd sees: the default monitor (auto) adds uffd there by itself.
 # Under TSan patch refuses to install, so auto is symbols and says it is
 # incomplete (monitor_incomplete 1).
 incomplete=0

@@ -17,15 +17,14 @@
 set -euo pipefail
 [ -n "${ASAN_OPTIONS:-}" ] && export ASAN_OPTIONS="$ASAN_OPTIONS:verify_asan_link_order=0"
 # Under ASan and TSan their allocators unmap with raw system calls that only
-# the uffd monitor sees (patch, which auto is, would serve stale registrations,
-# and is not available under TSan, where auto is symbols): every run uses
-# monitor=auto+uffd there, and the exact runs' counts are printed, not
-# compared.
+# the uffd monitor sees (patch alone would serve stale registrations, and is
+# not available under TSan): every run uses the default monitor there, auto,
+# which adds uffd where a sanitizer runtime is loaded, and the exact runs'
+# counts are printed, not compared.
 monitor=patch
 exact=1
 if [ -n "${ASAN_OPTIONS:-}" ] || [ -n "${TSAN_OPTIONS:-}" ]; then
-  monitor=auto+uffd
-  export MRCACHE_MONITOR=$monitor
+  monitor=auto
   exact=0
 fi
 

@@ -17,7 +17,9 @@
 //  - auto is patch(+jemalloc) here and must cover every row that goes
 //    through libc: all but raw_munmap. auto+uffd covers every row. (Under
 //    ThreadSanitizer patch cannot install: auto is symbols, auto+uffd
-//    symbols+uffd, and they are expected to cover what those cover.)
+//    symbols+uffd, and they are expected to cover what those cover.) In a
+//    sanitizer build auto adds uffd itself (monitor.h), so it covers what
+//    auto+uffd covers.
 #ifndef TESTS_MONITORS_MONITOR_EXPECTATIONS_H_
 #define TESTS_MONITORS_MONITOR_EXPECTATIONS_H_
 
@@ -52,9 +54,21 @@ inline bool PatchInThisBuild() {
 #endif
 }
 
+// True in a sanitizer build, where `auto` adds uffd (monitor.h).
+inline bool AutoHasUffdInThisBuild() {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  return true;
+#else
+  return false;
+#endif
+}
+
 inline bool ExpectReported(const std::string& monitor, const std::string& way) {
   if (monitor == "none") return false;
-  if (monitor == "auto") return ExpectReported(PatchInThisBuild() ? "patch" : "symbols", way);
+  if (monitor == "auto") {
+    return ExpectReported(PatchInThisBuild() ? "patch" : "symbols", way) ||
+           (AutoHasUffdInThisBuild() && ExpectReported("uffd", way));
+  }
   if (monitor == "auto+uffd") return ExpectReported("auto", way) || ExpectReported("uffd", way);
   if (monitor == "symbols") {
     return way != "glibc_free" && way != "syscall_munmap" && way != "raw_munmap";

@@ -308,14 +308,10 @@ TEST_P(ReplacementRaceTest, ReplacingPagesWithMmapFixedDuringGetsNeverPoisonsLat
   RunRounds(Replacement::kMmapFixed);
 }
 
+// With uffd alone this is the case where a miss that meets the buffer
+// unmapped (UFFDIO_REGISTER: EINVAL) must be retried, not cached unwatched
+// (tests/monitors/README.md, "Concurrent release and reuse").
 TEST_P(ReplacementRaceTest, UnmappingAndRemappingDuringGetsNeverPoisonsLaterGets) {
-  if (GetParam() == "uffd") {
-    // Known defect (tests/monitors/README.md): with uffd alone, some runs
-    // find every round after the first stale one stale; the cached region's
-    // mapping is then not registered with the userfaultfd. Cause not
-    // confirmed. auto (patch) keeps the rule; uffd alone is opt-in.
-    GTEST_SKIP() << "uffd alone does not yet keep the rule for munmap + mmap races";
-  }
   RunRounds(Replacement::kMunmapMmap);
 }
 
