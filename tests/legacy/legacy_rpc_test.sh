@@ -19,14 +19,17 @@
 # libibverbs, addressed with GID index 0 (RoCE needs a GRH); softverbs'
 # counters do not exist there, so the registration counts are not checked.
 set -uo pipefail
-# Sanitizer builds: the preloaded shim precedes the ASan runtime (harmless
-# here). ASan's allocator serves the large responses from its own mappings
-# and unmaps them with raw syscalls, which the patch monitor (`auto`) cannot
-# see: once its quarantine recycles an address the cache would serve a stale
-# registration (seen: 43 of 200 responses corrupted). userfaultfd sees those
-# unmaps, so under ASan the shim runs with auto+uffd.
+# Sanitizer builds: the sanitizers' allocators serve the large responses
+# from their own mappings and unmap them with raw syscalls, which `auto`
+# (patch, or symbols under TSan, where patch refuses to install) cannot see:
+# once an address is recycled the cache would serve a stale registration
+# (seen: 43 of 200 responses corrupted under ASan, 38 under TSan).
+# userfaultfd sees those unmaps, so under either sanitizer the shim runs
+# with auto+uffd. The preloaded shim precedes the ASan runtime (harmless here).
 if [ -n "${ASAN_OPTIONS:-}" ]; then
   export ASAN_OPTIONS="$ASAN_OPTIONS:verify_asan_link_order=0"
+fi
+if [ -n "${ASAN_OPTIONS:-}" ] || [ -n "${TSAN_OPTIONS:-}" ]; then
   export MRCACHE_MONITOR=auto+uffd
 fi
 
