@@ -3,6 +3,9 @@
 set -uo pipefail
 # Sanitizer builds: the preloaded shim precedes the ASan runtime (harmless here).
 [ -n "${ASAN_OPTIONS:-}" ] && export ASAN_OPTIONS="$ASAN_OPTIONS:verify_asan_link_order=0"
+# Under the sanitizers `auto` misses their allocators' raw unmaps (under TSan it
+# is symbols): the shim runs with auto+uffd there, as in legacy_shim_test.sh.
+if [ -n "${ASAN_OPTIONS:-}" ] || [ -n "${TSAN_OPTIONS:-}" ]; then export MRCACHE_MONITOR=auto+uffd; fi
 run=interpose/mrcache-run
 app=tests/legacy/legacy_app
 out="${TEST_TMPDIR:-$(mktemp -d)}"
