@@ -28,11 +28,19 @@
 // AddressSanitizer of GCC 12 has no fork handling for its own allocator: a
 // child that allocates can block forever on an allocator lock a busy thread
 // held at the fork (tests/reliability/fork_test.cc). The busy-threads test
-// skips under ASan for that reason; the single-threaded ones run.
+// skips under ASan for that reason; the single-threaded ones run. Under
+// TSan its children would start the uffd reader thread (`auto` adds uffd in a
+// process with a sanitizer runtime, mrcache/monitors/monitor.h), and TSan
+// does not support new threads after a multi-threaded fork: it skips there too.
 #if defined(__SANITIZE_ADDRESS__)
 constexpr bool kAsan = true;
 #else
 constexpr bool kAsan = false;
+#endif
+#if defined(__SANITIZE_THREAD__)
+constexpr bool kTsan = true;
+#else
+constexpr bool kTsan = false;
 #endif
 
 namespace {
@@ -59,6 +67,9 @@ int ChildUsesANewDevice(char* buf) {
 TEST_F(ShimForkTest, ChildOfAProcessBusyInTheShimOpensTheDeviceAndRegisters) {
   if (kAsan)
     GTEST_SKIP() << "ASan's allocator can stay locked in the child (see the top of the file)";
+  if (kTsan)
+    GTEST_SKIP() << "TSan does not support the child's new uffd thread after a multi-threaded fork "
+                    "(see the top of the file)";
   std::atomic<bool> stop{false};
   std::vector<std::thread> busy;
   for (int t = 0; t < 2; ++t) {

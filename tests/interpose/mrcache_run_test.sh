@@ -3,6 +3,8 @@
 set -uo pipefail
 # Sanitizer builds: the preloaded shim precedes the ASan runtime (harmless here).
 [ -n "${ASAN_OPTIONS:-}" ] && export ASAN_OPTIONS="$ASAN_OPTIONS:verify_asan_link_order=0"
+# Under the sanitizers their allocators unmap with raw syscalls: `auto` adds
+# uffd in a process with a sanitizer runtime, which sees them.
 run=interpose/mrcache-run
 app=tests/legacy/legacy_app
 out="${TEST_TMPDIR:-$(mktemp -d)}"
