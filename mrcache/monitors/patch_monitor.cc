@@ -369,7 +369,12 @@ absl::Status SlotFor(const char* name, void* entry, uint8_t* jump_end, void* han
                                    " trampoline pages are in use");
   }
   uint8_t* slot = tp->base + tp->used;
-  if (mprotect(tp->base, page, PROT_READ | PROT_WRITE) != 0) {
+  // The page may already hold the slots of installed patches that other
+  // threads are jumping through right now: keep it executable while the new
+  // slot is written (a kernel that refuses writable+executable pages gets the
+  // old, briefly non-executable, write).
+  if (mprotect(tp->base, page, PROT_READ | PROT_WRITE | PROT_EXEC) != 0 &&
+      mprotect(tp->base, page, PROT_READ | PROT_WRITE) != 0) {
     int err = errno;
     return ErrnoStatus(err, what + "mprotect(RW) of its trampoline page failed: " + strerror(err));
   }
