@@ -253,7 +253,7 @@ void CacheImpl::OnForkChild() noexcept ABSL_NO_THREAD_SAFETY_ANALYSIS {
   gen_.fetch_add(1, std::memory_order_acq_rel);
   // Taken by OnForkPrepare on this (the only) thread: the guarded state is
   // as that thread left it, consistent.
-  mu_.unlock();
+  mu_.UnlockInForkChild();
 }
 
 bool CacheImpl::InForkChild() const {
@@ -443,7 +443,7 @@ void CacheImpl::ResizeThreadCache(ThreadCache* tc, size_t want) {
         slot->ref_last_use.store(used, std::memory_order_relaxed);
       } else {
         r->shared_refs += count;
-        FoldLastUseLocked(r, used);
+        RaiseLastUse(r, used);
       }
     }
     std::swap(tc->mask, fresh.mask);
@@ -499,6 +499,9 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
   Miss miss = StartMiss(start, end, user_access);
   if (miss.page_end == 0) return ErrnoStatus(EINVAL, "mrc_get: range wraps the address space");
   AdaptThreadCache(tc);
+  if (tc->slow_hit_expected) {
+    if (Region* hit = HitShared(tc, &miss)) return hit;
+  }
   for (;;) {
     DeadList dead;
     PendingMiss pending;
@@ -571,8 +574,25 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
   }
 }
 
+Region* CacheImpl::HitShared(ThreadCache* tc, Miss* miss) {
+  ReaderMutexLock lock(&mu_);
+  // A writer drains the ring before it looks; a reader cannot, and a
+  // release waiting there may void what the index says.
+  if (!ring_.empty()) return nullptr;
+  Region* hit = FindCoveringLocked(miss->start, miss->end, miss->access);
+  if (hit == nullptr || !TakeOwnSlotRefShared(tc, hit)) return nullptr;
+  FillLookupLocked(tc, miss->start, miss->end, miss->user_access, hit);
+  // The CLOCK touch: EvictLocked gives the region its second chance.
+  RaiseLastUse(hit, tick_.load(std::memory_order_relaxed));
+  slow_hits_.fetch_add(1, std::memory_order_relaxed);
+  read_locked_hits_.fetch_add(1, std::memory_order_relaxed);
+  miss->counted = true;
+  return hit;
+}
+
 Region* CacheImpl::TakeCoveringLocked(ThreadCache* tc, Miss* miss) {
   Region* hit = FindCoveringLocked(miss->start, miss->end, miss->access);
+  tc->slow_hit_expected = hit != nullptr;
   if (hit == nullptr) {
     // One get, one count: a retry was counted already.
     if (!miss->counted) misses_.fetch_add(1, std::memory_order_relaxed);
@@ -1291,10 +1311,16 @@ Region* CacheImpl::FindCoveringLocked(uintptr_t start, uintptr_t end, int access
 }
 
 void CacheImpl::TakeRefLocked(ThreadCache* tc, Region* r) {
+  if (TakeOwnSlotRefShared(tc, r)) return;
+  ++tc->window_displaced;
+  ++r->shared_refs;  // every slot of the set counts another live region of ours
+}
+
+bool CacheImpl::TakeOwnSlotRefShared(ThreadCache* tc, Region* r) {
   // r is in the index, so a non-dead slot naming it is live (not retired).
   if (ThreadCache::Line* own = tc->FindSlot(r, r->start)) {
     ThreadCache::OwnerAdd(own->ref_count, 1);
-    return;
+    return true;
   }
   ++tc->window_claims;
   if (ThreadCache::Line* slot = tc->ClaimableSlot(r->start)) {
@@ -1302,17 +1328,16 @@ void CacheImpl::TakeRefLocked(ThreadCache* tc, Region* r) {
     // keeps the recency the slot recorded for it (it is alive unless dead).
     const bool dead = slot->ref_state.load(std::memory_order_relaxed) == ThreadCache::kDead;
     if (!dead && slot->ref_region != nullptr) {
-      FoldLastUseLocked(slot->ref_region, slot->ref_last_use.load(std::memory_order_relaxed));
+      RaiseLastUse(slot->ref_region, slot->ref_last_use.load(std::memory_order_relaxed));
       ++tc->window_displaced;  // a live region of ours loses its slot: the set is full
     }
     slot->ref_region = r;
     slot->ref_last_use.store(0, std::memory_order_relaxed);
     slot->ref_state.store(ThreadCache::kLive, std::memory_order_relaxed);
     slot->ref_count.store(1, std::memory_order_release);
-    return;
+    return true;
   }
-  ++tc->window_displaced;
-  ++r->shared_refs;  // every slot of the set counts another live region of ours
+  return false;
 }
 
 void CacheImpl::FillLookupLocked(ThreadCache* tc, uintptr_t start, uintptr_t end, int access,
@@ -1364,9 +1389,9 @@ void CacheImpl::FillLookupLocked(ThreadCache* tc, uintptr_t start, uintptr_t end
   e->slot = static_cast<uint16_t>(slot_index);
 }
 
-void CacheImpl::FoldLastUseLocked(Region* r, uint64_t used) {
-  if (used > r->last_use.load(std::memory_order_relaxed)) {
-    r->last_use.store(used, std::memory_order_relaxed);
+void CacheImpl::RaiseLastUse(Region* r, uint64_t used) {
+  uint64_t seen = r->last_use.load(std::memory_order_relaxed);
+  while (used > seen && !r->last_use.compare_exchange_weak(seen, used, std::memory_order_relaxed)) {
   }
 }
 
@@ -1586,7 +1611,7 @@ void CacheImpl::FoldOrphansLocked() {
         continue;
       }
       r->shared_refs += slot.ref_count.load(std::memory_order_relaxed);
-      FoldLastUseLocked(r, slot.ref_last_use.load(std::memory_order_relaxed));
+      RaiseLastUse(r, slot.ref_last_use.load(std::memory_order_relaxed));
     }
     folded_hits_ += tc->hits.load(std::memory_order_relaxed);
     *p = tc->next;

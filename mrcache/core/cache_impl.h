@@ -3,11 +3,18 @@
 // Read cache.h first for the semantics. This header states the locking and
 // reclamation rules the implementation relies on.
 //
-// Locks: one mutex, `mu_`, guards the index, the LRU list, the retired list,
-// the list of ThreadCaches and every Region field marked "guarded" in
-// region.h. It is never held across a registrar call, a monitor Watch/Unwatch,
-// the retire callback, or a Region allocation/deletion. Memory-event handlers
-// (OnMemoryRelease) never take it.
+// Locks: one reader-writer lock, `mu_`, guards the index, the LRU list, the
+// retired list, the list of ThreadCaches and every Region field marked
+// "guarded" in region.h. It is never held across a registrar call, a monitor
+// Watch/Unwatch, the retire callback, or a Region allocation/deletion.
+// Memory-event handlers (OnMemoryRelease) never take it. Every change holds
+// it for writing; "under mu_" below means that. Held for reading, it admits
+// only the shared locked hit (HitShared), which changes nothing another
+// reader reads: it looks the index up, counts its reference in a slot of its
+// own thread (never in shared_refs), fills its own lookup entry and raises
+// the region's atomic last_use (never the LRU list). Reclaimers write-lock,
+// so none runs beside it: a region it finds is in the index and alive, and
+// the next reclaimer sees its reference (the lock orders them).
 //
 // Generations. A lookup entry (thread_cache.h) is valid while two counters
 // it was filled with are unchanged:
@@ -133,6 +140,8 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   // the calling thread (a subset of stats().hits): what tests observe to
   // tell a lock-free hit from a locked one.
   uint64_t locked_hits() const { return slow_hits_.load(std::memory_order_relaxed); }
+  // Of those, the gets answered with mu_ held only for reading (HitShared).
+  uint64_t read_locked_hits() const { return read_locked_hits_.load(std::memory_order_relaxed); }
   // Lines of the calling thread's lookup table for this cache, 0 if it has
   // none yet (thread_cache.h): what tests observe of its adaptive size.
   size_t thread_table_lines() const;
@@ -255,6 +264,12 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   absl::Status PutShared(Region* r);
   // Deregisters the retired regions whose last reference is gone.
   void SettleRetired();
+  // A get answered from the index with mu_ held for reading (the header
+  // comment), or nullptr: nothing covers the request, invalidations wait in
+  // the ring (only a writer drains it), or the reference would need the
+  // region's shared count (all slots of its set count others). Counts the
+  // get as a slow hit only when it returns a region.
+  Region* HitShared(ThreadCache* tc, Miss* miss) ABSL_LOCKS_EXCLUDED(mu_);
   // The slow path of a get: under mu_, a covering region or a plan; outside
   // it, the registration; under it again, the region installed, or the
   // attempt discarded (refused or spoiled) and the next one narrowed.
@@ -362,16 +377,23 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   // Without the lock: the bridged range for a plan with a block, or false.
   bool BridgeOutsideLock(const MissPlan& plan, uintptr_t* start, uintptr_t* end) const;
   Region* FindCoveringLocked(uintptr_t start, uintptr_t end, int access)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
   void TakeRefLocked(ThreadCache* tc, Region* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Counts a reference to r (in the index) in one of tc's own slots (a
+  // claimed one if none names r yet); false, with nothing changed, if every
+  // slot of r's set counts references to other regions. Writes only tc's own
+  // slots and window counters, and raises the last_use of a region whose
+  // slot it takes over: safe with mu_ held for reading.
+  bool TakeOwnSlotRefShared(ThreadCache* tc, Region* r) ABSL_SHARED_LOCKS_REQUIRED(mu_);
   void FillLookupLocked(ThreadCache* tc, uintptr_t start, uintptr_t end, int access, Region* r)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
   void TouchLocked(Region* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The LRU list of cached regions (lru_head_ = most recently used).
   void LruPushFrontLocked(Region* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void LruUnlinkLocked(Region* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Raises r->last_use to `used` (a slot's stamp that is about to go away).
-  void FoldLastUseLocked(Region* r, uint64_t used) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Raises r->last_use to `used` (a slot's stamp that is about to go away, or
+  // a shared hit's touch); an atomic maximum, so readers of mu_ may race.
+  static void RaiseLastUse(Region* r, uint64_t used);
   // The sum of r's shared and per-thread counts; with last_use, also the max
   // of r's own stamp and its live slots' stamps.
   int64_t TotalRefsLocked(const Region* r, uint64_t* last_use = nullptr) const
@@ -458,7 +480,7 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
 
   InvalidationRing ring_;
 
-  mutable Mutex mu_;
+  mutable SharedMutex mu_;
   IntervalTree<Region*> index_ ABSL_GUARDED_BY(mu_);
   Region* lru_head_ ABSL_GUARDED_BY(mu_) = nullptr;  // most recently used
   Region* lru_tail_ ABSL_GUARDED_BY(mu_) = nullptr;
@@ -487,7 +509,7 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   std::atomic<uint64_t> slow_hits_{0}, misses_{0}, registrations_{0}, deregistrations_{0},
       evictions_{0}, invalidations_{0}, merges_{0}, live_regions_{0}, pinned_bytes_{0},
       peak_pinned_bytes_{0}, registrar_ns_{0}, registrar_failures_{0}, bypassed_{0},
-      remote_private_{0};
+      remote_private_{0}, read_locked_hits_{0};
 };
 
 }  // namespace mrcache

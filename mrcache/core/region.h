@@ -43,10 +43,11 @@ class Region {
   CacheImpl* cache = nullptr;
   bool bypass = false;  // registered directly for one get; deregistered on put
 
-  // Recency, guarded by the cache lock (atomic only for relaxed access): the
-  // tick of the last slow-path touch, or of fast-path hits folded in from a
-  // reference slot that was reclaimed, migrated or orphaned. The region's
-  // last use is the max of this and its live slots' ref_last_use.
+  // Recency: the tick of the last slow-path touch, or of fast-path hits
+  // folded in from a reference slot that was reclaimed, migrated or
+  // orphaned. Only raised (CacheImpl::RaiseLastUse, an atomic maximum), with
+  // the cache lock held for reading at least. The region's last use is the
+  // max of this and its live slots' ref_last_use.
   std::atomic<uint64_t> last_use{0};
 
   // Guarded by the cache lock.

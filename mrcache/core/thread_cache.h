@@ -217,6 +217,11 @@ struct alignas(64) ThreadCache {
   uint64_t window_tick = 0;
   Region* last_region = nullptr;  // owner only: last fast-path hit ...
   Line* last_slot = nullptr;      // ... and its slot in `lines`
+  // Owner only: whether this thread's last slow-path get found a covering
+  // region. While it did, the next one first tries the index with the cache
+  // lock held for reading (CacheImpl::HitShared); after a miss it goes
+  // straight to the write lock, so a run of misses looks the index up once.
+  bool slow_hit_expected = true;
 
   CacheImpl* cache = nullptr;
   std::atomic<int> owners{2};         // the thread's directory + the cache's list

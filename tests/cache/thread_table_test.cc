@@ -8,9 +8,6 @@
 // thread_table_lines() -- never through timing. Runs on CacheImpl with the sim
 // registrar at zero cost and no monitor; every test ends with registrations
 // == deregistrations.
-#include <sys/mman.h>
-#include <unistd.h>
-
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -23,16 +20,10 @@
 #include "mrcache/core/cache_impl.h"
 #include "mrcache/core/thread_cache.h"
 #include "mrcache/registrars/sim_registrar.h"
+#include "tests/cache/spaced_regions_fixture.h"
 
 namespace mrcache {
 namespace {
-
-constexpr int kRW = kAccessLocalWrite | kAccessRemoteWrite;
-const size_t kPage = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-// Regions one page long, 64 KiB apart, gets of a page at +64: the pattern of
-// micro_bench's BM_MrcacheRandomHit.
-constexpr size_t kSpacing = 64 * 1024;
-constexpr size_t kMaxRegions = 10000;
 
 // A seeded pseudo-random index in [0, n).
 struct RandomIndex {
@@ -41,39 +32,11 @@ struct RandomIndex {
   size_t Next(size_t n) { return std::uniform_int_distribution<size_t>(0, n - 1)(engine); }
 };
 
-class ThreadTableTest : public ::testing::Test {
+class ThreadTableTest : public testing::SpacedRegionsTest {
  protected:
   void SetUp() override {
-    Config config;
-    config.monitor = "none";
-    config.sim_base_ns = config.sim_page_ns = 0;
-    config.sim_mlock = false;  // the table is under test, not pinning
-    auto cache = CacheImpl::Create(config, MakeSimRegistrar(config));
-    ASSERT_TRUE(cache.ok()) << cache.status();
-    cache_ = std::move(*cache);
-    area_ = static_cast<char*>(mmap(nullptr, kMaxRegions * kSpacing, PROT_READ | PROT_WRITE,
-                                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0));
-    ASSERT_NE(area_, MAP_FAILED);
-  }
-
-  void TearDown() override {
-    if (!cache_) return;
-    EXPECT_TRUE(cache_->Flush().ok());
-    const CacheStats s = cache_->stats();
-    EXPECT_EQ(s.regions, 0u) << "no test holds a region at its end";
-    EXPECT_EQ(s.registrations, s.deregistrations);
-    cache_.reset();
-    munmap(area_, kMaxRegions * kSpacing);
-  }
-
-  // The address the i-th region's gets start at.
-  char* Spot(size_t i) const { return area_ + i * kSpacing + 64; }
-
-  // Gets and puts a page at p.
-  void GetPut(char* p) {
-    auto r = cache_->Acquire(p, kPage, kRW);
-    ASSERT_TRUE(r.ok()) << r.status();
-    ASSERT_TRUE(cache_->Put(*r).ok());
+    SpacedRegionsTest::SetUp();
+    CreateCache([](Config&) {});
   }
 
   // Caches regions 0 .. n-1 (one miss each).
@@ -100,9 +63,6 @@ class ThreadTableTest : public ::testing::Test {
     }
     return rounds + 1;
   }
-
-  std::unique_ptr<CacheImpl> cache_;
-  char* area_ = nullptr;
 };
 
 TEST_F(ThreadTableTest, RegionsSharingAHomeLineAllStayInTheTable) {

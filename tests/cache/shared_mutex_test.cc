@@ -1,0 +1,152 @@
+// shared_mutex_test.cc: mrcache::SharedMutex (mrcache/mutex.h), the cache's
+// reader-writer lock: readers share it, a writer excludes everyone, a
+// waiting writer holds back new readers, and a fork child can release the
+// write lock its parent's thread took before fork(). Waits are bounded by
+// polling with a deadline, never by asserting a duration.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "mrcache/mutex.h"
+
+namespace mrcache {
+namespace {
+
+// Polls `done` for up to 10 s; true if it became true.
+template <typename F>
+bool Eventually(F done) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
+}
+
+TEST(SharedMutexTest, TwoReadersHoldTheLockAtOnce) {
+  SharedMutex mu;
+  std::atomic<bool> second_in{false};
+  {
+    ReaderMutexLock first(&mu);
+    std::thread other([&] {
+      ReaderMutexLock second(&mu);
+      second_in = true;
+    });
+    EXPECT_TRUE(Eventually([&] { return second_in.load(); }))
+        << "a reader waited for another reader";
+    other.join();
+  }
+}
+
+TEST(SharedMutexTest, AWriterWaitsForTheReaders) {
+  SharedMutex mu;
+  std::atomic<bool> writer_in{false};
+  std::thread writer;
+  {
+    ReaderMutexLock reader(&mu);
+    writer = std::thread([&] {
+      MutexLock lock(&mu);
+      writer_in = true;
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    EXPECT_FALSE(writer_in.load()) << "the writer went in beside a reader";
+  }
+  EXPECT_TRUE(Eventually([&] { return writer_in.load(); })) << "the writer never went in";
+  writer.join();
+}
+
+TEST(SharedMutexTest, AWriterExcludesReaders) {
+  SharedMutex mu;
+  std::atomic<bool> reader_in{false};
+  std::thread reader;
+  {
+    MutexLock lock(&mu);
+    reader = std::thread([&] {
+      ReaderMutexLock r(&mu);
+      reader_in = true;
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    EXPECT_FALSE(reader_in.load()) << "a reader went in beside the writer";
+  }
+  EXPECT_TRUE(Eventually([&] { return reader_in.load(); })) << "the reader never went in";
+  reader.join();
+}
+
+TEST(SharedMutexTest, AWaitingWriterHoldsBackNewReaders) {
+  SharedMutex mu;
+  std::atomic<bool> writer_in{false}, late_reader_in{false};
+  std::thread writer, late_reader;
+  {
+    ReaderMutexLock early(&mu);
+    writer = std::thread([&] {
+      MutexLock lock(&mu);
+      writer_in = true;
+      // Still holding: the late reader must not be in yet.
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      EXPECT_FALSE(late_reader_in.load());
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the writer is waiting now
+    late_reader = std::thread([&] {
+      ReaderMutexLock late(&mu);
+      EXPECT_TRUE(writer_in.load()) << "a new reader overtook the waiting writer";
+      late_reader_in = true;
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    EXPECT_FALSE(late_reader_in.load()) << "a new reader went in while a writer waited";
+  }
+  writer.join();
+  late_reader.join();
+  EXPECT_TRUE(late_reader_in.load());
+}
+
+TEST(SharedMutexTest, ReadersAndWritersNeverOverlap) {
+  SharedMutex mu;
+  int value = 0;  // guarded by mu; a writer leaves it even
+  std::atomic<int> odd_seen{0};
+  auto write = [&] {
+    for (int i = 0; i < 20000; ++i) {
+      MutexLock lock(&mu);
+      ++value;
+      ++value;
+    }
+  };
+  auto read = [&] {
+    for (int i = 0; i < 20000; ++i) {
+      ReaderMutexLock lock(&mu);
+      if (value % 2 != 0) ++odd_seen;
+    }
+  };
+  std::thread w1(write), w2(write), r1(read), r2(read);
+  w1.join();
+  w2.join();
+  r1.join();
+  r2.join();
+  EXPECT_EQ(value, 80000);
+  EXPECT_EQ(odd_seen.load(), 0);
+}
+
+TEST(SharedMutexTest, AForkChildReleasesTheWriteLockItsParentTook) {
+  SharedMutex mu;
+  mu.lock();  // as a cache's fork handler does before fork()
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    alarm(10);
+    mu.UnlockInForkChild();
+    { ReaderMutexLock r(&mu); }
+    { MutexLock w(&mu); }
+    _exit(0);
+  }
+  mu.unlock();
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
+}
+
+}  // namespace
+}  // namespace mrcache
