@@ -1295,6 +1295,17 @@ bool CacheImpl::BridgeOutsideLock(const MissPlan& plan, uintptr_t* start, uintpt
 }
 
 Region* CacheImpl::FindCoveringLocked(uintptr_t start, uintptr_t end, int access) {
+  // Most indexes hold no overlapping regions, and then only the region that
+  // starts last at or before `start` can cover the request: one descent,
+  // about half the nodes the overlap search reads (it checks each sibling's
+  // max_end). Overlapping regions (other rights, a merge's neighbours) and
+  // misses take the full search.
+  uintptr_t s = 0, e = 0;
+  Region* last = nullptr;
+  if (index_.FindLastStartingAtOrBefore(start, &s, &e, &last) && end <= e &&
+      AccessCompatible(last->reg.access, access)) {
+    return last;
+  }
   struct Find {
     uintptr_t start, end;
     int access;

@@ -45,6 +45,12 @@ class IntervalTree {
   // in increasing order of start. fn must not modify the tree.
   void ForEachOverlap(uintptr_t start, uintptr_t end,
                       const std::function<void(uintptr_t, uintptr_t, V)>& fn) const;
+  // The interval with the greatest start <= `at` (the last in visit order
+  // among several with that start): true, with *start, *end and *value set;
+  // false if every interval starts after `at`. One root-to-leaf descent that
+  // reads only the nodes on its path: where intervals do not overlap, the
+  // only one that can contain `at`.
+  bool FindLastStartingAtOrBefore(uintptr_t at, uintptr_t* start, uintptr_t* end, V* value) const;
   // Calls fn for every interval, in increasing order of start.
   void ForEach(const std::function<void(uintptr_t, uintptr_t, V)>& fn) const;
   size_t size() const { return size_; }

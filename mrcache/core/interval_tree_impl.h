@@ -205,6 +205,25 @@ void IntervalTree<V>::ForEachOverlap(uintptr_t start, uintptr_t end, const Visit
 }
 
 template <typename V>
+bool IntervalTree<V>::FindLastStartingAtOrBefore(uintptr_t at, uintptr_t* start, uintptr_t* end,
+                                                 V* value) const {
+  const Node* best = nullptr;
+  for (const Node* n = root_; n != nullptr;) {
+    if (n->start <= at) {
+      best = n;  // a later one, if any, is on the right
+      n = n->right;
+    } else {
+      n = n->left;
+    }
+  }
+  if (best == nullptr) return false;
+  *start = best->start;
+  *end = best->end;
+  *value = best->value;
+  return true;
+}
+
+template <typename V>
 void IntervalTree<V>::VisitAll(const Node* n, const Visitor& fn) {
   if (n == nullptr) return;
   VisitAll(n->left, fn);

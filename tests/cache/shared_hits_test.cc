@@ -6,7 +6,8 @@
 // the hit counts as a use for eviction, and threads hitting while others
 // miss, invalidate and resize their tables never lose a reference. Observed
 // through counters (locked_hits, read_locked_hits, stats), never timing; the
-// sim registrar at zero cost, no monitor (spaced_regions_fixture.h); every test ends with registrations
+// sim registrar at zero cost, no monitor (spaced_regions_fixture.h); every test ends with
+// registrations
 // == deregistrations.
 #include <atomic>
 #include <cstdint>
@@ -79,8 +80,8 @@ TEST_F(SharedHitsTest, AReleaseWaitingInTheRingIsHonouredBeforeTheIndexIsRead) {
 
 TEST_F(SharedHitsTest, AReadLockedHitCountsAsAUseForEviction) {
   Create(2);
-  GetPut(Spot(0));  // the least recently used ...
-  GetPut(Spot(1));  // ... then region 1
+  GetPut(Spot(0));       // the least recently used ...
+  GetPut(Spot(1));       // ... then region 1
   GetPutOnNewThread(0);  // a read-locked hit on region 0
   ASSERT_EQ(cache_->read_locked_hits(), 1u);
   GetPut(Spot(2));  // a miss over max_regions: one region goes

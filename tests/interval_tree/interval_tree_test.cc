@@ -245,6 +245,50 @@ TEST(IntervalTreeTest, RandomOperationsMatchABruteForceModel) {
   EXPECT_EQ(All(tree), model);
 }
 
+TEST(IntervalTreeTest, FindLastStartingAtOrBeforeFindsThePredecessorByStart) {
+  Tree tree;
+  uintptr_t s = 0, e = 0;
+  const int* v = nullptr;
+  EXPECT_FALSE(tree.FindLastStartingAtOrBefore(100, &s, &e, &v)) << "empty tree";
+  tree.Insert(10, 20, Slot(0));
+  tree.Insert(30, 90, Slot(1));
+  tree.Insert(30, 35, Slot(2));
+  tree.Insert(50, 60, Slot(3));
+  EXPECT_FALSE(tree.FindLastStartingAtOrBefore(9, &s, &e, &v)) << "everything starts later";
+  ASSERT_TRUE(tree.FindLastStartingAtOrBefore(10, &s, &e, &v));
+  EXPECT_EQ(Entry(s, e, v), Entry(10, 20, Slot(0))) << "a start equal to `at` counts";
+  ASSERT_TRUE(tree.FindLastStartingAtOrBefore(25, &s, &e, &v));
+  EXPECT_EQ(Entry(s, e, v), Entry(10, 20, Slot(0))) << "even if it ends before `at`";
+  ASSERT_TRUE(tree.FindLastStartingAtOrBefore(40, &s, &e, &v));
+  const Entry last_at_30 = std::max(Entry(30, 90, Slot(1)), Entry(30, 35, Slot(2)), VisitOrder);
+  EXPECT_EQ(Entry(s, e, v), last_at_30) << "the last in visit order among equal starts";
+  ASSERT_TRUE(tree.FindLastStartingAtOrBefore(UINTPTR_MAX, &s, &e, &v));
+  EXPECT_EQ(Entry(s, e, v), Entry(50, 60, Slot(3)));
+}
+
+TEST(IntervalTreeTest, FindLastStartingAtOrBeforeMatchesABruteForceModel) {
+  std::mt19937_64 rng(20261130);
+  Tree tree;
+  for (size_t i = 0; i < 500; ++i) {
+    const uintptr_t start = rng() % 5000;
+    tree.Insert(start, start + 1 + rng() % 100, Slot(i));
+  }
+  const std::vector<Entry> model = All(tree);  // in visit order (ForEach is tested above)
+  for (uintptr_t at = 0; at < 5200; at += 7) {
+    const Entry* want = nullptr;
+    for (const Entry& entry : model) {  // in visit order: the last one <= at wins
+      if (std::get<0>(entry) <= at) want = &entry;
+    }
+    uintptr_t s = 0, e = 0;
+    const int* v = nullptr;
+    const bool found = tree.FindLastStartingAtOrBefore(at, &s, &e, &v);
+    ASSERT_EQ(found, want != nullptr) << "at " << at;
+    if (found) {
+      ASSERT_EQ(Entry(s, e, v), *want) << "at " << at;
+    }
+  }
+}
+
 // Ascending inserts would make an unbalanced BST a 100k-deep list; the AVL
 // invariant (checked by CheckInvariants) bounds the height at ~1.44 log2 n.
 TEST(IntervalTreeTest, LargeTreeStaysBalanced) {
