@@ -453,6 +453,19 @@ void CacheImpl::ResizeThreadCache(ThreadCache* tc, size_t want) {
   }  // `fresh` now owns the old table and frees it here, unlocked.
 }
 
+uint64_t CacheImpl::read_locked_hits() const {
+  MutexLock lock(&mu_);
+  return ReadLockedHitsLocked();
+}
+
+uint64_t CacheImpl::ReadLockedHitsLocked() const {
+  uint64_t sum = folded_read_locked_hits_;
+  for (const ThreadCache* tc = threads_; tc != nullptr; tc = tc->next) {
+    sum += tc->read_locked_hits.load(std::memory_order_relaxed);
+  }
+  return sum;
+}
+
 size_t CacheImpl::thread_table_lines() const {
   const ThreadCache* tc = FindThreadCache(uid_);
   return tc != nullptr ? tc->mask + 1 : 0;
@@ -584,8 +597,7 @@ Region* CacheImpl::HitShared(ThreadCache* tc, Miss* miss) {
   FillLookupLocked(tc, miss->start, miss->end, miss->user_access, hit);
   // The CLOCK touch: EvictLocked gives the region its second chance.
   RaiseLastUse(hit, tick_.load(std::memory_order_relaxed));
-  slow_hits_.fetch_add(1, std::memory_order_relaxed);
-  read_locked_hits_.fetch_add(1, std::memory_order_relaxed);
+  ThreadCache::OwnerAdd(tc->read_locked_hits, 1);
   miss->counted = true;
   return hit;
 }
@@ -1004,7 +1016,7 @@ CacheStats CacheImpl::stats() {
     for (ThreadCache* tc = threads_; tc != nullptr; tc = tc->next) {
       thread_hits += tc->hits.load(std::memory_order_relaxed);
     }
-    thread_hits += folded_hits_;
+    thread_hits += folded_hits_ + ReadLockedHitsLocked();
   }
   s.hits = thread_hits + slow_hits_.load();
   s.misses = misses_.load();
@@ -1625,6 +1637,7 @@ void CacheImpl::FoldOrphansLocked() {
       RaiseLastUse(r, slot.ref_last_use.load(std::memory_order_relaxed));
     }
     folded_hits_ += tc->hits.load(std::memory_order_relaxed);
+    folded_read_locked_hits_ += tc->read_locked_hits.load(std::memory_order_relaxed);
     *p = tc->next;
     ThreadCache::Unref(tc);
   }

@@ -139,9 +139,11 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   // Gets answered from the index under mu_ rather than by a lookup entry of
   // the calling thread (a subset of stats().hits): what tests observe to
   // tell a lock-free hit from a locked one.
-  uint64_t locked_hits() const { return slow_hits_.load(std::memory_order_relaxed); }
+  uint64_t locked_hits() const {
+    return slow_hits_.load(std::memory_order_relaxed) + read_locked_hits();
+  }
   // Of those, the gets answered with mu_ held only for reading (HitShared).
-  uint64_t read_locked_hits() const { return read_locked_hits_.load(std::memory_order_relaxed); }
+  uint64_t read_locked_hits() const;
   // Lines of the calling thread's lookup table for this cache, 0 if it has
   // none yet (thread_cache.h): what tests observe of its adaptive size.
   size_t thread_table_lines() const;
@@ -501,15 +503,19 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   // entry is filled with it, never with a later generation: a release pushed
   // after the drain then voids the entry.
   uint64_t drained_gen_ ABSL_GUARDED_BY(mu_) = 0;
-  size_t cached_bytes_ ABSL_GUARDED_BY(mu_) = 0;          // bytes of regions in the index
-  uint64_t folded_hits_ ABSL_GUARDED_BY(mu_) = 0;         // hits of orphaned threads
+  size_t cached_bytes_ ABSL_GUARDED_BY(mu_) = 0;               // bytes of regions in the index
+  uint64_t folded_hits_ ABSL_GUARDED_BY(mu_) = 0;              // hits of orphaned threads
+  uint64_t folded_read_locked_hits_ ABSL_GUARDED_BY(mu_) = 0;  // their read-locked hits
+  // The read-locked hits of every thread, orphaned ones included.
+  uint64_t ReadLockedHitsLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Cache::RetireCallback retire_cb_ ABSL_GUARDED_BY(mu_);  // (copied out before calling)
 
-  // Counters (slow paths; relaxed atomics so stats() needs no lock for them).
+  // Counters (slow paths; relaxed atomics so stats() needs no lock for them;
+  // read-locked hits are counted per thread instead, see ThreadCache).
   std::atomic<uint64_t> slow_hits_{0}, misses_{0}, registrations_{0}, deregistrations_{0},
       evictions_{0}, invalidations_{0}, merges_{0}, live_regions_{0}, pinned_bytes_{0},
       peak_pinned_bytes_{0}, registrar_ns_{0}, registrar_failures_{0}, bypassed_{0},
-      remote_private_{0}, read_locked_hits_{0};
+      remote_private_{0};
 };
 
 }  // namespace mrcache

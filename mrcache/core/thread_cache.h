@@ -54,7 +54,7 @@
 //    with a zero count whose last fast-path hit is oldest; with all kWays
 //    slots counting references the reference goes to the region's shared
 //    count and the get takes no lookup entry.
-//  - per-thread hit counter, summed by stats(), and `last_region`/`last_slot`:
+//  - per-thread hit counters, summed by stats(), and `last_region`/`last_slot`:
 //    the region of the owner's last fast-path hit and its slot, so that a put
 //    right after a get finds the slot without reading the Region. Owner only;
 //    reset whenever the table is replaced.
@@ -205,6 +205,10 @@ struct alignas(64) ThreadCache {
   size_t mask;
   Line* lines;
   std::atomic<uint64_t> hits{0};
+  // Gets of this thread answered with the cache lock held for reading
+  // (CacheImpl::HitShared): counted here, by the owner, so that threads
+  // doing them write no shared counter; summed like `hits`.
+  std::atomic<uint64_t> read_locked_hits{0};
   // The window the size is judged by (owner only; see kMaxSlots): the
   // `hits` it started at, its slow-path gets, the gets that claimed a slot
   // (or found their set all counting references) and those that displaced,
