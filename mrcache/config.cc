@@ -28,6 +28,10 @@ absl::StatusOr<bool> ParseBool(absl::string_view v) {
   return ErrnoStatus(EINVAL, "not a boolean");
 }
 
+bool IsPowerOfTwo(size_t v) { return v != 0 && (v & (v - 1)) == 0; }
+
+}  // namespace
+
 const char* OdpName(OdpMode m) {
   switch (m) {
     case OdpMode::kOff:
@@ -41,10 +45,6 @@ const char* OdpName(OdpMode m) {
   }
   return "off";
 }
-
-bool IsPowerOfTwo(size_t v) { return v != 0 && (v & (v - 1)) == 0; }
-
-}  // namespace
 
 const char* RemoteKeysName(RemoteKeys mode) {
   return mode == RemoteKeys::kPrivate ? "private" : "shared";

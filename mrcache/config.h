@@ -19,6 +19,9 @@
 namespace mrcache {
 
 enum class OdpMode { kOff, kExplicit, kImplicit, kAuto };
+// The spelling of m as the `odp` key takes it: "off", "explicit",
+// "implicit" or "auto".
+const char* OdpName(OdpMode m);
 
 // One configuration key as documented (README's table, mrcache-info).
 struct ConfigKeyInfo {

@@ -12,17 +12,23 @@ expected="$(mktemp)"
 actual="$(mktemp)"
 trap 'rm -f "$expected" "$actual"' EXIT
 
+# compare WHAT FIX: fails with a diff if $expected (the tool's output) and
+# $actual (the document's copy) differ; FIX says how to mend the document.
+compare() {
+  if ! diff -u "$expected" "$actual"; then
+    echo "FAIL: $1 differs from what the library documents (above: - the library, + $1)."
+    echo "      $2"
+    exit 1
+  fi
+}
+
 "$info" --config-table > "$expected"
 # The first table after the "## Configuration" heading.
 awk '/^## Configuration$/ {in_section = 1; next}
      /^## / {in_section = 0}
      in_section && /^\|/ {print; seen = 1; next}
      in_section && seen {exit}' "$readme" > "$actual"
-if ! diff -u "$expected" "$actual"; then
-  echo "FAIL: README.md's configuration table differs from 'mrcache-info --config-table' (above:"
-  echo "      - what the library documents, + what README.md says). Paste the tool's output."
-  exit 1
-fi
+compare "README.md's configuration table" "Paste the output of 'mrcache-info --config-table'."
 echo "PASS: README.md: $(($(wc -l < "$expected") - 2)) keys documented identically"
 
 "$info" --config-man > "$expected"
@@ -30,10 +36,6 @@ echo "PASS: README.md: $(($(wc -l < "$expected") - 2)) keys documented identical
 awk '/^\.\\" The key list below is generated/ {in_list = 1; next}
      in_list && /^\.SH / {exit}
      in_list {print}' "$manpage" > "$actual"
-if ! diff -u "$expected" "$actual"; then
-  echo "FAIL: mrcache(7)'s CONFIGURATION list differs from 'mrcache-info --config-man' (above:"
-  echo "      - what the library documents, + what the man page says). Paste the tool's output"
-  echo "      after the man page's 'generated' comment."
-  exit 1
-fi
+compare "mrcache(7)'s CONFIGURATION list" \
+  "Paste the output of 'mrcache-info --config-man' after the man page's 'generated' comment."
 echo "PASS: mrcache(7): $(grep -c '^\.TP$' "$expected") keys documented identically"

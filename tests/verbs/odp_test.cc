@@ -69,19 +69,10 @@ struct DeviceRow {
   const char* auto_mode;
 };
 
+// The mode's spelling (config.h), "" for ENOTSUP.
 std::string Name(const absl::StatusOr<OdpMode>& mode) {
   if (!mode.ok()) return StatusToErrno(mode.status()) == ENOTSUP ? "" : "unexpected error";
-  switch (*mode) {
-    case OdpMode::kOff:
-      return "off";
-    case OdpMode::kExplicit:
-      return "explicit";
-    case OdpMode::kImplicit:
-      return "implicit";
-    case OdpMode::kAuto:
-      return "auto";
-  }
-  return "?";
+  return OdpName(*mode);
 }
 
 class OdpOnSoftverbs : public softverbs::SoftverbsTest,
