@@ -512,6 +512,7 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
   Miss miss = StartMiss(start, end, user_access);
   if (miss.page_end == 0) return ErrnoStatus(EINVAL, "mrc_get: range wraps the address space");
   AdaptThreadCache(tc);
+  GrowHints();
   if (tc->slow_hit_expected) {
     if (Region* hit = HitShared(tc, &miss)) return hit;
   }
@@ -586,6 +587,18 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
     if (!spoiled.ok()) return spoiled;
   }
 }
+
+void CacheImpl::GrowHints() {
+  const size_t want = CoveringHints::LinesFor(live_regions_.load(std::memory_order_relaxed));
+  if (want <= hint_lines_.load(std::memory_order_relaxed)) return;
+  CoveringHints fresh(want);  // outside the lock
+  {
+    MutexLock lock(&mu_);
+    if (hints_.lines() >= want) return;  // another thread grew it
+    hints_.Swap(&fresh);
+    hint_lines_.store(want, std::memory_order_relaxed);
+  }
+}  // `fresh` now holds the old table and frees it here, unlocked.
 
 Region* CacheImpl::HitShared(ThreadCache* tc, Miss* miss) {
   ReaderMutexLock lock(&mu_);
@@ -1312,10 +1325,14 @@ Region* CacheImpl::FindCoveringLocked(uintptr_t start, uintptr_t end, int access
   // about half the nodes the overlap search reads (it checks each sibling's
   // max_end). Overlapping regions (other rights, a merge's neighbours) and
   // misses take the full search.
+  // First the hint of the last get that started on this page, if no region
+  // left the index since (covering_hints.h).
+  if (Region* hinted = hints_.Find(start, end, access, index_epoch_)) return hinted;
   uintptr_t s = 0, e = 0;
   Region* last = nullptr;
   if (index_.FindLastStartingAtOrBefore(start, &s, &e, &last) && end <= e &&
       AccessCompatible(last->reg.access, access)) {
+    hints_.Fill(start, last, index_epoch_);
     return last;
   }
   struct Find {
@@ -1330,6 +1347,7 @@ Region* CacheImpl::FindCoveringLocked(uintptr_t start, uintptr_t end, int access
       fp->found = r;
     }
   });
+  if (f.found != nullptr) hints_.Fill(start, f.found, index_epoch_);
   return f.found;
 }
 
@@ -1460,6 +1478,7 @@ int64_t CacheImpl::TotalRefsLocked(const Region* r, uint64_t* last_use) const {
 
 void CacheImpl::UnindexLocked(Region* r, Region** candidates) {
   IntervalTree<Region*>::FreeNode(index_.DetachNode(r->start, r));  // node storage is plain memory
+  ++index_epoch_;  // voids every covering hint, this region's among them
   cached_bytes_ -= r->length();
   LruUnlinkLocked(r);
   r->state = RegionState::kInvalid;

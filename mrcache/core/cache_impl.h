@@ -10,7 +10,8 @@
 // Memory-event handlers (OnMemoryRelease) never take it. Every change holds
 // it for writing; "under mu_" below means that. Held for reading, it admits
 // only the shared locked hit (HitShared), which changes nothing another
-// reader reads: it looks the index up, counts its reference in a slot of its
+// reader reads but the covering hints (seqlocked, covering_hints.h): it
+// looks the hints and the index up, counts its reference in a slot of its
 // own thread (never in shared_refs), fills its own lookup entry and raises
 // the region's atomic last_use (never the LRU list). Reclaimers write-lock,
 // so none runs beside it: a region it finds is in the index and alive, and
@@ -98,6 +99,7 @@
 #include "mrcache/cache.h"
 #include "mrcache/config.h"
 #include "mrcache/core/address_heat.h"
+#include "mrcache/core/covering_hints.h"
 #include "mrcache/core/interval_tree.h"
 #include "mrcache/core/invalidation_ring.h"
 #include "mrcache/core/region.h"
@@ -272,6 +274,9 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   // region's shared count (all slots of its set count others). Counts the
   // get as a slow hit only when it returns a region.
   Region* HitShared(ThreadCache* tc, Miss* miss) ABSL_LOCKS_EXCLUDED(mu_);
+  // Outside mu_: grows hints_ to what the region count wants
+  // (CoveringHints::LinesFor), allocating and freeing outside the lock.
+  void GrowHints() ABSL_LOCKS_EXCLUDED(mu_);
   // The slow path of a get: under mu_, a covering region or a plan; outside
   // it, the registration; under it again, the region installed, or the
   // attempt discarded (refused or spoiled) and the next one narrowed.
@@ -484,6 +489,12 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
 
   mutable SharedMutex mu_;
   IntervalTree<Region*> index_ ABSL_GUARDED_BY(mu_);
+  // Recent answers of index_ (covering_hints.h), valid while index_epoch_
+  // is as they were filled with; every removal from index_ bumps it
+  // (UnindexLocked). hint_lines_ mirrors hints_.lines() for GrowHints.
+  CoveringHints hints_ ABSL_GUARDED_BY(mu_);
+  uint64_t index_epoch_ ABSL_GUARDED_BY(mu_) = 1;
+  std::atomic<size_t> hint_lines_{0};
   Region* lru_head_ ABSL_GUARDED_BY(mu_) = nullptr;  // most recently used
   Region* lru_tail_ ABSL_GUARDED_BY(mu_) = nullptr;
   Region* retired_ ABSL_GUARDED_BY(mu_) = nullptr;  // kInvalid regions still referenced

@@ -2,11 +2,11 @@
 
 #include <pthread.h>
 #include <sys/mman.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #include <cstdlib>
 #include <new>
+
+#include "mrcache/core/table_memory.h"
 
 namespace mrcache {
 namespace {
@@ -58,41 +58,8 @@ ThreadCache* FindThreadCacheAfterFirst(uint64_t cache_uid) {
 
 }  // namespace thread_cache_internal
 
-namespace {
-
-// Through syscall(2), not mmap(3)/munmap(3): a table is the cache's own
-// memory, and its unmapping is no application event for the monitors to
-// report. Under a sanitizer the libc calls are used, so that its runtime
-// learns of the mapping (a reused address range keeps no stale shadow state).
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define MRCACHE_TABLES_THROUGH_LIBC 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define MRCACHE_TABLES_THROUGH_LIBC 1
-#endif
-#endif
-
-void* MapTable(size_t bytes) {
-#ifdef MRCACHE_TABLES_THROUGH_LIBC
-  return mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-#else
-  return reinterpret_cast<void*>(syscall(SYS_mmap, nullptr, bytes, PROT_READ | PROT_WRITE,
-                                         MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
-#endif
-}
-
-void UnmapTable(void* p, size_t bytes) {
-#ifdef MRCACHE_TABLES_THROUGH_LIBC
-  munmap(p, bytes);
-#else
-  syscall(SYS_munmap, p, bytes);
-#endif
-}
-
-}  // namespace
-
 ThreadCache::Line* ThreadCache::AllocateLines(size_t n) {
-  void* p = MapTable(n * sizeof(Line));
+  void* p = MapTableMemory(n * sizeof(Line));
   if (p == MAP_FAILED) std::abort();
   Line* lines = static_cast<Line*>(p);
   for (size_t i = 0; i < n; ++i) new (&lines[i]) Line();
@@ -101,7 +68,7 @@ ThreadCache::Line* ThreadCache::AllocateLines(size_t n) {
 
 void ThreadCache::FreeLines(Line* lines, size_t n) {
   if (lines == nullptr) return;
-  UnmapTable(lines, n * sizeof(Line));
+  UnmapTableMemory(lines, n * sizeof(Line));
 }
 
 void InstallThreadCache(ThreadCache* tc) {
