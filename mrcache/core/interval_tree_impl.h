@@ -99,11 +99,16 @@ typename IntervalTree<V>::Node* IntervalTree<V>::Rebalance(Node* n) {
 template <typename V>
 typename IntervalTree<V>::Node* IntervalTree<V>::InsertInto(Node* root, Node* node) {
   if (root == nullptr) return node;
-  if (KeyLess(node->start, node->value, root->start, root->value)) {
-    root->left = InsertInto(root->left, node);
-  } else {
-    root->right = InsertInto(root->right, node);
-  }
+  // max_end on the way down (the new interval is the only one added), so
+  // that a subtree whose root and height did not change leaves everything
+  // above it as it was: most inserts rebalance only the lowest levels.
+  if (node->end > root->max_end) root->max_end = node->end;
+  Node*& child =
+      KeyLess(node->start, node->value, root->start, root->value) ? root->left : root->right;
+  Node* const old = child;
+  const int height = HeightOf(old);
+  child = InsertInto(old, node);
+  if (child == old && HeightOf(child) == height) return root;
   return Rebalance(root);
 }
 
@@ -159,10 +164,16 @@ template <typename V>
 typename IntervalTree<V>::Node* IntervalTree<V>::EraseNode(Node* root, uintptr_t start,
                                                            const V& value, Node** erased) {
   if (root == nullptr) return nullptr;
-  if (KeyLess(start, value, root->start, root->value)) {
-    root->left = EraseNode(root->left, start, value, erased);
-  } else if (KeyLess(root->start, root->value, start, value)) {
-    root->right = EraseNode(root->right, start, value, erased);
+  const bool left = KeyLess(start, value, root->start, root->value);
+  if (left || KeyLess(root->start, root->value, start, value)) {
+    // A subtree whose root, height and max_end did not change leaves root
+    // as it was (the key was absent, or its removal was absorbed below).
+    Node*& child = left ? root->left : root->right;
+    Node* const old = child;
+    const int height = HeightOf(old);
+    const uintptr_t max_end = MaxEndOf(old);
+    child = EraseNode(old, start, value, erased);
+    if (child == old && HeightOf(child) == height && MaxEndOf(child) == max_end) return root;
   } else {
     *erased = root;
     if (root->left == nullptr) return root->right;
