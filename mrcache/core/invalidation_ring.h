@@ -76,7 +76,11 @@ class InvalidationRing {
   // true in that case.
   template <typename Fn>
   bool Drain(Fn&& fn) {
-    const uint64_t lost = lost_.exchange(kNoneLost, std::memory_order_acq_rel);
+    // A plain load first: nothing lost is the common case, and an exchange
+    // would write the shared line on every drain (a miss drains twice).
+    // Seeing kNoneLost is the exchange that found it and stored it back.
+    uint64_t lost = lost_.load(std::memory_order_acquire);
+    if (lost != kNoneLost) lost = lost_.exchange(kNoneLost, std::memory_order_acq_rel);
     uint64_t head = head_.load(std::memory_order_acquire);
     for (; tail_ < head; ++tail_) {
       Slot& s = slots_[tail_ % kCapacity];
