@@ -2,6 +2,10 @@
 #include "mrcache/core/cache_impl.h"
 
 #include <linux/membarrier.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#include <x86intrin.h>
+#endif
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -57,6 +61,63 @@ uint64_t NowNs() {
       .count();
 }
 
+// Registrar time (stats' registrar_ns) is summed in ticks of the cheapest
+// clock that runs at a constant rate: the x86 time-stamp counter where the
+// CPU says it is invariant (CPUID 0x80000007, EDX bit 8: constant rate in
+// every P- and C-state), else steady_clock's nanoseconds. A miss reads it
+// four times (register, deregister); the TSC read costs about a third of a
+// clock_gettime (bench/RESULTS.md). Ticks become nanoseconds when stats are
+// read, at the rate measured from the first use (TickClock) to then.
+bool InvariantTsc() {
+#if defined(__x86_64__) || defined(__i386__)
+  unsigned eax, ebx, ecx, edx;
+  if (__get_cpuid_max(0x80000000, nullptr) < 0x80000007) return false;
+  __cpuid(0x80000007, eax, ebx, ecx, edx);
+  return (edx & (1u << 8)) != 0;
+#else
+  return false;
+#endif
+}
+
+// Set up on first use (a cache may be created by another library's static
+// initializer): whether ticks are TSC ticks, and the origin of the rate.
+struct TickClock {
+  bool tsc = InvariantTsc();
+  uint64_t origin_ticks = Read(tsc);
+  uint64_t origin_ns = NowNs();
+  static uint64_t Read(bool tsc) {
+#if defined(__x86_64__) || defined(__i386__)
+    if (tsc) return __rdtsc();
+#endif
+    return NowNs();
+  }
+};
+const TickClock& Ticks() {
+  static const TickClock clock;
+  return clock;
+}
+
+// `tsc`: Ticks().tsc, which a cache keeps (tsc_ticks_) so that a read
+// does not check that the static is set up.
+inline uint64_t NowTicks(bool tsc) { return TickClock::Read(tsc); }
+
+// Adds the ticks since t0 to `sum` (none if the thread moved to a CPU whose
+// counter reads behind).
+inline void AddTicksSince(std::atomic<uint64_t>& sum, uint64_t t0, bool tsc) {
+  const uint64_t t1 = NowTicks(tsc);
+  if (t1 > t0) sum.fetch_add(t1 - t0, std::memory_order_relaxed);
+}
+
+// Nanoseconds in `ticks` of NowTicks().
+uint64_t TicksToNs(uint64_t ticks) {
+  const TickClock& clock = Ticks();
+  if (!clock.tsc) return ticks;
+  const uint64_t dticks = NowTicks(true) - clock.origin_ticks;
+  const uint64_t dns = NowNs() - clock.origin_ns;
+  if (dticks == 0) return 0;
+  return static_cast<uint64_t>(static_cast<unsigned __int128>(ticks) * dns / dticks);
+}
+
 inline uintptr_t AlignDown(uintptr_t v, size_t a) { return v & ~(uintptr_t(a) - 1); }
 // 0 on overflow.
 inline uintptr_t AlignUp(uintptr_t v, size_t a) {
@@ -103,7 +164,8 @@ CacheImpl::CacheImpl(const Config& config, std::unique_ptr<Registrar> registrar)
       align_(config.alignment ? config.alignment : static_cast<size_t>(sysconf(_SC_PAGESIZE))),
       page_(static_cast<size_t>(sysconf(_SC_PAGESIZE))),
       pid_(getpid()),
-      fork_generation_(ForkGeneration()) {}
+      fork_generation_(ForkGeneration()),
+      tsc_ticks_(Ticks().tsc) {}
 
 absl::StatusOr<std::unique_ptr<CacheImpl>> CacheImpl::Create(const Config& config,
                                                              std::unique_ptr<Registrar> registrar) {
@@ -143,6 +205,7 @@ absl::StatusOr<std::unique_ptr<CacheImpl>> CacheImpl::Create(const Config& confi
     cache->monitor_incomplete_ = true;
   }
   cache->bridging_safe_ = cache->odp_ == OdpMode::kExplicit || cache->monitor_->complete();
+  cache->watch_ranges_ = cache->monitor_->watches_ranges();
 
   absl::Status listen = AddMemoryEventListener(cache.get());
   if (!listen.ok()) return listen;
@@ -177,7 +240,7 @@ CacheImpl::~CacheImpl() {
       Region* r = all;
       all = r->next_dead;
       if (TotalRefsLocked(r) > 0) ++held;
-      IntervalTree<Region*>::FreeNode(index_.DetachNode(r->start, r));
+      index_.DetachNode(r->start, r);  // the node is part of r
       dead.Push(r);
     }
     while (retired_ != nullptr) {
@@ -521,11 +584,9 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
     PendingMiss pending;
     MissPlan plan;
     // Preallocate outside the lock whatever a miss may need under it.
-    auto* fresh = new Region;
-    auto* node = IntervalTree<Region*>::AllocateNode();
+    auto* fresh = new Region;  // with its index node
     auto discard = [&] {
       delete fresh;
-      IntervalTree<Region*>::FreeNode(node);
       Release(&dead);
     };
     size_t shortfall = 0;  // bytes the budget lacks after evicting our unused regions
@@ -549,7 +610,8 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
     EndAttemptLocked(plan, attempt, &pending);
     if (!attempt.reg.ok()) {
       lock.Unlock();
-      if (monitor_) monitor_->Unwatch(reinterpret_cast<void*>(attempt.start), attempt.length());
+      if (watch_ranges_)
+        monitor_->Unwatch(reinterpret_cast<void*>(attempt.start), attempt.length());
       discard();
       absl::Status refused = AfterRefusal(&miss, attempt);
       if (!refused.ok()) return refused;
@@ -563,7 +625,7 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
     const bool in_flight = !changed && ReleaseInFlight(attempt.start, attempt.end);
     Region* raced = changed || in_flight ? nullptr : FindCoveringLocked(start, end, miss.access);
     if (raced == nullptr && !changed && !in_flight) {
-      Region* r = InstallLocked(tc, miss, attempt, fresh, node, &dead);
+      Region* r = InstallLocked(tc, miss, attempt, fresh, &dead);
       lock.Unlock();
       Release(&dead);
       if (odp_ == OdpMode::kExplicit && config_.odp_prefetch_bytes &&
@@ -580,7 +642,7 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
     lock.Unlock();
     CountRegistration(attempt.reg->length);
     TimedDeregister(*attempt.reg);
-    if (monitor_) monitor_->Unwatch(reinterpret_cast<void*>(attempt.start), attempt.length());
+    if (watch_ranges_) monitor_->Unwatch(reinterpret_cast<void*>(attempt.start), attempt.length());
     discard();
     if (raced != nullptr) return raced;
     absl::Status spoiled = AfterSpoil(&miss, attempt, in_flight);
@@ -664,7 +726,7 @@ CacheImpl::Attempt CacheImpl::RegisterOutsideLock(const Miss& miss, const MissPl
   // during it is reported. A range that was not all mapped when the monitor
   // looked may have been replaced since, unseen: such a registration is
   // spoiled like one an invalidation overlapped.
-  a.watched = !monitor_ || monitor_->Watch(reinterpret_cast<void*>(a.start), a.length());
+  a.watched = !watch_ranges_ || monitor_->Watch(reinterpret_cast<void*>(a.start), a.length());
   a.reg = TimedRegister(a.start, a.end, a.access);
   return a;
 }
@@ -764,7 +826,7 @@ absl::Status CacheImpl::AfterSpoil(Miss* miss, const Attempt& attempt, bool in_f
 }
 
 Region* CacheImpl::InstallLocked(ThreadCache* tc, const Miss& miss, const Attempt& attempt,
-                                 Region* fresh, IntervalTree<Region*>::Node* node, DeadList* dead) {
+                                 Region* fresh, DeadList* dead) {
   Region* r = fresh;
   r->start = attempt.start;
   r->end = attempt.end;
@@ -777,7 +839,7 @@ Region* CacheImpl::InstallLocked(ThreadCache* tc, const Miss& miss, const Attemp
   r->used_end = whole ? r->end : miss.end;
   r->lru_stamp = tick_.load(std::memory_order_relaxed);
   r->last_use.store(r->lru_stamp, std::memory_order_relaxed);
-  index_.InsertNode(node, r->start, r->end, r);
+  index_.InsertNode(&r->index_node, r->start, r->end, r);
   cached_bytes_ += r->length();
   const size_t slots = wanted_thread_slots_.load(std::memory_order_relaxed);
   if (index_.size() * 2 > slots && slots < ThreadCache::kMaxSlots) {
@@ -870,9 +932,9 @@ absl::StatusOr<Region*> CacheImpl::ImplicitRegion(int access) {
 }
 
 absl::StatusOr<Registration> CacheImpl::TimedImplicitRegister(int access) {
-  uint64_t t0 = NowNs();
+  const uint64_t t0 = NowTicks(tsc_ticks_);
   auto reg = RegisterImplicitOdp(*registrar_, access);
-  registrar_ns_.fetch_add(NowNs() - t0, std::memory_order_relaxed);
+  AddTicksSince(registrar_ticks_, t0, tsc_ticks_);
   if (reg.ok()) CountRegistration(0);  // pins nothing
   return reg;
 }
@@ -1033,14 +1095,16 @@ CacheStats CacheImpl::stats() {
   }
   s.hits = thread_hits + slow_hits_.load();
   s.misses = misses_.load();
-  s.registrations = registrations_.load();
+  // Deregistrations first: each follows its registration, so the difference
+  // (the live regions) is never negative.
   s.deregistrations = deregistrations_.load();
+  s.registrations = registrations_.load();
   s.evictions = evictions_.load();
   s.invalidations = invalidations_.load();
   s.merges = merges_.load();
-  s.regions = live_regions_.load();
+  s.regions = s.registrations - s.deregistrations;
   s.pinned_bytes = pinned_bytes_.load();
-  s.registrar_ns = registrar_ns_.load();
+  s.registrar_ns = TicksToNs(registrar_ticks_.load());
   s.peak_pinned_bytes = peak_pinned_bytes_.load();
   s.registrar_failures = registrar_failures_.load();
   s.bypassed = bypassed_.load();
@@ -1062,6 +1126,7 @@ CacheStats CacheImpl::stats() {
 
 void CacheImpl::SetRetireCallback(Cache::RetireCallback callback) {
   MutexLock lock(&mu_);
+  has_retire_cb_.store(static_cast<bool>(callback), std::memory_order_release);
   retire_cb_ = std::move(callback);
 }
 
@@ -1477,8 +1542,8 @@ int64_t CacheImpl::TotalRefsLocked(const Region* r, uint64_t* last_use) const {
 }
 
 void CacheImpl::UnindexLocked(Region* r, Region** candidates) {
-  IntervalTree<Region*>::FreeNode(index_.DetachNode(r->start, r));  // node storage is plain memory
-  ++index_epoch_;  // voids every covering hint, this region's among them
+  index_.DetachNode(r->start, r);  // the node is part of r, freed with it
+  ++index_epoch_;                   // voids every covering hint, this region's among them
   cached_bytes_ -= r->length();
   LruUnlinkLocked(r);
   r->state = RegionState::kInvalid;
@@ -1665,10 +1730,10 @@ void CacheImpl::FoldOrphansLocked() {
 // ---- outside the lock ------------------------------------------------------
 
 absl::StatusOr<Registration> CacheImpl::TimedRegister(uintptr_t start, uintptr_t end, int access) {
-  uint64_t t0 = NowNs();
+  const uint64_t t0 = NowTicks(tsc_ticks_);
   absl::StatusOr<Registration> reg =
       registrar_->Register(reinterpret_cast<void*>(start), end - start, access);
-  registrar_ns_.fetch_add(NowNs() - t0, std::memory_order_relaxed);
+  AddTicksSince(registrar_ticks_, t0, tsc_ticks_);
   if (reg.ok() && budget_ != nullptr && !(reg->access & kAccessOnDemand)) {
     budget_->AddPinned(reg->length);
     budget_->Accepted(reg->length);
@@ -1678,17 +1743,15 @@ absl::StatusOr<Registration> CacheImpl::TimedRegister(uintptr_t start, uintptr_t
 
 void CacheImpl::CountRegistration(size_t pinned) {
   registrations_.fetch_add(1, std::memory_order_relaxed);
-  live_regions_.fetch_add(1, std::memory_order_relaxed);
   AtomicMax(peak_pinned_bytes_,
             pinned_bytes_.fetch_add(pinned, std::memory_order_relaxed) + pinned);
 }
 
 void CacheImpl::TimedDeregister(const Registration& reg) {
-  uint64_t t0 = NowNs();
+  const uint64_t t0 = NowTicks(tsc_ticks_);
   absl::Status s = registrar_->Deregister(reg);
-  registrar_ns_.fetch_add(NowNs() - t0, std::memory_order_relaxed);
+  AddTicksSince(registrar_ticks_, t0, tsc_ticks_);
   deregistrations_.fetch_add(1, std::memory_order_relaxed);
-  live_regions_.fetch_sub(1, std::memory_order_relaxed);
   const bool implicit = reg.addr == nullptr && reg.length == SIZE_MAX;
   pinned_bytes_.fetch_sub(implicit ? 0 : reg.length, std::memory_order_relaxed);
   if (!implicit && budget_ != nullptr && !(reg.access & kAccessOnDemand)) {
@@ -1703,14 +1766,14 @@ void CacheImpl::TimedDeregister(const Registration& reg) {
 void CacheImpl::Release(DeadList* dead) {
   if (dead->head == nullptr) return;
   Cache::RetireCallback cb;
-  {
+  if (has_retire_cb_.load(std::memory_order_acquire)) {  // else no lock, no copy
     MutexLock lock(&mu_);
     cb = retire_cb_;
   }
   for (Region* r = dead->head; r != nullptr;) {
     Region* next = r->next_dead;
     TimedDeregister(r->reg);
-    if (monitor_ && !IsImplicit(r)) {
+    if (watch_ranges_ && !IsImplicit(r)) {
       monitor_->Unwatch(reinterpret_cast<void*>(r->start), r->length());
     }
     if (cb) cb(reinterpret_cast<void*>(r->start), r->length(), r->reg.handle);

@@ -310,8 +310,7 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   // replacing the compatible regions it contains, handed to the caller; then
   // evicts down to max_regions and max_bytes.
   Region* InstallLocked(ThreadCache* tc, const Miss& miss, const Attempt& attempt, Region* fresh,
-                        IntervalTree<Region*>::Node* node, DeadList* dead)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                        DeadList* dead) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Unindexes the compatible regions r contains (r takes over their used
   // bytes); returns them linked by next_dead, for SettleLocked.
   Region* UnindexContainedLocked(Region* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -462,9 +461,12 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   // ForkGeneration() at creation (fork_guard.h): a different value now means
   // this is a fork child's copy of the cache (see InForkChild).
   const uint64_t fork_generation_;
+  // Registrar time is counted in TSC ticks (cache_impl.cc, TickClock).
+  const bool tsc_ticks_;
   bool listening_ = false;
   OdpMode odp_ = OdpMode::kOff;
   bool bridging_safe_ = false;       // see PlanMissLocked
+  bool watch_ranges_ = false;        // monitor_->watches_ranges(): Watch/Unwatch do something
   bool monitor_incomplete_ = false;  // auto's coverage is not all in effect (stats)
   // The process's pin budget, joined at creation; null when regions pin
   // nothing (on-demand paging, or a registrar whose pins_memory() is false).
@@ -520,13 +522,16 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   // The read-locked hits of every thread, orphaned ones included.
   uint64_t ReadLockedHitsLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Cache::RetireCallback retire_cb_ ABSL_GUARDED_BY(mu_);  // (copied out before calling)
+  // Whether retire_cb_ is set (written under mu_): Release copies the
+  // callback only then, so that a miss without one takes mu_ twice, not 3 times.
+  std::atomic<bool> has_retire_cb_{false};
 
   // Counters (slow paths; relaxed atomics so stats() needs no lock for them;
   // read-locked hits are counted per thread instead, see ThreadCache).
+  // registrar_ticks_ is registrar time in NowTicks() units (cache_impl.cc).
   std::atomic<uint64_t> slow_hits_{0}, misses_{0}, registrations_{0}, deregistrations_{0},
-      evictions_{0}, invalidations_{0}, merges_{0}, live_regions_{0}, pinned_bytes_{0},
-      peak_pinned_bytes_{0}, registrar_ns_{0}, registrar_failures_{0}, bypassed_{0},
-      remote_private_{0};
+      evictions_{0}, invalidations_{0}, merges_{0}, pinned_bytes_{0}, peak_pinned_bytes_{0},
+      registrar_ticks_{0}, registrar_failures_{0}, bypassed_{0}, remote_private_{0};
 };
 
 }  // namespace mrcache

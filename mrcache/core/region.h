@@ -22,6 +22,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "mrcache/core/interval_tree.h"
 #include "mrcache/registrar.h"
 
 namespace mrcache {
@@ -72,6 +73,10 @@ class Region {
   // lacks: the whole-page rule covers those.)
   uintptr_t used_start = 0;
   uintptr_t used_end = 0;
+  // The region's node in the cache's index (IntervalTree::InsertNode), part
+  // of the Region so that a miss allocates one object, outside the lock.
+  // Linked and unlinked under the cache lock; never freed on its own.
+  IntervalTree<Region*>::Node index_node{0, 1, nullptr};
 
   size_t length() const { return end - start; }
   int remote_access() const { return reg.access & kAccessRemoteBits; }

@@ -162,6 +162,12 @@ class Lease : public MonitorLease {
       if (g_components[i].unwatch != nullptr) g_components[i].unwatch(addr, length);
     }
   }
+  bool watches_ranges() const override {
+    for (int i : components_) {
+      if (g_components[i].watch != nullptr || g_components[i].unwatch != nullptr) return true;
+    }
+    return false;
+  }
   WatchFailureCounts watch_failures() const override {
     WatchFailureCounts c;
     c.total = failures_.total.load(std::memory_order_relaxed);

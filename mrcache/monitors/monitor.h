@@ -58,6 +58,10 @@ class MonitorLease {
   // the caller must not keep it (cache_impl.cc treats the miss as spoiled).
   virtual bool Watch(void* addr, size_t length) { return true; }
   virtual void Unwatch(void* addr, size_t length) {}
+  // True if Watch/Unwatch do anything (some monitor in effect watches by
+  // range); constant for the lease's life. A caller may skip both calls
+  // when it is false: the miss path then pays nothing for them.
+  virtual bool watches_ranges() const { return false; }
   // The Watch calls of this lease that failed, by cause (never silent: the
   // cache reports them in its stats).
   virtual WatchFailureCounts watch_failures() const { return {}; }
