@@ -18,6 +18,12 @@
 //
 //   BM_MrcacheHitDefaultMonitor,    the same with the default monitor (`auto`:
 //   BM_MrcacheMissDefaultMonitor    patch here) instead of none
+//   BM_MrcacheMissNullRegistrar /   BM_MrcacheMissDefaultMonitor / BM_UcxMiss
+//   BM_UcxMissNullRegistrar         with a registrar that makes no system call
+//                                   (NullRegistrar): each cache's own miss
+//                                   path alone, without the sim registrar's
+//                                   mapping probe (mincore), whose cost varies
+//                                   more between runs than the caches differ
 //
 //   BM_MrcacheRandomHit /           get+put of a cached region in pseudo-random
 //   BM_UcxRandomHit                 order over 64, 10,000, 100,000 or 1,000,000
@@ -142,6 +148,30 @@ Ucx MakeUcx(size_t max_regions) {
   return ucx;
 }
 
+// Keys for any range, and nothing else: no system call, no lock, no map. The
+// miss benchmarks over it measure what each cache adds to a registration.
+class NullRegistrar final : public mrcache::Registrar {
+ public:
+  const char* name() const override { return "null"; }
+  absl::StatusOr<mrcache::Registration> Register(void* addr, size_t length, int access) override {
+    mrcache::Registration reg;
+    reg.addr = addr;
+    reg.length = length;
+    reg.access = access;
+    reg.handle = ++next_;
+    reg.lkey = reg.rkey = static_cast<uint32_t>(reg.handle);
+    return reg;
+  }
+  absl::Status Deregister(const mrcache::Registration&) override { return absl::OkStatus(); }
+  absl::Status DeviceWrite(const mrcache::Registration&, size_t, const void*, size_t) override {
+    return absl::UnimplementedError("null registrar: no device");
+  }
+  bool pins_memory() const override { return false; }
+
+ private:
+  uint64_t next_ = 0;  // one thread per benchmark
+};
+
 // ---- hits: one shared cache per region count, filled before timing ----------
 std::unique_ptr<mrcache::Cache> g_cache;
 Ucx g_ucx;
@@ -211,39 +241,65 @@ void BM_UcxHit(benchmark::State& state) {
 }
 
 // ---- misses: 4,096 ranges through 64 regions, so every get misses ------------
-void MrcacheMiss(benchmark::State& state, const std::string& monitor) {
-  std::unique_ptr<mrcache::Cache> cache = MakeCache(64, monitor);
+void MissLoop(benchmark::State& state, mrcache::Cache& cache) {
   size_t i = 0;
   for (auto _ : state) {
-    absl::StatusOr<mrcache::Region*> region = cache->Acquire(Range(i), kPage, kAccess);
+    absl::StatusOr<mrcache::Region*> region = cache.Acquire(Range(i), kPage, kAccess);
     if (!region.ok()) {
       state.SkipWithError("acquire failed");
       break;
     }
-    (void)cache->Put(*region);
+    (void)cache.Put(*region);
     if (++i == kMaxRanges) i = 0;
   }
   state.SetItemsProcessed(state.iterations());
-  state.counters["hits"] = double(cache->stats().hits);
+  state.counters["hits"] = double(cache.stats().hits);
+}
+void MrcacheMiss(benchmark::State& state, const std::string& monitor) {
+  std::unique_ptr<mrcache::Cache> cache = MakeCache(64, monitor);
+  MissLoop(state, *cache);
 }
 void BM_MrcacheMiss(benchmark::State& state) { MrcacheMiss(state, "none"); }
 void BM_MrcacheMissDefaultMonitor(benchmark::State& state) { MrcacheMiss(state, DefaultMonitor()); }
+void BM_MrcacheMissNullRegistrar(benchmark::State& state) {
+  mrcache::Config config = ZeroCostConfig(64, DefaultMonitor());
+  auto made = mrcache::Cache::Create(config, std::make_unique<NullRegistrar>());
+  if (!made.ok()) {
+    state.SkipWithError("cache creation failed");
+    return;
+  }
+  MissLoop(state, **made);
+}
 
-void BM_UcxMiss(benchmark::State& state) {
-  Ucx ucx = MakeUcx(64);
-  const UcsApi& api = ucx.cache->api();
+void UcxMissLoop(benchmark::State& state, UcxRcache& cache) {
+  const UcsApi& api = cache.api();
   size_t i = 0;
   for (auto _ : state) {
     ucs_rcache_region_t* region;
-    if (api.rcache_get(ucx.cache->rcache(), Range(i), kPage, UcxRcache::Prot(), nullptr, &region) !=
+    if (api.rcache_get(cache.rcache(), Range(i), kPage, UcxRcache::Prot(), nullptr, &region) !=
         UCS_OK) {
       state.SkipWithError("ucs_rcache_get failed");
       break;
     }
-    api.rcache_region_put(ucx.cache->rcache(), region);
+    api.rcache_region_put(cache.rcache(), region);
     if (++i == kMaxRanges) i = 0;
   }
   state.SetItemsProcessed(state.iterations());
+}
+void BM_UcxMiss(benchmark::State& state) {
+  Ucx ucx = MakeUcx(64);
+  UcxMissLoop(state, *ucx.cache);
+}
+void BM_UcxMissNullRegistrar(benchmark::State& state) {
+  NullRegistrar registrar;
+  auto api = LoadUcsWithoutHooks();
+  auto cache = api.ok() ? UcxRcache::Create(**api, registrar, 64, 0, kAccess)
+                        : absl::StatusOr<std::unique_ptr<UcxRcache>>(api.status());
+  if (!cache.ok()) {
+    state.SkipWithError("ucs_rcache creation failed");
+    return;
+  }
+  UcxMissLoop(state, **cache);
 }
 
 // ---- invalidation drain --------------------------------------------------------
@@ -486,6 +542,8 @@ BENCHMARK(BM_UcxHitUnderChurn)
 BENCHMARK(BM_MrcacheMiss);
 BENCHMARK(BM_MrcacheMissDefaultMonitor);
 BENCHMARK(BM_UcxMiss);
+BENCHMARK(BM_MrcacheMissNullRegistrar);
+BENCHMARK(BM_UcxMissNullRegistrar);
 BENCHMARK(BM_MrcacheMissAfterInvalidate);
 BENCHMARK(BM_MrcacheFirstMissBesideARegion)->UseManualTime();
 
