@@ -46,6 +46,23 @@ TEST(MonitorSelectionTest, NoneIsBlindAndOthersAreNot) {
   EXPECT_FALSE((*symbols)->blind());
 }
 
+// The cache calls Watch/Unwatch on every miss only where they do something.
+TEST(MonitorSelectionTest, OnlyAMonitorWatchingByRangeWantsWatchCalls) {
+  for (const char* name : {"none", "symbols"}) {
+    auto lease = AcquireMonitor(name);
+    ASSERT_TRUE(lease.ok()) << name << ": " << lease.status();
+    EXPECT_FALSE((*lease)->watches_ranges()) << name;
+  }
+  auto patch = AcquireMonitor("patch");
+  if (!testing::MonitorUnavailable(patch.status())) {
+    ASSERT_TRUE(patch.ok()) << patch.status();
+    EXPECT_FALSE((*patch)->watches_ranges());
+  }
+  auto uffd = AcquireMonitor("symbols+uffd");
+  ASSERT_TRUE(uffd.ok()) << uffd.status();
+  EXPECT_TRUE((*uffd)->watches_ranges()) << (*uffd)->name();
+}
+
 TEST(MonitorSelectionTest, PlusListInstallsEachMonitorOnce) {
   auto lease = AcquireMonitor("symbols+uffd+symbols");
   ASSERT_TRUE(lease.ok()) << lease.status();
