@@ -67,7 +67,8 @@ uint64_t NowNs() {
 // every P- and C-state), else steady_clock's nanoseconds. A miss reads it
 // four times (register, deregister); the TSC read costs about a third of a
 // clock_gettime (bench/RESULTS.md). Ticks become nanoseconds when stats are
-// read, at the rate measured from the first use (TickClock) to then.
+// read, at one rate measured once (TickClock), so that registrar_ns is a
+// function of the ticks: it never moves without a registrar call.
 bool InvariantTsc() {
 #if defined(__x86_64__) || defined(__i386__)
   unsigned eax, ebx, ecx, edx;
@@ -80,11 +81,25 @@ bool InvariantTsc() {
 }
 
 // Set up on first use (a cache may be created by another library's static
-// initializer): whether ticks are TSC ticks, and the origin of the rate.
+// initializer): whether ticks are TSC ticks, and nanoseconds per tick,
+// measured against steady_clock over kCalibrationNs (half a millisecond,
+// once per process: the rate is then good to about 1e-4).
 struct TickClock {
+  static constexpr uint64_t kCalibrationNs = 500'000;
   bool tsc = InvariantTsc();
-  uint64_t origin_ticks = Read(tsc);
-  uint64_t origin_ns = NowNs();
+  double ns_per_tick = 1.0;
+  TickClock() {
+    if (!tsc) return;
+    const uint64_t t0 = Read(true), n0 = NowNs();
+    uint64_t n1 = n0;
+    while (n1 - n0 < kCalibrationNs) n1 = NowNs();
+    const uint64_t t1 = Read(true);
+    if (t1 > t0) {
+      ns_per_tick = static_cast<double>(n1 - n0) / static_cast<double>(t1 - t0);
+    } else {
+      tsc = false;  // a counter that does not advance: use the clock itself
+    }
+  }
   static uint64_t Read(bool tsc) {
 #if defined(__x86_64__) || defined(__i386__)
     if (tsc) return __rdtsc();
@@ -112,10 +127,7 @@ inline void AddTicksSince(std::atomic<uint64_t>& sum, uint64_t t0, bool tsc) {
 uint64_t TicksToNs(uint64_t ticks) {
   const TickClock& clock = Ticks();
   if (!clock.tsc) return ticks;
-  const uint64_t dticks = NowTicks(true) - clock.origin_ticks;
-  const uint64_t dns = NowNs() - clock.origin_ns;
-  if (dticks == 0) return 0;
-  return static_cast<uint64_t>(static_cast<unsigned __int128>(ticks) * dns / dticks);
+  return static_cast<uint64_t>(static_cast<double>(ticks) * clock.ns_per_tick);
 }
 
 inline uintptr_t AlignDown(uintptr_t v, size_t a) { return v & ~(uintptr_t(a) - 1); }
