@@ -71,9 +71,9 @@ uint64_t NowNs() {
 // function of the ticks: it never moves without a registrar call.
 bool InvariantTsc() {
 #if defined(__x86_64__) || defined(__i386__)
-  unsigned eax, ebx, ecx, edx;
-  if (__get_cpuid_max(0x80000000, nullptr) < 0x80000007) return false;
-  __cpuid(0x80000007, eax, ebx, ecx, edx);
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  // __get_cpuid is 0 where the CPU has no such leaf.
+  if (__get_cpuid(0x80000007, &eax, &ebx, &ecx, &edx) == 0) return false;
   return (edx & (1u << 8)) != 0;
 #else
   return false;
