@@ -663,7 +663,12 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
 }
 
 void CacheImpl::GrowHints() {
-  const size_t want = CoveringHints::LinesFor(live_regions_.load(std::memory_order_relaxed));
+  // Regions registered and not yet deregistered: about the index's size.
+  // Deregistrations first, as stats() reads them: the difference is never
+  // negative.
+  const uint64_t deregistered = deregistrations_.load();
+  const uint64_t live = registrations_.load() - deregistered;
+  const size_t want = CoveringHints::LinesFor(static_cast<size_t>(live));
   if (want <= hint_lines_.load(std::memory_order_relaxed)) return;
   CoveringHints fresh(want);  // outside the lock
   {
@@ -1555,7 +1560,7 @@ int64_t CacheImpl::TotalRefsLocked(const Region* r, uint64_t* last_use) const {
 
 void CacheImpl::UnindexLocked(Region* r, Region** candidates) {
   index_.DetachNode(r->start, r);  // the node is part of r, freed with it
-  ++index_epoch_;                   // voids every covering hint, this region's among them
+  ++index_epoch_;                  // voids every covering hint, this region's among them
   cached_bytes_ -= r->length();
   LruUnlinkLocked(r);
   r->state = RegionState::kInvalid;

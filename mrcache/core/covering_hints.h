@@ -3,11 +3,11 @@
 // of walking the interval tree (one cache miss per level).
 //
 // Direct-mapped: a get's start page hashes (Fibonacci hashing: the page
-// times 2^64 / phi, top bits) to one Hint, which remembers the region that last answered a get there: its
-// range, its registered access, the Region, and the cache's *index epoch*
-// when it was filled. The cache bumps the epoch, under its write lock,
-// every time a region leaves the index (CacheImpl::UnindexLocked), and
-// fills and reads hints only with its lock held (for reading at least), so:
+// times 2^64 / phi, top bits) to one Hint, which remembers the region that last answered a get
+// there: its range, its registered access, the Region, and the cache's *index epoch* when it was
+// filled. The cache bumps the epoch, under its write lock, every time a region leaves the index
+// (CacheImpl::UnindexLocked), and fills and reads hints only with its lock held (for reading at
+// least), so:
 //   a hint whose epoch equals the current one names a region that was in
 //   the index when the hint was filled and has not left it since: it is
 //   alive, and answers any get it covers with compatible access.
@@ -38,7 +38,7 @@ namespace mrcache {
 
 class CoveringHints {
  public:
-  static constexpr size_t kMinLines = 4096;          // 256 KiB
+  static constexpr size_t kMinLines = 4096;             // 256 KiB
   static constexpr size_t kMaxLines = size_t{1} << 20;  // 64 MiB
 
   // The lines a cache of `regions` regions wants: 0 below kMinLines regions.
@@ -90,9 +90,8 @@ class CoveringHints {
     if (lines_ == nullptr) return;
     Hint& h = lines_[Index(start)];
     uint64_t seq = h.seq.load(std::memory_order_relaxed);
-    if ((seq & 1) ||
-        !h.seq.compare_exchange_strong(seq, seq + 1, std::memory_order_acquire,
-                                       std::memory_order_relaxed)) {
+    if ((seq & 1) || !h.seq.compare_exchange_strong(seq, seq + 1, std::memory_order_acquire,
+                                                    std::memory_order_relaxed)) {
       return;  // another filler is writing it
     }
     h.epoch.store(epoch, std::memory_order_relaxed);
