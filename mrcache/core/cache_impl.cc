@@ -663,12 +663,7 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
 }
 
 void CacheImpl::GrowHints() {
-  // Regions registered and not yet deregistered: about the index's size.
-  // Deregistrations first, as stats() reads them: the difference is never
-  // negative.
-  const uint64_t deregistered = deregistrations_.load();
-  const uint64_t live = registrations_.load() - deregistered;
-  const size_t want = CoveringHints::LinesFor(static_cast<size_t>(live));
+  const size_t want = wanted_hint_lines_.load(std::memory_order_relaxed);
   if (want <= hint_lines_.load(std::memory_order_relaxed)) return;
   CoveringHints fresh(want);  // outside the lock
   {
@@ -861,6 +856,10 @@ Region* CacheImpl::InstallLocked(ThreadCache* tc, const Miss& miss, const Attemp
   const size_t slots = wanted_thread_slots_.load(std::memory_order_relaxed);
   if (index_.size() * 2 > slots && slots < ThreadCache::kMaxSlots) {
     wanted_thread_slots_.store(slots * 2, std::memory_order_relaxed);
+  }
+  const size_t hint_lines = CoveringHints::LinesFor(index_.size());
+  if (hint_lines > wanted_hint_lines_.load(std::memory_order_relaxed)) {
+    wanted_hint_lines_.store(hint_lines, std::memory_order_relaxed);
   }
   LruPushFrontLocked(r);
   CountRegistration(r->length());
@@ -1402,14 +1401,14 @@ bool CacheImpl::BridgeOutsideLock(const MissPlan& plan, uintptr_t* start, uintpt
 }
 
 Region* CacheImpl::FindCoveringLocked(uintptr_t start, uintptr_t end, int access) {
+  // First the hint of the last get that started on this page, if no region
+  // left the index since (covering_hints.h).
+  if (Region* hinted = hints_.Find(start, end, access, index_epoch_)) return hinted;
   // Most indexes hold no overlapping regions, and then only the region that
   // starts last at or before `start` can cover the request: one descent,
   // about half the nodes the overlap search reads (it checks each sibling's
   // max_end). Overlapping regions (other rights, a merge's neighbours) and
   // misses take the full search.
-  // First the hint of the last get that started on this page, if no region
-  // left the index since (covering_hints.h).
-  if (Region* hinted = hints_.Find(start, end, access, index_epoch_)) return hinted;
   uintptr_t s = 0, e = 0;
   Region* last = nullptr;
   if (index_.FindLastStartingAtOrBefore(start, &s, &e, &last) && end <= e &&

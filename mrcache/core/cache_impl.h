@@ -274,8 +274,8 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   // region's shared count (all slots of its set count others). Counts the
   // get as a slow hit only when it returns a region.
   Region* HitShared(ThreadCache* tc, Miss* miss) ABSL_LOCKS_EXCLUDED(mu_);
-  // Outside mu_: grows hints_ to what the region count wants
-  // (CoveringHints::LinesFor), allocating and freeing outside the lock.
+  // Outside mu_: grows hints_ to wanted_hint_lines_, allocating and freeing
+  // outside the lock.
   void GrowHints() ABSL_LOCKS_EXCLUDED(mu_);
   // The slow path of a get: under mu_, a covering region or a plan; outside
   // it, the registration; under it again, the region installed, or the
@@ -493,10 +493,14 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   IntervalTree<Region*> index_ ABSL_GUARDED_BY(mu_);
   // Recent answers of index_ (covering_hints.h), valid while index_epoch_
   // is as they were filled with; every removal from index_ bumps it
-  // (UnindexLocked). hint_lines_ mirrors hints_.lines() for GrowHints.
+  // (UnindexLocked). hint_lines_ mirrors hints_.lines() for GrowHints;
+  // wanted_hint_lines_ is what the largest index so far asked for
+  // (CoveringHints::LinesFor, raised by InstallLocked), as
+  // wanted_thread_slots_ is for the thread tables.
   CoveringHints hints_ ABSL_GUARDED_BY(mu_);
   uint64_t index_epoch_ ABSL_GUARDED_BY(mu_) = 1;
   std::atomic<size_t> hint_lines_{0};
+  std::atomic<size_t> wanted_hint_lines_{0};
   Region* lru_head_ ABSL_GUARDED_BY(mu_) = nullptr;  // most recently used
   Region* lru_tail_ ABSL_GUARDED_BY(mu_) = nullptr;
   Region* retired_ ABSL_GUARDED_BY(mu_) = nullptr;  // kInvalid regions still referenced
