@@ -10,7 +10,8 @@
 
 namespace mrcache {
 
-// `bytes` of zeroed, page-aligned memory, or MAP_FAILED. Through syscall(2),
+// `bytes` of zeroed, page-aligned memory, or MAP_FAILED; from 2 MiB on,
+// 2 MiB-aligned and advised to use transparent huge pages. Through syscall(2),
 // not mmap(3), except under a sanitizer, whose runtime must learn of the
 // mapping (a reused address range then keeps no stale shadow state).
 void* MapTableMemory(size_t bytes);
