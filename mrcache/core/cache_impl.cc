@@ -679,11 +679,15 @@ Region* CacheImpl::HitShared(ThreadCache* tc, Miss* miss) {
   // A writer drains the ring before it looks; a reader cannot, and a
   // release waiting there may void what the index says.
   if (!ring_.empty()) return nullptr;
-  Region* hit = FindCoveringLocked(miss->start, miss->end, miss->access);
-  if (hit == nullptr || !TakeOwnSlotRefShared(tc, hit)) return nullptr;
-  FillLookupLocked(tc, miss->start, miss->end, miss->user_access, hit);
-  // The CLOCK touch: EvictLocked gives the region its second chance.
-  RaiseLastUse(hit, tick_.load(std::memory_order_relaxed));
+  Span span;
+  Region* hit = FindCoveringLocked(miss->start, miss->end, miss->access, &span);
+  if (hit == nullptr) return nullptr;
+  ThreadCache::Line* slot = TakeOwnSlotRefShared(tc, hit, span.start);
+  if (slot == nullptr) return nullptr;
+  FillLookupLocked(tc, miss->start, miss->end, miss->user_access, hit, span, slot);
+  // The CLOCK touch, on our slot as a lock-free hit's (EvictLocked reads
+  // both): the region gets its second chance, and the hit reads no Region.
+  slot->ref_last_use.store(tick_.load(std::memory_order_relaxed), std::memory_order_relaxed);
   ThreadCache::OwnerAdd(tc->read_locked_hits, 1);
   miss->counted = true;
   return hit;
@@ -1400,10 +1404,14 @@ bool CacheImpl::BridgeOutsideLock(const MissPlan& plan, uintptr_t* start, uintpt
   return true;
 }
 
-Region* CacheImpl::FindCoveringLocked(uintptr_t start, uintptr_t end, int access) {
-  // First the hint of the last get that started on this page, if no region
-  // left the index since (covering_hints.h).
-  if (Region* hinted = hints_.Find(start, end, access, index_epoch_)) return hinted;
+Region* CacheImpl::FindCoveringLocked(uintptr_t start, uintptr_t end, int access, Span* span) {
+  Span unused;
+  if (span == nullptr) span = &unused;
+  // First the hint of the last get that started on this page, if its region
+  // is still in the index (covering_hints.h).
+  if (Region* hinted = hints_.Find(start, end, access, &span->start, &span->end)) {
+    return hinted;
+  }
   // Most indexes hold no overlapping regions, and then only the region that
   // starts last at or before `start` can cover the request: one descent,
   // about half the nodes the overlap search reads (it checks each sibling's
@@ -1413,7 +1421,8 @@ Region* CacheImpl::FindCoveringLocked(uintptr_t start, uintptr_t end, int access
   Region* last = nullptr;
   if (index_.FindLastStartingAtOrBefore(start, &s, &e, &last) && end <= e &&
       AccessCompatible(last->reg.access, access)) {
-    hints_.Fill(start, last, index_epoch_);
+    hints_.Fill(start, last);
+    *span = Span{s, e};
     return last;
   }
   struct Find {
@@ -1428,24 +1437,28 @@ Region* CacheImpl::FindCoveringLocked(uintptr_t start, uintptr_t end, int access
       fp->found = r;
     }
   });
-  if (f.found != nullptr) hints_.Fill(start, f.found, index_epoch_);
+  if (f.found != nullptr) {
+    hints_.Fill(start, f.found);
+    *span = Span{f.found->start, f.found->end};
+  }
   return f.found;
 }
 
 void CacheImpl::TakeRefLocked(ThreadCache* tc, Region* r) {
-  if (TakeOwnSlotRefShared(tc, r)) return;
+  if (TakeOwnSlotRefShared(tc, r, r->start) != nullptr) return;
   ++tc->window_displaced;
   ++r->shared_refs;  // every slot of the set counts another live region of ours
 }
 
-bool CacheImpl::TakeOwnSlotRefShared(ThreadCache* tc, Region* r) {
+ThreadCache::Line* CacheImpl::TakeOwnSlotRefShared(ThreadCache* tc, Region* r,
+                                                   uintptr_t r_start) {
   // r is in the index, so a non-dead slot naming it is live (not retired).
-  if (ThreadCache::Line* own = tc->FindSlot(r, r->start)) {
+  if (ThreadCache::Line* own = tc->FindSlot(r, r_start)) {
     ThreadCache::OwnerAdd(own->ref_count, 1);
-    return true;
+    return own;
   }
   ++tc->window_claims;
-  if (ThreadCache::Line* slot = tc->ClaimableSlot(r->start)) {
+  if (ThreadCache::Line* slot = tc->ClaimableSlot(r_start)) {
     // Claim the slot: its previous region holds no reference from us, and
     // keeps the recency the slot recorded for it (it is alive unless dead).
     const bool dead = slot->ref_state.load(std::memory_order_relaxed) == ThreadCache::kDead;
@@ -1457,13 +1470,18 @@ bool CacheImpl::TakeOwnSlotRefShared(ThreadCache* tc, Region* r) {
     slot->ref_last_use.store(0, std::memory_order_relaxed);
     slot->ref_state.store(ThreadCache::kLive, std::memory_order_relaxed);
     slot->ref_count.store(1, std::memory_order_release);
-    return true;
+    return slot;
   }
-  return false;
+  return nullptr;
 }
 
 void CacheImpl::FillLookupLocked(ThreadCache* tc, uintptr_t start, uintptr_t end, int access,
                                  Region* r) {
+  FillLookupLocked(tc, start, end, access, r, Span{r->start, r->end}, tc->FindSlot(r, r->start));
+}
+
+void CacheImpl::FillLookupLocked(ThreadCache* tc, uintptr_t start, uintptr_t end, int access,
+                                 Region* r, Span span, ThreadCache::Line* slot) {
   // The entry holds the region's range (so a later get of any part of it
   // hits) and sits in the set of the requested start. Entries of that set
   // that cover the request go first: only one may, or a stale one could
@@ -1485,10 +1503,9 @@ void CacheImpl::FillLookupLocked(ThreadCache* tc, uintptr_t start, uintptr_t end
   }
   // Without a slot of ours (all of its set count references) a hit could
   // not count its reference: no entry.
-  ThreadCache::Line* slot = tc->FindSlot(r, r->start);
-  const int level = ReleaseLevel(r->start, r->end);
+  const int level = ReleaseLevel(span.start, span.end);
   if (slot == nullptr || level == kReleaseLevels) return;
-  uint64_t released = ReleaseGen(level, r->start).load(std::memory_order_acquire);
+  uint64_t released = ReleaseGen(level, span.start).load(std::memory_order_acquire);
   // After reading the counter: a release pushed since the drain may overlap
   // r and be counted in `released` already (cache_impl.h). Then, and for a
   // region no bucket holds, leave the entry out.
@@ -1504,8 +1521,8 @@ void CacheImpl::FillLookupLocked(ThreadCache* tc, uintptr_t start, uintptr_t end
   }
   e->gen = drained_gen_ + released;
   e->release_level = static_cast<uint8_t>(level);
-  e->start = r->start;
-  e->end = r->end;
+  e->start = span.start;
+  e->end = span.end;
   e->access = access;
   e->region = r;
   e->slot = static_cast<uint16_t>(slot_index);
@@ -1559,7 +1576,7 @@ int64_t CacheImpl::TotalRefsLocked(const Region* r, uint64_t* last_use) const {
 
 void CacheImpl::UnindexLocked(Region* r, Region** candidates) {
   index_.DetachNode(r->start, r);  // the node is part of r, freed with it
-  ++index_epoch_;                  // voids every covering hint, this region's among them
+  hints_.Void(r);                  // its covering hints
   cached_bytes_ -= r->length();
   LruUnlinkLocked(r);
   r->state = RegionState::kInvalid;

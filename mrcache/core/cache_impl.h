@@ -12,8 +12,8 @@
 // only the shared locked hit (HitShared), which changes nothing another
 // reader reads but the covering hints (seqlocked, covering_hints.h): it
 // looks the hints and the index up, counts its reference in a slot of its
-// own thread (never in shared_refs), fills its own lookup entry and raises
-// the region's atomic last_use (never the LRU list). Reclaimers write-lock,
+// own thread (never in shared_refs), fills its own lookup entry and stamps
+// that slot's recency (never the LRU list). Reclaimers write-lock,
 // so none runs beside it: a region it finds is in the index and alive, and
 // the next reclaimer sees its reference (the lock orders them).
 //
@@ -77,8 +77,8 @@
 // non-dead slot names a live region, and a pointer compare identifies it
 // even when a new Region reuses a freed one's address.
 //
-// Recency (CLOCK): a fast-path hit stamps its slot with the current tick; a
-// slow-path touch stamps the Region. EvictLocked gives a second chance to a
+// Recency (CLOCK): a fast-path hit, and a shared locked hit, stamps its slot
+// with the current tick; a write-locked touch stamps the Region. EvictLocked gives a second chance to a
 // region whose latest stamp (its own or any live slot's) is newer than the
 // tick at which it was last placed at the LRU head. Stamps of slots that are
 // reclaimed, migrated or orphaned are folded into the Region first.
@@ -382,15 +382,30 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Without the lock: the bridged range for a plan with a block, or false.
   bool BridgeOutsideLock(const MissPlan& plan, uintptr_t* start, uintptr_t* end) const;
-  Region* FindCoveringLocked(uintptr_t start, uintptr_t end, int access)
+  // The range of an indexed region as the index or a covering hint holds
+  // it: what the shared hit uses instead of reading the Region (at 10^6
+  // regions, a Region is a cache miss).
+  struct Span {
+    uintptr_t start = 0, end = 0;
+  };
+  // The region covering [start, end) with compatible rights, or nullptr; its
+  // range in *span if given.
+  Region* FindCoveringLocked(uintptr_t start, uintptr_t end, int access, Span* span = nullptr)
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   void TakeRefLocked(ThreadCache* tc, Region* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Counts a reference to r (in the index) in one of tc's own slots (a
-  // claimed one if none names r yet); false, with nothing changed, if every
-  // slot of r's set counts references to other regions. Writes only tc's own
-  // slots and window counters, and raises the last_use of a region whose
-  // slot it takes over: safe with mu_ held for reading.
-  bool TakeOwnSlotRefShared(ThreadCache* tc, Region* r) ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Counts a reference to r (in the index, starting at r_start) in one of
+  // tc's own slots (a claimed one if none names r yet) and returns the slot;
+  // nullptr, with nothing changed, if every slot of r's set counts
+  // references to other regions. Writes only tc's own slots and window
+  // counters, and raises the last_use of a region whose slot it takes over:
+  // safe with mu_ held for reading. Reads no field of r.
+  ThreadCache::Line* TakeOwnSlotRefShared(ThreadCache* tc, Region* r, uintptr_t r_start)
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Fills tc's lookup entry for a get of [start, end) answered by r, whose
+  // range is `span` and whose slot of tc is `slot` (nullptr: none, and no
+  // entry). Reads no field of r.
+  void FillLookupLocked(ThreadCache* tc, uintptr_t start, uintptr_t end, int access, Region* r,
+                        Span span, ThreadCache::Line* slot) ABSL_SHARED_LOCKS_REQUIRED(mu_);
   void FillLookupLocked(ThreadCache* tc, uintptr_t start, uintptr_t end, int access, Region* r)
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   void TouchLocked(Region* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -491,14 +506,13 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
 
   mutable SharedMutex mu_;
   IntervalTree<Region*> index_ ABSL_GUARDED_BY(mu_);
-  // Recent answers of index_ (covering_hints.h), valid while index_epoch_
-  // is as they were filled with; every removal from index_ bumps it
+  // Recent answers of index_ (covering_hints.h), each valid while its
+  // region is in index_: every removal voids the region's hints
   // (UnindexLocked). hint_lines_ mirrors hints_.lines() for GrowHints;
   // wanted_hint_lines_ is what the largest index so far asked for
   // (CoveringHints::LinesFor, raised by InstallLocked), as
   // wanted_thread_slots_ is for the thread tables.
   CoveringHints hints_ ABSL_GUARDED_BY(mu_);
-  uint64_t index_epoch_ ABSL_GUARDED_BY(mu_) = 1;
   std::atomic<size_t> hint_lines_{0};
   std::atomic<size_t> wanted_hint_lines_{0};
   Region* lru_head_ ABSL_GUARDED_BY(mu_) = nullptr;  // most recently used
