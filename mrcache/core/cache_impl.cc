@@ -284,6 +284,7 @@ CacheImpl::~CacheImpl() {
   } else {
     Release(&dead);
   }
+  FreeRegions(quarantine_.exchange(nullptr));  // no thread uses the cache any more
   for (ThreadCache* tc = threads_; tc != nullptr;) {
     ThreadCache* next = tc->next;
     ThreadCache::Unref(tc);
@@ -365,14 +366,15 @@ absl::StatusOr<Region*> CacheImpl::Acquire(void* addr, size_t length, int access
     if (e->gen == gen + released) {
       Region* r = e->region;
       ThreadCache::Line& slot = tc->lines[e->slot];
-      // A slot naming r is r's (see thread_cache.h). It cannot be kDead while
-      // the entry is valid: r was killed only after leaving the index, and
-      // that bumped the generation.
-      if (slot.ref_region == r) {
+      // A live slot naming r is r's, and r is in the index (thread_cache.h;
+      // r's memory is not reused while an entry may name it: Quarantine).
+      if (slot.ref_region == r &&
+          slot.ref_state.load(std::memory_order_relaxed) == ThreadCache::kLive) {
         int64_t count = slot.ref_count.load(std::memory_order_relaxed);
         slot.ref_count.store(count + 1, std::memory_order_relaxed);
         ReaderFence();
-        if (gen_.load(std::memory_order_acquire) == gen) {
+        if (slot.ref_state.load(std::memory_order_acquire) == ThreadCache::kLive &&
+            gen_.load(std::memory_order_acquire) == gen) {
           slot.ref_last_use.store(tick_.load(std::memory_order_relaxed), std::memory_order_relaxed);
           ThreadCache::OwnerAdd(tc->hits, 1);
           tc->last_region = r;
@@ -1592,6 +1594,10 @@ void CacheImpl::BumpGenerationAndFence() {
   // bumped the generation since the drain.
   const uint64_t before = gen_.fetch_add(1, std::memory_order_acq_rel);
   if (before == drained_gen_) drained_gen_ = before + 1;
+  FenceAgainstHitsLocked();
+}
+
+void CacheImpl::FenceAgainstHitsLocked() {
   // Lock-free hits run only on threads with a live ThreadCache; a thread
   // attaches under mu_ (held here). If the only one is ours, no hit can race
   // with this reclaimer and the asymmetric fence is not needed.
@@ -1605,7 +1611,9 @@ void CacheImpl::BumpGenerationAndFence() {
 }
 
 void CacheImpl::SettleLocked(Region* candidates, DeadList* dead) {
-  BumpGenerationAndFence();
+  // The candidates' slots are marked kRetired (UnindexLocked): after the
+  // fence, a hit either sees the mark or is seen in the sums below.
+  FenceAgainstHitsLocked();
   while (candidates != nullptr) {
     Region* r = candidates;
     candidates = r->next_dead;
@@ -1810,10 +1818,37 @@ void CacheImpl::Release(DeadList* dead) {
       monitor_->Unwatch(reinterpret_cast<void*>(r->start), r->length());
     }
     if (cb) cb(reinterpret_cast<void*>(r->start), r->length(), r->reg.handle);
-    delete r;
+    Quarantine(r);
     r = next;
   }
   dead->head = nullptr;
+}
+
+void CacheImpl::Quarantine(Region* r) {
+  Region* head = quarantine_.load(std::memory_order_relaxed);
+  do {
+    r->next_dead = head;
+  } while (!quarantine_.compare_exchange_weak(head, r, std::memory_order_release,
+                                              std::memory_order_relaxed));
+  if (quarantined_.fetch_add(1, std::memory_order_relaxed) + 1 < kQuarantineBatch) return;
+  Region* batch;
+  {
+    MutexLock lock(&mu_);
+    batch = quarantine_.exchange(nullptr, std::memory_order_acquire);
+    quarantined_.store(0, std::memory_order_relaxed);
+    // Every lookup entry filled before now is void from here on: none can
+    // name a Region of the batch when its memory is reused.
+    BumpGenerationAndFence();
+  }
+  FreeRegions(batch);
+}
+
+void CacheImpl::FreeRegions(Region* list) {
+  while (list != nullptr) {
+    Region* next = list->next_dead;
+    delete list;
+    list = next;
+  }
 }
 
 }  // namespace mrcache

@@ -17,13 +17,16 @@
 // so none runs beside it: a region it finds is in the index and alive, and
 // the next reclaimer sees its reference (the lock orders them).
 //
-// Generations. A lookup entry (thread_cache.h) is valid while two counters
+// Validity. A lookup entry (thread_cache.h) answers while its region's slot
+// (the entry's `slot`, naming the entry's region) is kLive -- every change
+// that removes a region from the index (invalidation, eviction, merge,
+// flush) marks the region's slots kRetired first -- and while two counters
 // it was filled with are unchanged:
-//  - gen_, the cache-wide generation: bumped under mu_ by every change that
-//    removes a region from the index (invalidation, eviction, merge, flush),
-//    by a fork child, and by a memory event when the ring asks to be drained
-//    (invalidation_ring.h: once per quarter of its capacity), so that the
-//    threads' next gets drain it;
+//  - gen_, the cache-wide generation: bumped under mu_ before a batch of
+//    quarantined Regions is freed (Quarantine), by a fork child, and by a
+//    memory event when the ring asks to be drained (invalidation_ring.h:
+//    once per quarter of its capacity), so that the threads' next gets
+//    drain it;
 //  - the release generation of the entry's bucket: memory events bump, for
 //    each of three levels (2 MiB, 128 MiB, 8 GiB buckets, 256 counters per
 //    level, an address's bucket being (addr >> shift) mod 256), the counters
@@ -47,18 +50,26 @@
 //
 // Reclamation protocol (why a lock-free hit never sees a freed region):
 //   hit (owner thread T):  load gen g, release counter c; entry.gen == g + c;
-//                          slot.count += 1; [fence]; reload gen == g ?
-//                          use region : undo.
+//                          slot names entry.region and is kLive;
+//                          slot.count += 1; [fence]; reload slot kLive and
+//                          gen == g ? use region : undo.
 //   reclaimer (under mu_): remove region from the index, mark the slots
-//                          naming it kRetired; gen += 1;
+//                          naming it kRetired;
 //                          [asymmetric fence: membarrier]; sum the counts.
-// Either T sees the new generation and backs off without touching the region,
-// or the reclaimer sees T's increment and keeps the region (it becomes
-// kInvalid and is deregistered after its last put). Lookup entries are only
-// filled under mu_, for regions in the index, so none can name a region that
-// left it at a generation still current. The hit reads no Region field.
-// Release counters play no part in reclamation: no region leaves the index
-// without a gen_ bump.
+// Either T sees the mark and backs off without touching the region, or the
+// reclaimer sees T's increment and keeps the region (it becomes kInvalid and
+// is deregistered after its last put). Lookup entries are only filled under
+// mu_, for regions in the index, with a slot naming the region, and no slot
+// is claimed for a region that left the index, so every slot naming such a
+// region is marked. A removal voids only its own region's entries: the
+// others' hits go on without a lock. The hit reads no Region field.
+// Address reuse: an entry may outlive its region, naming a freed Region's
+// address. A Region is freed only in a batch after a gen_ bump under mu_
+// (Quarantine); every entry filled before the bump is void after it, and a
+// Region allocated at a freed one's address is indexed (and gets entries
+// and slots) only after that bump. So an entry's region pointer and its
+// slot's, when equal and the entry valid, name the same Region.
+// Release counters play no part in reclamation.
 //
 // Put (owner thread T, lock-free when T's slot holds a reference):
 //   slot.count -= 1; [fence]; slot.state != kLive ? recheck under mu_.
@@ -436,6 +447,8 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   void RecheckRetiredLocked(DeadList* dead) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FoldOrphansLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void BumpGenerationAndFence() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The reclaimer's asymmetric fence, when a thread other than ours may hit.
+  void FenceAgainstHitsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Release generations (see the protocol comment at the top).
   static constexpr int kReleaseLevels = 3;
@@ -460,8 +473,15 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   void LinkRetiredLocked(Region* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UnlinkRetiredLocked(Region* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  // Outside mu_: deregisters, reports, frees.
+  // Outside mu_: deregisters, reports, and quarantines.
   void Release(DeadList* dead);
+  // Outside mu_: keeps the deregistered r from being freed until a batch of
+  // kQuarantineBatch is complete, then bumps the generation and frees the
+  // batch. A lookup entry may still name r (entries are voided by their
+  // slot's state, not by a bump per removal); its memory is reused only
+  // after a bump that voids every entry filled before (the protocol comment).
+  void Quarantine(Region* r) ABSL_LOCKS_EXCLUDED(mu_);
+  static void FreeRegions(Region* list);
   absl::StatusOr<Registration> TimedRegister(uintptr_t start, uintptr_t end, int access);
   void TimedDeregister(const Registration& reg);
   void CountRegistration(size_t pinned_bytes);
@@ -540,6 +560,11 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   // The read-locked hits of every thread, orphaned ones included.
   uint64_t ReadLockedHitsLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Cache::RetireCallback retire_cb_ ABSL_GUARDED_BY(mu_);  // (copied out before calling)
+  // Deregistered Regions waiting to be freed (Quarantine), linked through
+  // next_dead, and their number.
+  static constexpr uint64_t kQuarantineBatch = 256;
+  std::atomic<Region*> quarantine_{nullptr};
+  std::atomic<uint64_t> quarantined_{0};
   // Whether retire_cb_ is set (written under mu_): Release copies the
   // callback only then, so that a miss without one takes mu_ twice, not 3 times.
   std::atomic<bool> has_retire_cb_{false};

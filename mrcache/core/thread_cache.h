@@ -17,10 +17,11 @@
 // that line is in the entry's set):
 //  - a lookup entry, in the set of the get's start address (FindEntry): a
 //    recent get() answer, read
-//    and written only by the owner thread. It is valid only while its `gen`
-//    equals the sum of the cache's generation (every event that could make
-//    an answer wrong -- invalidation, eviction, merge, flush -- bumps it
-//    first) and the release generation of the region's bucket at
+//    and written only by the owner thread. It is valid only while the slot
+//    it names is live and names its region (every event that could make an
+//    answer wrong -- invalidation, eviction, merge, flush -- marks the
+//    region's slots first) and its `gen` equals the sum of the cache's
+//    generation and the release generation of the region's bucket at
 //    `release_level` (every memory event that overlaps the region bumps it;
 //    see cache_impl.h), and it is used only for the same `access`. It stores the region's
 //    own range and the index of the region's slot (`slot`), which stays right
@@ -39,8 +40,8 @@
 //                    ref_region (the CLOCK hint; slow-path touches stamp the
 //                    Region itself). Owner writes, reclaimers read.
 //      `ref_state`   kLive; kRetired once ref_region left the index (set by
-//                    the reclaimer under the lock, before it bumps the
-//                    generation); kDead once ref_region was killed (set under
+//                    the reclaimer under the lock, before its fence and
+//                    sum; lock-free hits check it after their own fence); kDead once ref_region was killed (set under
 //                    the lock before the Region is freed), after which the
 //                    slot's fields are meaningless and the owner may reclaim
 //                    it on its next slow path.
