@@ -39,6 +39,12 @@
 //                                   would (ucm_vm_munmap, ucs_api.h). The
 //                                   `releases_per_ms` counter is the
 //                                   churner's rate during the timed loop.
+//   BM_MrcacheRandomHitUnderRegionChurn /  the random hits over 10,000 or
+//   BM_UcxRandomHitUnderRegionChurn   100,000 regions while the churner also
+//                                   gets and puts each page it maps, so that
+//                                   each of its unmaps (10 per ms, or as fast
+//                                   as it can) invalidates a cached region of
+//                                   the same cache, unrelated to the hits
 //
 // The registrar is `sim` with sim_base_ns = sim_page_ns = 0. mrcache runs with
 // monitor=none unless the name says DefaultMonitor; UCX is loaded with
@@ -421,18 +427,21 @@ void BM_UcxRandomHit(benchmark::State& state) {
 // ---- hits while another thread releases unrelated memory ------------------------
 // The churner: maps, touches and unmaps 4 KiB, `per_ms` times per millisecond
 // (0: as fast as it can), reporting each release to UCX if `ucx` is set.
+// With `use`, it calls use(page) before each unmap (a get and put of the
+// page, so that the unmap invalidates a cached region).
 class Churner {
  public:
-  void Start(int per_ms, const UcsApi* ucx) {
+  void Start(int per_ms, const UcsApi* ucx, void (*use)(char*) = nullptr) {
     stop_ = false;
     releases_ = 0;
-    thread_ = std::thread([this, per_ms, ucx] {
+    thread_ = std::thread([this, per_ms, ucx, use] {
       timespec next;
       clock_gettime(CLOCK_MONOTONIC, &next);
       while (!stop_.load(std::memory_order_relaxed)) {
         void* p = mmap(nullptr, kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (p == MAP_FAILED) continue;
         static_cast<char*>(p)[0] = 1;
+        if (use != nullptr) use(static_cast<char*>(p));
         munmap(p, kPage);
         if (ucx != nullptr) ucx->vm_munmap(p, kPage);
         releases_.fetch_add(1, std::memory_order_relaxed);
@@ -509,11 +518,52 @@ void BM_UcxHitUnderChurn(benchmark::State& state) {
   rate.Report(state);
 }
 
+// ---- random hits while another thread's cached regions come and go ------------
+// The random hits above, over range(0) regions, while the churner gets, puts
+// and unmaps a page of its own range(1) times per ms (0: as fast as it can):
+// each unmap invalidates a region of the same cache, unrelated to the hits.
+// mrcache runs the default monitor; UCX gets every release reported.
+void ChurnerGetsFromMrcache(char* page) {
+  absl::StatusOr<mrcache::Region*> region = g_cache->Acquire(page, kPage, kAccess);
+  if (region.ok()) (void)g_cache->Put(*region);
+}
+void ChurnerGetsFromUcx(char* page) {
+  const UcsApi& api = g_ucx.cache->api();
+  ucs_rcache_region_t* region;
+  if (api.rcache_get(g_ucx.cache->rcache(), page, kPage, UcxRcache::Prot(), nullptr, &region) ==
+      UCS_OK) {
+    api.rcache_region_put(g_ucx.cache->rcache(), region);
+  }
+}
+void SetUpMrcacheRandomHitUnderRegionChurn(const benchmark::State& state) {
+  FillMrcache(state, DefaultMonitor(), Spot);
+  g_churner.Start(static_cast<int>(state.range(1)), nullptr, ChurnerGetsFromMrcache);
+}
+void SetUpUcxRandomHitUnderRegionChurn(const benchmark::State& state) {
+  FillUcx(state, Spot);
+  g_churner.Start(static_cast<int>(state.range(1)), &g_ucx.cache->api(), ChurnerGetsFromUcx);
+}
+void BM_MrcacheRandomHitUnderRegionChurn(benchmark::State& state) {
+  ChurnRate rate(state);
+  BM_MrcacheRandomHit(state);
+  rate.Report(state);
+}
+void BM_UcxRandomHitUnderRegionChurn(benchmark::State& state) {
+  ChurnRate rate(state);
+  BM_UcxRandomHit(state);
+  rate.Report(state);
+}
+
 void RandomHitArgs(benchmark::internal::Benchmark* b) {
   b->Arg(64)->Arg(10000)->Arg(100000)->Arg(1000000)->Threads(1)->Threads(2)->UseRealTime();
 }
 void ChurnArgs(benchmark::internal::Benchmark* b) {
   b->Args({64, 1})->Args({64, 10})->Args({64, 0})->Threads(1)->Threads(2)->UseRealTime();
+}
+
+void RegionChurnArgs(benchmark::internal::Benchmark* b) {
+  b->Args({10000, 10})->Args({100000, 10})->Args({100000, 0})->Threads(1)->Threads(2);
+  b->UseRealTime();
 }
 
 void HitArgs(benchmark::internal::Benchmark* b) {
@@ -538,6 +588,14 @@ BENCHMARK(BM_MrcacheHitUnderChurn)
 BENCHMARK(BM_UcxHitUnderChurn)
     ->Apply(ChurnArgs)
     ->Setup(SetUpUcxHitUnderChurn)
+    ->Teardown(TearDownUcxHitUnderChurn);
+BENCHMARK(BM_MrcacheRandomHitUnderRegionChurn)
+    ->Apply(RegionChurnArgs)
+    ->Setup(SetUpMrcacheRandomHitUnderRegionChurn)
+    ->Teardown(TearDownMrcacheHitUnderChurn);
+BENCHMARK(BM_UcxRandomHitUnderRegionChurn)
+    ->Apply(RegionChurnArgs)
+    ->Setup(SetUpUcxRandomHitUnderRegionChurn)
     ->Teardown(TearDownUcxHitUnderChurn);
 BENCHMARK(BM_MrcacheMiss);
 BENCHMARK(BM_MrcacheMissDefaultMonitor);
