@@ -678,12 +678,15 @@ void CacheImpl::GrowHints() {
 
 Region* CacheImpl::HitShared(ThreadCache* tc, Miss* miss) {
   ReaderMutexLock lock(&mu_);
-  // A writer drains the ring before it looks; a reader cannot, and a
-  // release waiting there may void what the index says.
-  if (!ring_.empty()) return nullptr;
   Span span;
   Region* hit = FindCoveringLocked(miss->start, miss->end, miss->access, &span);
   if (hit == nullptr) return nullptr;
+  // A writer drains the ring before it looks; a reader cannot, and a
+  // release waiting there that overlaps the region may void it. Releases
+  // elsewhere (another thread's buffers) do not: their writer drains them.
+  if (!ring_.empty() && ring_.MayOverlapPending(span.start, span.end, kPendingScan)) {
+    return nullptr;
+  }
   ThreadCache::Line* slot = TakeOwnSlotRefShared(tc, hit, span.start);
   if (slot == nullptr) return nullptr;
   FillLookupLocked(tc, miss->start, miss->end, miss->user_access, hit, span, slot);
@@ -1582,9 +1585,9 @@ void CacheImpl::UnindexLocked(Region* r, Region** candidates) {
   cached_bytes_ -= r->length();
   LruUnlinkLocked(r);
   r->state = RegionState::kInvalid;
-  // Lock-free puts learn it from their slots (before the generation bump
-  // that SettleLocked does, see Put).
-  MarkSlotsLocked(r, ThreadCache::kRetired);
+  // Lock-free hits and puts learn it from their slots (before the fence
+  // that SettleLocked does, see Put); only another thread's slot needs it.
+  if (MarkSlotsLocked(r, ThreadCache::kRetired)) settle_needs_fence_ = true;
   r->next_dead = *candidates;
   *candidates = r;
 }
@@ -1612,8 +1615,12 @@ void CacheImpl::FenceAgainstHitsLocked() {
 
 void CacheImpl::SettleLocked(Region* candidates, DeadList* dead) {
   // The candidates' slots are marked kRetired (UnindexLocked): after the
-  // fence, a hit either sees the mark or is seen in the sums below.
-  FenceAgainstHitsLocked();
+  // fence, a hit either sees the mark or is seen in the sums below. Where no
+  // other thread has a slot naming a candidate, none can hit or put it
+  // without the lock (slots are claimed only under it), and the fence (an
+  // interrupt of every CPU running the process) is skipped.
+  if (settle_needs_fence_) FenceAgainstHitsLocked();
+  settle_needs_fence_ = false;
   while (candidates != nullptr) {
     Region* r = candidates;
     candidates = r->next_dead;
@@ -1635,12 +1642,16 @@ void CacheImpl::KillLocked(Region* r, DeadList* dead) {
   dead->Push(r);
 }
 
-void CacheImpl::MarkSlotsLocked(const Region* r, uint8_t state) {
+bool CacheImpl::MarkSlotsLocked(const Region* r, uint8_t state) {
+  const ThreadCache* mine = FindThreadCache(uid_);
+  bool others = false;
   for (ThreadCache* tc = threads_; tc != nullptr; tc = tc->next) {
     if (ThreadCache::Line* slot = tc->FindSlot(r, r->start)) {
       slot->ref_state.store(state, std::memory_order_release);
+      if (tc != mine && !tc->orphaned.load(std::memory_order_acquire)) others = true;
     }
   }
+  return others;
 }
 
 void CacheImpl::LinkRetiredLocked(Region* r) {

@@ -15,7 +15,10 @@
 // own thread (never in shared_refs), fills its own lookup entry and stamps
 // that slot's recency (never the LRU list). Reclaimers write-lock,
 // so none runs beside it: a region it finds is in the index and alive, and
-// the next reclaimer sees its reference (the lock orders them).
+// the next reclaimer sees its reference (the lock orders them). Releases may
+// wait in the ring undrained (only writers drain); the shared hit answers
+// only if none of them overlaps its region (InvalidationRing::
+// MayOverlapPending), which is what a drain would have removed.
 //
 // Validity. A lookup entry (thread_cache.h) answers while its region's slot
 // (the entry's `slot`, naming the entry's region) is kLive -- every change
@@ -56,6 +59,9 @@
 //   reclaimer (under mu_): remove region from the index, mark the slots
 //                          naming it kRetired;
 //                          [asymmetric fence: membarrier]; sum the counts.
+// (The fence is skipped when no live thread but the reclaimer's own has a
+// slot naming the region: no other thread can then hit or put it without
+// the lock, since slots are claimed only under it.)
 // Either T sees the mark and backs off without touching the region, or the
 // reclaimer sees T's increment and keeps the region (it becomes kInvalid and
 // is deregistered after its last put). Lookup entries are only filled under
@@ -280,8 +286,8 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   // Deregisters the retired regions whose last reference is gone.
   void SettleRetired();
   // A get answered from the index with mu_ held for reading (the header
-  // comment), or nullptr: nothing covers the request, invalidations wait in
-  // the ring (only a writer drains it), or the reference would need the
+  // comment), or nullptr: nothing covers the request, a release waiting in
+  // the ring may overlap the region (only a writer drains it), or the reference would need the
   // region's shared count (all slots of its set count others). Counts the
   // get as a slow hit only when it returns a region.
   Region* HitShared(ThreadCache* tc, Miss* miss) ABSL_LOCKS_EXCLUDED(mu_);
@@ -430,10 +436,12 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   // of r's own stamp and its live slots' stamps.
   int64_t TotalRefsLocked(const Region* r, uint64_t* last_use = nullptr) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Sets the state of every thread's non-dead slot naming r.
-  void MarkSlotsLocked(const Region* r, uint8_t state) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sets the state of every thread's non-dead slot naming r; true if one of
+  // them belongs to a live thread other than the caller.
+  bool MarkSlotsLocked(const Region* r, uint8_t state) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Removes r from the index and LRU and queues it on `candidates` (via
-  // next_dead); SettleLocked then bumps the generation, fences, and sends each
+  // next_dead); SettleLocked then fences (if another thread has a slot
+  // naming one), and sends each
   // candidate to `dead` (no references) or to the retired list.
   void UnindexLocked(Region* r, Region** candidates) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SettleLocked(Region* candidates, DeadList* dead) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -554,6 +562,12 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   // entry is filled with it, never with a later generation: a release pushed
   // after the drain then voids the entry.
   uint64_t drained_gen_ ABSL_GUARDED_BY(mu_) = 0;
+  // Whether a region unindexed since the last SettleLocked had a slot in
+  // another live thread: only then must SettleLocked fence.
+  bool settle_needs_fence_ ABSL_GUARDED_BY(mu_) = false;
+  // The most releases waiting in the ring that a shared hit checks for
+  // overlap with its region before it leaves the get to a writer.
+  static constexpr uint64_t kPendingScan = 8;
   size_t cached_bytes_ ABSL_GUARDED_BY(mu_) = 0;               // bytes of regions in the index
   uint64_t folded_hits_ ABSL_GUARDED_BY(mu_) = 0;              // hits of orphaned threads
   uint64_t folded_read_locked_hits_ ABSL_GUARDED_BY(mu_) = 0;  // their read-locked hits

@@ -105,6 +105,27 @@ class InvalidationRing {
            lost_.load(std::memory_order_acquire) == kNoneLost;
   }
 
+  // Whether a range pushed since the last Drain, or the lost hull, may
+  // overlap [start, end). The caller excludes Drain (a reader of the cache
+  // lock; only writers drain), so the waiting ranges stay put. True if one
+  // overlaps, if a claimed ticket is not written yet, if more than
+  // `max_scan` wait, or if a range was lost; false means none of the ranges
+  // pushed before this call overlaps [start, end).
+  bool MayOverlapPending(uintptr_t start, uintptr_t end, uint64_t max_scan) const {
+    if (lost_.load(std::memory_order_acquire) != kNoneLost) return true;
+    const uint64_t head = head_.load(std::memory_order_acquire);
+    if (head - tail_ > max_scan) return true;
+    for (uint64_t t = tail_; t < head; ++t) {
+      const Slot& s = slots_[t % kCapacity];
+      if (s.seq.load(std::memory_order_acquire) != t + 1) return true;  // being written
+      if (s.start.load(std::memory_order_relaxed) < end &&
+          start < s.end.load(std::memory_order_relaxed)) {
+        return true;
+      }
+    }
+    return false;
+  }
+
   // The granularity of the lost hull.
   static constexpr uintptr_t kLostGrain = uintptr_t{1} << 21;
 

@@ -78,6 +78,31 @@ TEST_F(SharedHitsTest, AReleaseWaitingInTheRingIsHonouredBeforeTheIndexIsRead) {
   EXPECT_EQ(s.registrations, 2u) << "the released region was not handed out";
 }
 
+TEST_F(SharedHitsTest, AReleaseOfOtherMemoryWaitingInTheRingLeavesTheHitReadLocked) {
+  Create(0);
+  GetPut(Spot(0));
+  const uintptr_t other = reinterpret_cast<uintptr_t>(Spot(1)) & ~(kPage - 1);
+  cache_->OnMemoryRelease(other, other + kPage);  // waits in the ring, undrained
+  GetPutOnNewThread(0);
+  EXPECT_EQ(cache_->read_locked_hits(), 1u) << "the release does not touch region 0";
+  EXPECT_EQ(cache_->stats().registrations, 1u);
+}
+
+TEST_F(SharedHitsTest, ManyReleasesWaitingInTheRingSendTheGetToAWriter) {
+  // Past a few waiting releases a reader stops scanning them, and the get
+  // takes the write lock, which drains them.
+  Create(0);
+  GetPut(Spot(0));
+  for (size_t i = 1; i <= 64; ++i) {
+    const uintptr_t other = reinterpret_cast<uintptr_t>(Spot(i)) & ~(kPage - 1);
+    cache_->OnMemoryRelease(other, other + kPage);
+  }
+  GetPutOnNewThread(0);
+  EXPECT_EQ(cache_->read_locked_hits(), 0u);
+  EXPECT_EQ(cache_->locked_hits(), 1u) << "answered under the write lock";
+  EXPECT_EQ(cache_->stats().registrations, 1u);
+}
+
 TEST_F(SharedHitsTest, AReadLockedHitCountsAsAUseForEviction) {
   Create(2);
   GetPut(Spot(0));       // the least recently used ...
