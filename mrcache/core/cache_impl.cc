@@ -1513,8 +1513,9 @@ void CacheImpl::FillLookupLocked(ThreadCache* tc, uintptr_t start, uintptr_t end
   uint64_t released = ReleaseGen(level, span.start).load(std::memory_order_acquire);
   // After reading the counter: a release pushed since the drain may overlap
   // r and be counted in `released` already (cache_impl.h). Then, and for a
-  // region no bucket holds, leave the entry out.
-  if (!ring_.empty()) return;
+  // region no bucket holds, leave the entry out. (A release bumps after it
+  // pushes, and only a writer drains: one counted here is still waiting.)
+  if (!ring_.empty() && ring_.MayOverlapPending(span.start, span.end, kPendingScan)) return;
   // The slot's own line if it is in this set (one line per hit), else a free
   // (empty or stale) line, else one in turn.
   const size_t slot_index = static_cast<size_t>(slot - tc->lines);
@@ -1643,12 +1644,14 @@ void CacheImpl::KillLocked(Region* r, DeadList* dead) {
 }
 
 bool CacheImpl::MarkSlotsLocked(const Region* r, uint8_t state) {
-  const ThreadCache* mine = FindThreadCache(uid_);
   bool others = false;
+  const ThreadCache* mine = nullptr;  // looked up at the first slot found
   for (ThreadCache* tc = threads_; tc != nullptr; tc = tc->next) {
     if (ThreadCache::Line* slot = tc->FindSlot(r, r->start)) {
       slot->ref_state.store(state, std::memory_order_release);
-      if (tc != mine && !tc->orphaned.load(std::memory_order_acquire)) others = true;
+      if (others || tc->orphaned.load(std::memory_order_acquire)) continue;
+      if (mine == nullptr) mine = FindThreadCache(uid_);
+      others = tc != mine;
     }
   }
   return others;

@@ -88,6 +88,24 @@ TEST_F(SharedHitsTest, AReleaseOfOtherMemoryWaitingInTheRingLeavesTheHitReadLock
   EXPECT_EQ(cache_->stats().registrations, 1u);
 }
 
+TEST_F(SharedHitsTest, AReleaseOfOtherMemoryWaitingInTheRingLetsTheHitFillItsEntry) {
+  // Else, with nobody missing (so nobody draining), every get of the
+  // thread would stay a locked one.
+  Create(0);
+  GetPut(Spot(0));
+  const uintptr_t other = reinterpret_cast<uintptr_t>(Spot(1)) & ~(kPage - 1);
+  cache_->OnMemoryRelease(other, other + kPage);
+  uint64_t locked_after_first = 0, locked_after_second = 0;
+  std::thread([&] {
+    GetPut(Spot(0));
+    locked_after_first = cache_->locked_hits();
+    GetPut(Spot(0));
+    locked_after_second = cache_->locked_hits();
+  }).join();
+  EXPECT_EQ(locked_after_first, 1u);
+  EXPECT_EQ(locked_after_second, locked_after_first) << "the second get took a lock";
+}
+
 TEST_F(SharedHitsTest, ManyReleasesWaitingInTheRingSendTheGetToAWriter) {
   // Past a few waiting releases a reader stops scanning them, and the get
   // takes the write lock, which drains them.
