@@ -1455,8 +1455,7 @@ void CacheImpl::TakeRefLocked(ThreadCache* tc, Region* r) {
   ++r->shared_refs;  // every slot of the set counts another live region of ours
 }
 
-ThreadCache::Line* CacheImpl::TakeOwnSlotRefShared(ThreadCache* tc, Region* r,
-                                                   uintptr_t r_start) {
+ThreadCache::Line* CacheImpl::TakeOwnSlotRefShared(ThreadCache* tc, Region* r, uintptr_t r_start) {
   // r is in the index, so a non-dead slot naming it is live (not retired).
   if (ThreadCache::Line* own = tc->FindSlot(r, r_start)) {
     ThreadCache::OwnerAdd(own->ref_count, 1);

@@ -95,10 +95,10 @@
 // even when a new Region reuses a freed one's address.
 //
 // Recency (CLOCK): a fast-path hit, and a shared locked hit, stamps its slot
-// with the current tick; a write-locked touch stamps the Region. EvictLocked gives a second chance to a
-// region whose latest stamp (its own or any live slot's) is newer than the
-// tick at which it was last placed at the LRU head. Stamps of slots that are
-// reclaimed, migrated or orphaned are folded into the Region first.
+// with the current tick; a write-locked touch stamps the Region. EvictLocked gives a second chance
+// to a region whose latest stamp (its own or any live slot's) is newer than the tick at which it
+// was last placed at the LRU head. Stamps of slots that are reclaimed, migrated or orphaned are
+// folded into the Region first.
 #ifndef MRCACHE_CACHE_IMPL_H_
 #define MRCACHE_CACHE_IMPL_H_
 

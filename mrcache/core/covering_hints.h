@@ -182,8 +182,8 @@ class CoveringHints {
   }
 
   // h's region if h answers the get (see Find), else nullptr.
-  Region* Check(const Hint& h, uintptr_t start, uintptr_t end, int access,
-                uintptr_t* region_start, uintptr_t* region_end) const {
+  Region* Check(const Hint& h, uintptr_t start, uintptr_t end, int access, uintptr_t* region_start,
+                uintptr_t* region_end) const {
     const uint32_t seq = h.seq.load(std::memory_order_acquire);
     if (seq & 1) return nullptr;
     const uint32_t filled = h.epoch.load(std::memory_order_relaxed);
@@ -206,7 +206,7 @@ class CoveringHints {
 
   Line* lines_ = nullptr;
   size_t lines_count_ = 0;
-  int shift_ = 64;       // 64 - log2(lines)
+  int shift_ = 64;      // 64 - log2(lines)
   uint32_t epoch_ = 1;  // written under the cache's write lock
 };
 

@@ -41,10 +41,9 @@
 //                    Region itself). Owner writes, reclaimers read.
 //      `ref_state`   kLive; kRetired once ref_region left the index (set by
 //                    the reclaimer under the lock, before its fence and
-//                    sum; lock-free hits check it after their own fence); kDead once ref_region was killed (set under
-//                    the lock before the Region is freed), after which the
-//                    slot's fields are meaningless and the owner may reclaim
-//                    it on its next slow path.
+//                    sum; lock-free hits check it after their own fence); kDead once ref_region was
+//                    killed (set under the lock before the Region is freed), after which the slot's
+//                    fields are meaningless and the owner may reclaim it on its next slow path.
 //    Invariant: a slot whose state is not kDead names a live Region, and
 //    sits in the set of that region's start in its thread's current table;
 //    a thread has at most one such slot per region (a slot is claimed only
