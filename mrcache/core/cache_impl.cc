@@ -107,9 +107,20 @@ struct TickClock {
     return NowNs();
   }
 };
+// The process's TickClock, measured by the first caller that finds none.
+// Not a function-local static: its guard would hold concurrent callers for
+// the whole measurement, and a fork() meanwhile would leave the child's copy
+// of the guard "in progress" forever, so that the child's first cache hung
+// (tests/interpose/fork_test.cc, a child of a process busy in the shim).
+// Concurrent first callers each measure; the first result stored is kept.
 const TickClock& Ticks() {
-  static const TickClock clock;
-  return clock;
+  static std::atomic<const TickClock*> clock{nullptr};  // constant-initialized: no guard
+  const TickClock* kept = clock.load(std::memory_order_acquire);
+  if (kept != nullptr) return *kept;
+  const TickClock* mine = new TickClock;  // kept for the process's lifetime
+  if (clock.compare_exchange_strong(kept, mine, std::memory_order_acq_rel)) return *mine;
+  delete mine;
+  return *kept;
 }
 
 // `tsc`: Ticks().tsc, which a cache keeps (tsc_ticks_) so that a read
