@@ -505,18 +505,16 @@ void TearDownUcxHitUnderChurn(const benchmark::State& state) {
   TearDownUcx(state);
 }
 
-// range(0) is the working set (regions), range(1) the churn rate.
-void BM_MrcacheHitUnderChurn(benchmark::State& state) {
+// Runs `body` and reports the churner's rate over it.
+void WithChurnRate(benchmark::State& state, void (*body)(benchmark::State&)) {
   ChurnRate rate(state);
-  BM_MrcacheHit(state);
+  body(state);
   rate.Report(state);
 }
 
-void BM_UcxHitUnderChurn(benchmark::State& state) {
-  ChurnRate rate(state);
-  BM_UcxHit(state);
-  rate.Report(state);
-}
+// range(0) is the working set (regions), range(1) the churn rate.
+void BM_MrcacheHitUnderChurn(benchmark::State& state) { WithChurnRate(state, BM_MrcacheHit); }
+void BM_UcxHitUnderChurn(benchmark::State& state) { WithChurnRate(state, BM_UcxHit); }
 
 // ---- random hits while another thread's cached regions come and go ------------
 // The random hits above, over range(0) regions, while the churner gets, puts
@@ -544,14 +542,10 @@ void SetUpUcxRandomHitUnderRegionChurn(const benchmark::State& state) {
   g_churner.Start(static_cast<int>(state.range(1)), &g_ucx.cache->api(), ChurnerGetsFromUcx);
 }
 void BM_MrcacheRandomHitUnderRegionChurn(benchmark::State& state) {
-  ChurnRate rate(state);
-  BM_MrcacheRandomHit(state);
-  rate.Report(state);
+  WithChurnRate(state, BM_MrcacheRandomHit);
 }
 void BM_UcxRandomHitUnderRegionChurn(benchmark::State& state) {
-  ChurnRate rate(state);
-  BM_UcxRandomHit(state);
-  rate.Report(state);
+  WithChurnRate(state, BM_UcxRandomHit);
 }
 
 void RandomHitArgs(benchmark::internal::Benchmark* b) {

@@ -286,11 +286,7 @@ CacheImpl::~CacheImpl() {
   if (child) {
     // fork(): the registrations belong to the parent. Free our bookkeeping
     // only; never call the registrar, whose kernel objects the parent shares.
-    for (Region* r = dead.head; r != nullptr;) {
-      Region* next = r->next_dead;
-      delete r;
-      r = next;
-    }
+    FreeRegions(dead.head);
     (void)registrar_.release();  // owned by the parent's address space image
   } else {
     Release(&dead);
@@ -695,9 +691,7 @@ Region* CacheImpl::HitShared(ThreadCache* tc, Miss* miss) {
   // A writer drains the ring before it looks; a reader cannot, and a
   // release waiting there that overlaps the region may void it. Releases
   // elsewhere (another thread's buffers) do not: their writer drains them.
-  if (!ring_.empty() && ring_.MayOverlapPending(span.start, span.end, kPendingScan)) {
-    return nullptr;
-  }
+  if (ring_.MayOverlapPending(span.start, span.end, kPendingScan)) return nullptr;
   ThreadCache::Line* slot = TakeOwnSlotRefShared(tc, hit, span.start);
   if (slot == nullptr) return nullptr;
   FillLookupLocked(tc, miss->start, miss->end, miss->user_access, hit, span, slot);
@@ -1525,7 +1519,7 @@ void CacheImpl::FillLookupLocked(ThreadCache* tc, uintptr_t start, uintptr_t end
   // r and be counted in `released` already (cache_impl.h). Then, and for a
   // region no bucket holds, leave the entry out. (A release bumps after it
   // pushes, and only a writer drains: one counted here is still waiting.)
-  if (!ring_.empty() && ring_.MayOverlapPending(span.start, span.end, kPendingScan)) return;
+  if (ring_.MayOverlapPending(span.start, span.end, kPendingScan)) return;
   // The slot's own line if it is in this set (one line per hit), else a free
   // (empty or stale) line, else one in turn.
   const size_t slot_index = static_cast<size_t>(slot - tc->lines);
@@ -1608,10 +1602,6 @@ void CacheImpl::BumpGenerationAndFence() {
   // bumped the generation since the drain.
   const uint64_t before = gen_.fetch_add(1, std::memory_order_acq_rel);
   if (before == drained_gen_) drained_gen_ = before + 1;
-  FenceAgainstHitsLocked();
-}
-
-void CacheImpl::FenceAgainstHitsLocked() {
   // Lock-free hits run only on threads with a live ThreadCache; a thread
   // attaches under mu_ (held here). If the only one is ours, no hit can race
   // with this reclaimer and the asymmetric fence is not needed.
@@ -1630,7 +1620,7 @@ void CacheImpl::SettleLocked(Region* candidates, DeadList* dead) {
   // other thread has a slot naming a candidate, none can hit or put it
   // without the lock (slots are claimed only under it), and the fence (an
   // interrupt of every CPU running the process) is skipped.
-  if (settle_needs_fence_) FenceAgainstHitsLocked();
+  if (settle_needs_fence_) ReclaimerFence();
   settle_needs_fence_ = false;
   while (candidates != nullptr) {
     Region* r = candidates;

@@ -455,8 +455,6 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   void RecheckRetiredLocked(DeadList* dead) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FoldOrphansLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void BumpGenerationAndFence() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The reclaimer's asymmetric fence, when a thread other than ours may hit.
-  void FenceAgainstHitsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Release generations (see the protocol comment at the top).
   static constexpr int kReleaseLevels = 3;
