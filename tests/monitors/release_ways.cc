@@ -23,6 +23,12 @@ namespace {
 constexpr size_t kLen = 64 << 10;
 constexpr size_t kHeapLen = 1 << 20;
 
+// A step of a row that failed: the test cannot go on, so say which and why.
+[[noreturn]] void Die(const char* step) {
+  fprintf(stderr, "release_ways: %s failed: %s\n", step, strerror(errno));
+  abort();
+}
+
 char* MapFresh(size_t len, int flags = MAP_PRIVATE | MAP_ANONYMOUS) {
   void* p = mmap(nullptr, len, PROT_READ | PROT_WRITE, flags, -1, 0);
   if (p == MAP_FAILED) {
@@ -80,7 +86,7 @@ Victim MremapShrinkPrepare() {
   return v;
 }
 void MremapShrink(Victim& v) {
-  if (mremap(v.base, kLen, kLen / 2, 0) != v.base) abort();
+  if (mremap(v.base, kLen, kLen / 2, 0) != v.base) Die("mremap_shrink: mremap");
   v.base_len = kLen / 2;
 }
 
@@ -93,7 +99,7 @@ Victim SharedPrepare() {
   return v;
 }
 void MadviseRemove(Victim& v) {
-  if (madvise(v.gone, v.gone_len, MADV_REMOVE) != 0) abort();
+  if (madvise(v.gone, v.gone_len, MADV_REMOVE) != 0) Die("madvise_remove: madvise");
 }
 
 // brk shrink: grow the break by whole pages, touch them, lower it again.
@@ -102,14 +108,15 @@ Victim BrkPrepare() {
   uintptr_t cur = reinterpret_cast<uintptr_t>(sbrk(0));
   uintptr_t pad = (4096 - cur % 4096) % 4096;
   char* start = static_cast<char*>(sbrk(static_cast<intptr_t>(pad + kLen)));
-  if (start == reinterpret_cast<char*>(-1)) abort();
+  if (start == reinterpret_cast<char*>(-1)) Die("brk_shrink: sbrk to grow");
   v.gone = start + pad;
   v.gone_len = kLen;
   memset(v.gone, 0x5a, kLen);
   return v;
 }
 void BrkShrink(Victim& v) {
-  if (sbrk(-static_cast<intptr_t>(v.gone_len)) == reinterpret_cast<void*>(-1)) abort();
+  if (sbrk(-static_cast<intptr_t>(v.gone_len)) == reinterpret_cast<void*>(-1))
+    Die("brk_shrink: sbrk to shrink");
 }
 void NoCleanup(Victim&) {}
 
@@ -117,9 +124,9 @@ void NoCleanup(Victim&) {}
 Victim ShmPrepare() {
   Victim v;
   v.shmid = shmget(IPC_PRIVATE, kLen, IPC_CREAT | 0600);
-  if (v.shmid < 0) abort();
+  if (v.shmid < 0) Die("shmdt: shmget");
   void* p = shmat(v.shmid, nullptr, 0);
-  if (p == reinterpret_cast<void*>(-1)) abort();
+  if (p == reinterpret_cast<void*>(-1)) Die("shmdt: shmat");
   shmctl(v.shmid, IPC_RMID, nullptr);  // destroyed at the last detach
   v.gone = static_cast<char*>(p);
   v.gone_len = kLen;
@@ -127,14 +134,14 @@ Victim ShmPrepare() {
   return v;
 }
 void Shmdt(Victim& v) {
-  if (shmdt(v.gone) != 0) abort();
+  if (shmdt(v.gone) != 0) Die("shmdt: shmdt");
 }
 
 // mmap(MAP_FIXED) of fresh memory over the range.
 void MmapFixed(Victim& v) {
   if (mmap(v.gone, v.gone_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1,
            0) != v.gone) {
-    abort();
+    Die("mmap_fixed: mmap");
   }
   v.released = false;  // the fresh mapping is still ours to unmap
 }
@@ -161,18 +168,19 @@ MallctlFn Mallctl() { return reinterpret_cast<MallctlFn>(dlsym(RTLD_DEFAULT, "ma
 void JemallocPurge(Victim& v) {
   free(v.heap);
   MallctlFn mallctl = Mallctl();
-  if (mallctl("arena.4096.purge", nullptr, nullptr, nullptr, 0) != 0) abort();  // all arenas
+  if (mallctl("arena.4096.purge", nullptr, nullptr, nullptr, 0) != 0)
+    Die("jemalloc_purge: mallctl");  // all arenas
 }
 
 // shmat(SHM_REMAP) of a SysV segment over the range.
 Victim ShmatRemapPrepare() {
   Victim v = Anonymous();
   v.shmid = shmget(IPC_PRIVATE, kLen, IPC_CREAT | 0600);
-  if (v.shmid < 0) abort();
+  if (v.shmid < 0) Die("shmat_remap: shmget");
   return v;
 }
 void ShmatRemap(Victim& v) {
-  if (shmat(v.shmid, v.gone, SHM_REMAP) != v.gone) abort();
+  if (shmat(v.shmid, v.gone, SHM_REMAP) != v.gone) Die("shmat_remap: shmat");
   shmctl(v.shmid, IPC_RMID, nullptr);  // destroyed at the detach in cleanup
 }
 void ShmatRemapCleanup(Victim& v) {
@@ -183,10 +191,11 @@ void ShmatRemapCleanup(Victim& v) {
 // Shared file memory: a memfd or POSIX shm object of file_len bytes, mapped
 // MAP_SHARED whole; [gone, gone + gone_len) is set by the row.
 Victim SharedFile(int fd, size_t file_len) {
-  if (fd < 0 || ftruncate(fd, static_cast<off_t>(file_len)) != 0) abort();
+  if (fd < 0 || ftruncate(fd, static_cast<off_t>(file_len)) != 0)
+    Die("shared file: memfd_create/shm_open or ftruncate");
   Victim v;
   void* p = mmap(nullptr, file_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (p == MAP_FAILED) abort();
+  if (p == MAP_FAILED) Die("shared file: mmap");
   memset(p, 0x5a, file_len);
   v.fd = fd;
   v.base = v.gone = static_cast<char*>(p);
@@ -212,12 +221,14 @@ void SharedFileCleanup(Victim& v) {
 // Drop every page, then give the file its size back: the mapping stays valid
 // and shows fresh zero pages.
 void FtruncateZeroAndBack(Victim& v) {
-  if (ftruncate(v.fd, 0) != 0 || ftruncate(v.fd, static_cast<off_t>(v.base_len)) != 0) abort();
+  if (ftruncate(v.fd, 0) != 0 || ftruncate(v.fd, static_cast<off_t>(v.base_len)) != 0) {
+    Die("ftruncate to 0 and back");
+  }
 }
 void TruncateZeroAndBack(Victim& v) {
   if (truncate(v.path.c_str(), 0) != 0 ||
       truncate(v.path.c_str(), static_cast<off_t>(v.base_len)) != 0) {
-    abort();
+    Die("shm_open_truncate: truncate to 0 and back");
   }
 }
 // A hole in the middle of a file twice as long as the range.
@@ -230,7 +241,7 @@ Victim PunchHolePrepare() {
 void PunchHole(Victim& v) {
   if (fallocate(v.fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
                 static_cast<off_t>(v.gone - v.base), static_cast<off_t>(v.gone_len)) != 0) {
-    abort();
+    Die("memfd_punch_hole: fallocate");
   }
 }
 
@@ -243,7 +254,9 @@ Victim MremapOntoTargetPrepare() {
   return v;
 }
 void MremapOntoTarget(Victim& v) {
-  if (mremap(v.extra, kLen, kLen, MREMAP_MAYMOVE | MREMAP_FIXED, v.gone) != v.gone) abort();
+  if (mremap(v.extra, kLen, kLen, MREMAP_MAYMOVE | MREMAP_FIXED, v.gone) != v.gone) {
+    Die("mremap_onto_target: mremap");
+  }
   v.extra = nullptr;  // moved into [gone, gone + kLen), which base still owns
 }
 
@@ -252,7 +265,7 @@ void MremapOntoTarget(Victim& v) {
 constexpr size_t kHuge = 2 << 20;
 Victim ThpPrepare() {
   void* p = mmap(nullptr, 2 * kHuge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) abort();
+  if (p == MAP_FAILED) Die("madvise_dontneed_thp: mmap");
   char* raw = static_cast<char*>(p);
   char* aligned = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(raw) + kHuge - 1) &
                                           ~static_cast<uintptr_t>(kHuge - 1));
