@@ -694,6 +694,9 @@ Region* CacheImpl::HitShared(ThreadCache* tc, Miss* miss) {
   if (ring_.MayOverlapPending(span.start, span.end, kPendingScan)) return nullptr;
   ThreadCache::Line* slot = TakeOwnSlotRefShared(tc, hit, span.start);
   if (slot == nullptr) return nullptr;
+  // The put finds its slot without reading the Region (OwnSlot).
+  tc->last_region = hit;
+  tc->last_slot = slot;
   FillLookupLocked(tc, miss->start, miss->end, miss->user_access, hit, span, slot);
   // The CLOCK touch, on our slot as a lock-free hit's (EvictLocked reads
   // both): the region gets its second chance, and the hit reads no Region.
@@ -1472,7 +1475,7 @@ ThreadCache::Line* CacheImpl::TakeOwnSlotRefShared(ThreadCache* tc, Region* r, u
     // keeps the recency the slot recorded for it (it is alive unless dead).
     const bool dead = slot->ref_state.load(std::memory_order_relaxed) == ThreadCache::kDead;
     if (!dead && slot->ref_region != nullptr) {
-      RaiseLastUse(slot->ref_region, slot->ref_last_use.load(std::memory_order_relaxed));
+      DeferLastUse(tc, slot->ref_region, slot->ref_last_use.load(std::memory_order_relaxed));
       ++tc->window_displaced;  // a live region of ours loses its slot: the set is full
     }
     slot->ref_region = r;
@@ -1542,6 +1545,19 @@ void CacheImpl::RaiseLastUse(Region* r, uint64_t used) {
   uint64_t seen = r->last_use.load(std::memory_order_relaxed);
   while (used > seen && !r->last_use.compare_exchange_weak(seen, used, std::memory_order_relaxed)) {
   }
+}
+
+void CacheImpl::DeferLastUse(ThreadCache* tc, Region* r, uint64_t used) {
+  if (tc->displaced_frees != region_frees_) {
+    tc->displaced_count = 0;  // a Region they name may be freed
+    tc->displaced_frees = region_frees_;
+  }
+  if (used == 0) return;  // never hit through this slot: nothing to keep
+  __builtin_prefetch(&r->last_use, 1);
+  tc->displaced[tc->displaced_count++] = {r, used};
+  if (tc->displaced_count < ThreadCache::kDisplacedBatch) return;
+  for (const ThreadCache::DisplacedStamp& d : tc->displaced) RaiseLastUse(d.region, d.last_use);
+  tc->displaced_count = 0;
 }
 
 void CacheImpl::TouchLocked(Region* r) {
@@ -1850,6 +1866,7 @@ void CacheImpl::Quarantine(Region* r) {
     MutexLock lock(&mu_);
     batch = quarantine_.exchange(nullptr, std::memory_order_acquire);
     quarantined_.store(0, std::memory_order_relaxed);
+    ++region_frees_;
     // Every lookup entry filled before now is void from here on: none can
     // name a Region of the batch when its memory is reused.
     BumpGenerationAndFence();

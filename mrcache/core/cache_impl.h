@@ -414,8 +414,8 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   // tc's own slots (a claimed one if none names r yet) and returns the slot;
   // nullptr, with nothing changed, if every slot of r's set counts
   // references to other regions. Writes only tc's own slots and window
-  // counters, and raises the last_use of a region whose slot it takes over:
-  // safe with mu_ held for reading. Reads no field of r.
+  // counters, and defers the stamp of a region whose slot it takes over
+  // (DeferLastUse): safe with mu_ held for reading. Reads no field of r.
   ThreadCache::Line* TakeOwnSlotRefShared(ThreadCache* tc, Region* r, uintptr_t r_start)
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Fills tc's lookup entry for a get of [start, end) answered by r, whose
@@ -432,6 +432,12 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   // Raises r->last_use to `used` (a slot's stamp that is about to go away, or
   // a shared hit's touch); an atomic maximum, so readers of mu_ may race.
   static void RaiseLastUse(Region* r, uint64_t used);
+  // Keeps `used`, the stamp of tc's slot that r (not dead) is losing, in
+  // tc->displaced and prefetches r; raises the regions' last_use once
+  // kDisplacedBatch stamps wait. Drops waiting stamps taken before a batch
+  // of Regions was freed (region_frees_), which may name freed memory.
+  // Owner thread of tc only.
+  void DeferLastUse(ThreadCache* tc, Region* r, uint64_t used) ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // The sum of r's shared and per-thread counts; with last_use, also the max
   // of r's own stamp and its live slots' stamps.
   int64_t TotalRefsLocked(const Region* r, uint64_t* last_use = nullptr) const
@@ -577,6 +583,9 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   static constexpr uint64_t kQuarantineBatch = 256;
   std::atomic<Region*> quarantine_{nullptr};
   std::atomic<uint64_t> quarantined_{0};
+  // Batches of Regions freed so far: a Region named under mu_ by a slot that
+  // is not dead cannot be freed before this changes (ThreadCache::displaced).
+  uint64_t region_frees_ ABSL_GUARDED_BY(mu_) = 0;
   // Whether retire_cb_ is set (written under mu_): Release copies the
   // callback only then, so that a miss without one takes mu_ twice, not 3 times.
   std::atomic<bool> has_retire_cb_{false};
