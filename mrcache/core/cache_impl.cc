@@ -1548,15 +1548,22 @@ void CacheImpl::RaiseLastUse(Region* r, uint64_t used) {
 }
 
 void CacheImpl::DeferLastUse(ThreadCache* tc, Region* r, uint64_t used) {
+  if (used == 0) return;  // never hit through this slot: nothing to keep
+  if (tc->displaced_count == ThreadCache::kDisplacedBatch) FoldDisplacedLocked(tc);
   if (tc->displaced_frees != region_frees_) {
     tc->displaced_count = 0;  // a Region they name may be freed
     tc->displaced_frees = region_frees_;
   }
-  if (used == 0) return;  // never hit through this slot: nothing to keep
   __builtin_prefetch(&r->last_use, 1);
   tc->displaced[tc->displaced_count++] = {r, used};
-  if (tc->displaced_count < ThreadCache::kDisplacedBatch) return;
-  for (const ThreadCache::DisplacedStamp& d : tc->displaced) RaiseLastUse(d.region, d.last_use);
+}
+
+void CacheImpl::FoldDisplacedLocked(ThreadCache* tc) {
+  if (tc->displaced_frees == region_frees_) {
+    for (size_t i = 0; i < tc->displaced_count; ++i) {
+      RaiseLastUse(tc->displaced[i].region, tc->displaced[i].last_use);
+    }
+  }
   tc->displaced_count = 0;
 }
 
@@ -1756,6 +1763,8 @@ void CacheImpl::EvictLocked(Pred over, DeadList* dead) {
   // (moved to the head). The reference counts are re-checked after the fence
   // in SettleLocked; a region that turned out to be in use stays retired
   // until its last put (never deregistered early).
+  // This thread's deferred stamps first: its own recent uses count.
+  if (ThreadCache* mine = FindThreadCache(uid_)) FoldDisplacedLocked(mine);
   Region* candidates = nullptr;
   size_t budget = index_.size() * 2 + 1;
   size_t victims = 0;
@@ -1791,6 +1800,7 @@ void CacheImpl::FoldOrphansLocked() {
       r->shared_refs += slot.ref_count.load(std::memory_order_relaxed);
       RaiseLastUse(r, slot.ref_last_use.load(std::memory_order_relaxed));
     }
+    FoldDisplacedLocked(tc);
     folded_hits_ += tc->hits.load(std::memory_order_relaxed);
     folded_read_locked_hits_ += tc->read_locked_hits.load(std::memory_order_relaxed);
     *p = tc->next;

@@ -433,11 +433,14 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   // a shared hit's touch); an atomic maximum, so readers of mu_ may race.
   static void RaiseLastUse(Region* r, uint64_t used);
   // Keeps `used`, the stamp of tc's slot that r (not dead) is losing, in
-  // tc->displaced and prefetches r; raises the regions' last_use once
-  // kDisplacedBatch stamps wait. Drops waiting stamps taken before a batch
-  // of Regions was freed (region_frees_), which may name freed memory.
-  // Owner thread of tc only.
+  // tc->displaced and prefetches r; folds the waiting stamps first when
+  // kDisplacedBatch of them wait. Owner thread of tc only.
   void DeferLastUse(ThreadCache* tc, Region* r, uint64_t used) ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Raises the last_use of the regions tc->displaced names to their stamps
+  // and empties it; drops the stamps instead if a batch of Regions was freed
+  // since they were taken (region_frees_): they may name freed memory. The
+  // owner thread of tc, or any thread once tc is orphaned (mu_ held).
+  void FoldDisplacedLocked(ThreadCache* tc) ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // The sum of r's shared and per-thread counts; with last_use, also the max
   // of r's own stamp and its live slots' stamps.
   int64_t TotalRefsLocked(const Region* r, uint64_t* last_use = nullptr) const

@@ -226,15 +226,17 @@ struct alignas(64) ThreadCache {
   // lock held for reading (CacheImpl::HitShared); after a miss it goes
   // straight to the write lock, so a run of misses looks the index up once.
   bool slow_hit_expected = true;
-  // Owner only, under the cache lock in either mode: recency stamps of
-  // regions whose slot a claim took over, not yet folded into those regions
-  // (CacheImpl::DeferLastUse). Folding one at once reads a Region nothing
-  // else on the claiming get reads, a cache miss at large working sets;
-  // deferred, the Region is prefetched and folded a few claims later. The
-  // stamps are valid only while `displaced_frees` equals the cache's count
-  // of freed Region batches (no Region they name can have been freed); when
-  // it does not they are dropped, and those regions look older than they
-  // are to eviction (which also never sees stamps still waiting here).
+  // Owner only (or the cache once orphaned), under the cache lock in either
+  // mode: recency stamps of regions whose slot a claim took over, not yet
+  // folded into those regions (CacheImpl::DeferLastUse). Folding one at once
+  // reads a Region nothing else on the claiming get reads, a cache miss at
+  // large working sets; deferred, the Region is prefetched and folded a few
+  // claims later, or when this thread evicts or the cache folds an orphan.
+  // The stamps are valid only while `displaced_frees` equals the cache's
+  // count of freed Region batches (no Region they name can have been freed);
+  // when it does not they are dropped, and those regions look older than
+  // they are to eviction (as they do to another thread's eviction while the
+  // stamps wait here).
   static constexpr size_t kDisplacedBatch = 8;
   struct DisplacedStamp {
     Region* region;

@@ -3,7 +3,8 @@
 // coincide all stay in it; its size follows the thread's own working set
 // (growing while gets displace each other, up to two lines per cached region
 // and ThreadCache::kMaxSlots; shrinking once the thread uses a few regions);
-// and a resize keeps every reference while other threads invalidate.
+// a resize keeps every reference while other threads invalidate; and a
+// region whose slot another region takes over keeps the recency it had there.
 // Everything is observed through counters -- locked_hits(), stats() and
 // thread_table_lines() -- never through timing. Runs on CacheImpl with the sim
 // registrar at zero cost and no monitor; every test ends with registrations
@@ -152,6 +153,51 @@ TEST_F(ThreadTableTest, TableShrinksWhenTheWorkingSetDoes) {
   const uint64_t locked = cache_->locked_hits();
   for (size_t k = 0; k < 400; ++k) GetPut(Spot(k % 4));
   EXPECT_EQ(cache_->locked_hits(), locked);
+}
+
+TEST_F(ThreadTableTest, ARegionWhoseSlotIsTakenOverKeepsItsRecencyForEviction) {
+  // Six regions fit; no merging, so each spot is one region.
+  CreateCache([](Config& config) {
+    config.max_regions = 6;
+    config.max_merge_bytes = 0;
+    config.bridge_bytes = 0;
+  });
+  // In a fresh table: five spots whose regions share one set of kWays slots
+  // (a to e), and two elsewhere (f, g).
+  auto set_of = [](const char* p) {
+    return (ThreadCache::PageHash(reinterpret_cast<uintptr_t>(p)) & (ThreadCache::kMinSlots - 1)) &
+           ~(ThreadCache::kWays - 1);
+  };
+  std::vector<char*> same, other;
+  for (size_t i = 0; i < kMaxRegions && (same.size() < 5 || other.size() < 2); ++i) {
+    if (set_of(Spot(i)) == set_of(Spot(0))) {
+      if (same.size() < 5) same.push_back(Spot(i));
+    } else if (other.size() < 2) {
+      other.push_back(Spot(i));
+    }
+  }
+  ASSERT_EQ(same.size(), 5u);
+  ASSERT_EQ(other.size(), 2u);
+  char *a = same[0], *e = same[4], *f = other[0], *g = other[1];
+  for (size_t k = 0; k < 4; ++k) GetPut(same[k]);  // a, b, c, d: misses, a placed first
+  ASSERT_EQ(cache_->thread_table_lines(), ThreadCache::kMinSlots);
+  const uint64_t locked = cache_->locked_hits();
+  GetPut(a);  // a lock-free hit: a's slot records the use, not a's Region
+  GetPut(f);  // a miss: time moves on
+  for (size_t k = 1; k < 4; ++k) GetPut(same[k]);  // b, c, d used after a
+  ASSERT_EQ(cache_->locked_hits(), locked) << "a, b, c and d were lock-free hits";
+  GetPut(e);  // takes over the set's least recently used slot: a's
+  ASSERT_EQ(cache_->stats().regions, 6u);
+  // A miss over the limit evicts the least recently used region: f (placed
+  // after a, never used since), not a, which was used after f's placement
+  // but through the slot it lost.
+  GetPut(g);
+  ASSERT_EQ(cache_->thread_table_lines(), ThreadCache::kMinSlots) << "the sets stayed as planned";
+  const uint64_t registrations = cache_->stats().registrations;
+  GetPut(a);
+  EXPECT_EQ(cache_->stats().registrations, registrations) << "a stayed cached";
+  GetPut(f);
+  EXPECT_EQ(cache_->stats().registrations, registrations + 1) << "f was the one evicted";
 }
 
 TEST_F(ThreadTableTest, ResizeUnderConcurrentInvalidationKeepsEveryReference) {
