@@ -610,7 +610,8 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
       delete fresh;
       Release(&dead);
     };
-    size_t shortfall = 0;  // bytes the budget lacks after evicting our unused regions
+    size_t shortfall = 0;        // bytes the budget lacks after evicting our unused regions
+    uint64_t installs_seen = 0;  // while no region covered the request
     {
       MutexLock lock(&mu_);
       MaintainLocked(&dead);
@@ -619,6 +620,7 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
         discard();
         return hit;
       }
+      installs_seen = installs_;
       shortfall = PlanAttemptLocked(&miss, &plan, &pending, &dead);
     }
     Release(&dead);
@@ -644,7 +646,11 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
     // registration of pages that are about to change).
     const bool changed = pending.Spoils(attempt.start, attempt.end) || !attempt.watched;
     const bool in_flight = !changed && ReleaseInFlight(attempt.start, attempt.end);
-    Region* raced = changed || in_flight ? nullptr : FindCoveringLocked(start, end, miss.access);
+    // Only an install can make a region cover the request: without one since
+    // the look above, no other thread raced us to it.
+    Region* raced = changed || in_flight || installs_ == installs_seen
+                        ? nullptr
+                        : FindCoveringLocked(start, end, miss.access);
     if (raced == nullptr && !changed && !in_flight) {
       Region* r = InstallLocked(tc, miss, attempt, fresh, &dead);
       lock.Unlock();
@@ -869,6 +875,7 @@ Region* CacheImpl::InstallLocked(ThreadCache* tc, const Miss& miss, const Attemp
   r->lru_stamp = tick_.load(std::memory_order_relaxed);
   r->last_use.store(r->lru_stamp, std::memory_order_relaxed);
   index_.InsertNode(&r->index_node, r->start, r->end, r);
+  ++installs_;
   cached_bytes_ += r->length();
   const size_t slots = wanted_thread_slots_.load(std::memory_order_relaxed);
   if (index_.size() * 2 > slots && slots < ThreadCache::kMaxSlots) {

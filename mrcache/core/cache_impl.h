@@ -589,6 +589,10 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   // Batches of Regions freed so far: a Region named under mu_ by a slot that
   // is not dead cannot be freed before this changes (ThreadCache::displaced).
   uint64_t region_frees_ ABSL_GUARDED_BY(mu_) = 0;
+  // Regions put into the index so far (InstallLocked, the only place that
+  // does): a miss that saw no covering region and no install since needs no
+  // second look for one another thread registered meanwhile.
+  uint64_t installs_ ABSL_GUARDED_BY(mu_) = 0;
   // Whether retire_cb_ is set (written under mu_): Release copies the
   // callback only then, so that a miss without one takes mu_ twice, not 3 times.
   std::atomic<bool> has_retire_cb_{false};
