@@ -23,6 +23,25 @@ namespace {
 constexpr size_t kLen = 64 << 10;
 constexpr size_t kHeapLen = 1 << 20;
 
+#if defined(__SANITIZE_THREAD__)
+extern "C" void AnnotateNewMemory(char* file, int line, uintptr_t mem, uintptr_t size);
+#endif
+
+// Addresses the kernel has just mapped: under ThreadSanitizer, forget the
+// accesses made to them before. TSan resets its record of a range at the
+// mmap and munmap calls it intercepts, not at shmat, shmdt, mremap or a
+// system call it does not see; so a thread's access to memory mapped where
+// another thread's released victim was would be reported as a race with the
+// accesses to the old memory.
+void FreshFromKernel(void* p, size_t len) {
+#if defined(__SANITIZE_THREAD__)
+  AnnotateNewMemory(const_cast<char*>(__FILE__), __LINE__, reinterpret_cast<uintptr_t>(p), len);
+#else
+  (void)p;
+  (void)len;
+#endif
+}
+
 // A step of a row that failed: the test cannot go on, so say which and why.
 [[noreturn]] void Die(const char* step) {
   fprintf(stderr, "release_ways: %s failed: %s\n", step, strerror(errno));
@@ -35,6 +54,7 @@ char* MapFresh(size_t len, int flags = MAP_PRIVATE | MAP_ANONYMOUS) {
     perror("mmap");
     abort();
   }
+  FreshFromKernel(p, len);
   memset(p, 0x5a, len);
   return static_cast<char*>(p);
 }
@@ -74,6 +94,7 @@ void MremapMove(Victim& v) {
     fprintf(stderr, "mremap did not move (%p)\n", moved);
     abort();
   }
+  FreshFromKernel(moved, 4 * kLen);
   v.base = static_cast<char*>(moved);
   v.base_len = 4 * kLen;
 }
@@ -110,6 +131,7 @@ Victim BrkPrepare() {
   char* start = static_cast<char*>(sbrk(static_cast<intptr_t>(pad + kLen)));
   if (start == reinterpret_cast<char*>(-1)) Die("brk_shrink: sbrk to grow");
   v.gone = start + pad;
+  FreshFromKernel(v.gone, kLen);
   v.gone_len = kLen;
   memset(v.gone, 0x5a, kLen);
   return v;
@@ -127,6 +149,7 @@ Victim ShmPrepare() {
   if (v.shmid < 0) Die("shmdt: shmget");
   void* p = shmat(v.shmid, nullptr, 0);
   if (p == reinterpret_cast<void*>(-1)) Die("shmdt: shmat");
+  FreshFromKernel(p, kLen);
   shmctl(v.shmid, IPC_RMID, nullptr);  // destroyed at the last detach
   v.gone = static_cast<char*>(p);
   v.gone_len = kLen;
@@ -181,6 +204,7 @@ Victim ShmatRemapPrepare() {
 }
 void ShmatRemap(Victim& v) {
   if (shmat(v.shmid, v.gone, SHM_REMAP) != v.gone) Die("shmat_remap: shmat");
+  FreshFromKernel(v.gone, kLen);
   shmctl(v.shmid, IPC_RMID, nullptr);  // destroyed at the detach in cleanup
 }
 void ShmatRemapCleanup(Victim& v) {
@@ -196,6 +220,7 @@ Victim SharedFile(int fd, size_t file_len) {
   Victim v;
   void* p = mmap(nullptr, file_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED) Die("shared file: mmap");
+  FreshFromKernel(p, file_len);
   memset(p, 0x5a, file_len);
   v.fd = fd;
   v.base = v.gone = static_cast<char*>(p);
@@ -257,6 +282,7 @@ void MremapOntoTarget(Victim& v) {
   if (mremap(v.extra, kLen, kLen, MREMAP_MAYMOVE | MREMAP_FIXED, v.gone) != v.gone) {
     Die("mremap_onto_target: mremap");
   }
+  FreshFromKernel(v.gone, kLen);
   v.extra = nullptr;  // moved into [gone, gone + kLen), which base still owns
 }
 
@@ -272,6 +298,7 @@ Victim ThpPrepare() {
   if (aligned > raw) munmap(raw, static_cast<size_t>(aligned - raw));
   munmap(aligned + kHuge, static_cast<size_t>(raw + 2 * kHuge - (aligned + kHuge)));
   madvise(aligned, kHuge, MADV_HUGEPAGE);
+  FreshFromKernel(aligned, kHuge);
   memset(aligned, 0x5a, kHuge);  // the first write faults in one huge page
   Victim v;
   v.base = aligned;
@@ -307,6 +334,7 @@ bool RefillSameAddress(Victim& v) {
   void* p = mmap(reinterpret_cast<void*>(start), end - start, PROT_READ | PROT_WRITE,
                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
   if (p == reinterpret_cast<void*>(start)) {
+    FreshFromKernel(p, end - start);
     v.refill = static_cast<char*>(p);
     v.refill_len = end - start;
     return true;
