@@ -1548,18 +1548,12 @@ void CacheImpl::FillLookupLocked(ThreadCache* tc, uintptr_t start, uintptr_t end
   e->slot = static_cast<uint16_t>(slot_index);
 }
 
-void CacheImpl::RaiseLastUse(Region* r, uint64_t used) {
-  uint64_t seen = r->last_use.load(std::memory_order_relaxed);
-  while (used > seen && !r->last_use.compare_exchange_weak(seen, used, std::memory_order_relaxed)) {
-  }
-}
+void CacheImpl::RaiseLastUse(Region* r, uint64_t used) { AtomicMax(r->last_use, used); }
 
 void CacheImpl::DeferLastUse(ThreadCache* tc, Region* r, uint64_t used) {
   if (used == 0) return;  // never hit through this slot: nothing to keep
-  if (tc->displaced_count == ThreadCache::kDisplacedBatch) FoldDisplacedLocked(tc);
-  if (tc->displaced_frees != region_frees_) {
-    tc->displaced_count = 0;  // a Region they name may be freed
-    tc->displaced_frees = region_frees_;
+  if (tc->displaced_count == ThreadCache::kDisplacedBatch || tc->displaced_frees != region_frees_) {
+    FoldDisplacedLocked(tc);  // full, or the waiting stamps are void
   }
   __builtin_prefetch(&r->last_use, 1);
   tc->displaced[tc->displaced_count++] = {r, used};
@@ -1572,6 +1566,7 @@ void CacheImpl::FoldDisplacedLocked(ThreadCache* tc) {
     }
   }
   tc->displaced_count = 0;
+  tc->displaced_frees = region_frees_;
 }
 
 void CacheImpl::TouchLocked(Region* r) {

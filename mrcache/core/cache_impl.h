@@ -437,9 +437,10 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   // kDisplacedBatch of them wait. Owner thread of tc only.
   void DeferLastUse(ThreadCache* tc, Region* r, uint64_t used) ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Raises the last_use of the regions tc->displaced names to their stamps
-  // and empties it; drops the stamps instead if a batch of Regions was freed
-  // since they were taken (region_frees_): they may name freed memory. The
-  // owner thread of tc, or any thread once tc is orphaned (mu_ held).
+  // and empties it, the one place that decides whether they are still
+  // valid: it drops them instead if a batch of Regions was freed since they
+  // were taken (region_frees_), as they may name freed memory. The owner
+  // thread of tc, or any thread once tc is orphaned (mu_ held).
   void FoldDisplacedLocked(ThreadCache* tc) ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // The sum of r's shared and per-thread counts; with last_use, also the max
   // of r's own stamp and its live slots' stamps.

@@ -50,10 +50,7 @@ void FreshFromKernel(void* p, size_t len) {
 
 char* MapFresh(size_t len, int flags = MAP_PRIVATE | MAP_ANONYMOUS) {
   void* p = mmap(nullptr, len, PROT_READ | PROT_WRITE, flags, -1, 0);
-  if (p == MAP_FAILED) {
-    perror("mmap");
-    abort();
-  }
+  if (p == MAP_FAILED) Die("mmap");
   FreshFromKernel(p, len);
   memset(p, 0x5a, len);
   return static_cast<char*>(p);
