@@ -13,6 +13,7 @@
 #include <memory>
 #include <mutex>
 #include <random>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -572,6 +573,13 @@ TEST_P(CacheCoreTest, TwoThreadStressOfGetPutInvalidate) {
   cache();  // created before the threads start
   std::atomic<bool> stop{false};
   std::atomic<int> errors{0};
+  std::mutex first_error_mu;
+  std::string first_error;  // guarded by first_error_mu
+  auto fail = [&](const std::string& what) {
+    if (errors++ != 0) return;
+    std::lock_guard<std::mutex> lock(first_error_mu);
+    first_error = what;
+  };
   auto worker = [&](int seed) {
     std::mt19937 rng(seed);
     for (int i = 0; i < 20000; ++i) {
@@ -579,13 +587,16 @@ TEST_P(CacheCoreTest, TwoThreadStressOfGetPutInvalidate) {
       size_t len = (1 + rng() % 4) * kPage;
       auto r = cache().Acquire(buf_ + page * kPage, len, kRW);
       if (!r.ok()) {
-        errors++;
+        fail(r.status().ToString());
         continue;
       }
       RegionInfo info = GetRegionInfo(*r);
       char* s = static_cast<char*>(info.addr);
-      if (s > buf_ + page * kPage || s + info.length < buf_ + page * kPage + len) errors++;
-      if (!cache().Put(*r).ok()) errors++;
+      if (s > buf_ + page * kPage || s + info.length < buf_ + page * kPage + len) {
+        fail("a region that does not cover the request");
+      }
+      absl::Status put = cache().Put(*r);
+      if (!put.ok()) fail(put.ToString());
     }
   };
   std::thread inval([&] {
@@ -600,7 +611,8 @@ TEST_P(CacheCoreTest, TwoThreadStressOfGetPutInvalidate) {
   b.join();
   stop = true;
   inval.join();
-  EXPECT_EQ(errors.load(), 0);
+  std::lock_guard<std::mutex> lock(first_error_mu);
+  EXPECT_EQ(errors.load(), 0) << "the first: " << first_error;
   CacheStats s = cache().stats();
   EXPECT_EQ(s.hits + s.misses, 40000u);
 }
