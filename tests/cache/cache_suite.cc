@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cerrno>
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -580,9 +581,12 @@ TEST_P(CacheCoreTest, TwoThreadStressOfGetPutInvalidate) {
     std::lock_guard<std::mutex> lock(first_error_mu);
     first_error = what;
   };
+  // Gets per worker: MRCACHE_RACE_ITERATIONS (default 20,000), for soaks.
+  const char* env = std::getenv("MRCACHE_RACE_ITERATIONS");
+  const int iterations = env != nullptr && std::atoi(env) > 0 ? std::atoi(env) : 20000;
   auto worker = [&](int seed) {
     std::mt19937 rng(seed);
-    for (int i = 0; i < 20000; ++i) {
+    for (int i = 0; i < iterations; ++i) {
       size_t page = rng() % 48;
       size_t len = (1 + rng() % 4) * kPage;
       auto r = cache().Acquire(buf_ + page * kPage, len, kRW);
@@ -614,7 +618,7 @@ TEST_P(CacheCoreTest, TwoThreadStressOfGetPutInvalidate) {
   std::lock_guard<std::mutex> lock(first_error_mu);
   EXPECT_EQ(errors.load(), 0) << "the first: " << first_error;
   CacheStats s = cache().stats();
-  EXPECT_EQ(s.hits + s.misses, 40000u);
+  EXPECT_EQ(s.hits + s.misses, 2u * static_cast<uint64_t>(iterations));
 }
 
 // ---- invalidation granularity ------------------------------------------------
