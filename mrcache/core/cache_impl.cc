@@ -156,6 +156,11 @@ void AtomicMax(std::atomic<uint64_t>& a, uint64_t v) {
 
 constexpr int kMaxMissAttempts = 16;
 
+// The regions, counted from the least recently used, among which an
+// eviction for bytes takes the largest unused one (EvictBytesLocked): in a
+// cache of up to this many regions, all of them.
+constexpr size_t kSizeWindow = 32;
+
 // How long a miss waits for another thread's release of the same addresses
 // to finish (see AcquireSlow) before it gives up with EAGAIN.
 constexpr uint64_t kReleaseWaitNs = 10'000'000'000;
@@ -873,6 +878,7 @@ Region* CacheImpl::InstallLocked(ThreadCache* tc, const Miss& miss, const Attemp
   r->used_start = whole ? r->start : miss.start;
   r->used_end = whole ? r->end : miss.end;
   r->lru_stamp = tick_.load(std::memory_order_relaxed);
+  r->install_stamp = r->lru_stamp;
   r->last_use.store(r->lru_stamp, std::memory_order_relaxed);
   index_.InsertNode(&r->index_node, r->start, r->end, r);
   ++installs_;
@@ -1321,7 +1327,7 @@ size_t CacheImpl::EvictBytesLocked(size_t bytes, DeadList* dead) {
         mu_.AssertHeld();  // EvictLocked calls this with mu_ held
         return before - cached_bytes_ < bytes;
       },
-      dead);
+      dead, EvictionOrder::kLargestOfTheOldest);
   return before - cached_bytes_;
 }
 
@@ -1758,7 +1764,7 @@ void CacheImpl::SpoilPendingLocked(uintptr_t start, uintptr_t end) {
 }
 
 template <typename Pred>
-void CacheImpl::EvictLocked(Pred over, DeadList* dead) {
+void CacheImpl::EvictLocked(Pred over, DeadList* dead, EvictionOrder order) {
   // CLOCK-style LRU: a region hit on the fast path since it was last placed
   // (the max of its own stamp and its threads' slot stamps > lru_stamp) gets
   // a second chance at the head. Regions that hold references are skipped
@@ -1778,12 +1784,29 @@ void CacheImpl::EvictLocked(Pred over, DeadList* dead) {
       TouchLocked(r);
       continue;
     }
+    if (order == EvictionOrder::kLargestOfTheOldest) r = LargestEvictableFromLocked(r);
     UnindexLocked(r, &candidates);
     ++victims;
   }
   if (candidates == nullptr) return;
   evictions_.fetch_add(victims, std::memory_order_relaxed);
   SettleLocked(candidates, dead);
+}
+
+Region* CacheImpl::LargestEvictableFromLocked(Region* tail) {
+  // Only regions not used since they were registered compete with the
+  // tail: one that was (a locked hit moves it to the head with a new
+  // stamp) keeps its place in LRU order.
+  Region* best = tail;
+  size_t seen = 1;
+  for (Region* c = tail->lru_prev; c != nullptr && seen < kSizeWindow; c = c->lru_prev, ++seen) {
+    // Ties keep the older region; the references and the recency of a
+    // region that would not win are never summed.
+    if (c->length() <= best->length() || c->lru_stamp != c->install_stamp) continue;
+    uint64_t used = 0;
+    if (TotalRefsLocked(c, &used) == 0 && used <= c->lru_stamp) best = c;
+  }
+  return best;
 }
 
 void CacheImpl::FoldOrphansLocked() {

@@ -384,8 +384,12 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   // pages exceed the budget (they are tried anyway, without evicting).
   size_t FitPlanLocked(MissPlan* plan, uintptr_t exact_start, uintptr_t exact_end, DeadList* dead)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Evicts unused regions, least recently used first, until `bytes` left the
-  // index or none is left; returns the bytes that left it.
+  // Evicts unused regions until `bytes` left the index or none is left;
+  // returns the bytes that left it. Each victim is the largest region among
+  // the 32 least recently used that is unused and not hit since it was last
+  // placed (ties go to the older): when bytes are short, one large region
+  // frees what several small ones would, for one registration instead of
+  // several when they are used again (README.md, "Pinned-memory budget").
   size_t EvictBytesLocked(size_t bytes, DeadList* dead) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Outside mu_: releases about `bytes` of unused regions, this cache's first,
   // then the other caches'; returns the bytes released.
@@ -459,9 +463,18 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   void InvalidateRangeLocked(uintptr_t start, uintptr_t end, Region** candidates)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SpoilPendingLocked(uintptr_t start, uintptr_t end) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Evicts unused regions, least recently used first, while `over()` holds.
+  // Which unused region an eviction takes: the least recently used (when
+  // regions are counted), or the largest near it (when bytes are).
+  enum class EvictionOrder { kLeastRecentlyUsed, kLargestOfTheOldest };
+  // Evicts unused regions in `order` while `over()` holds.
   template <typename Pred>
-  void EvictLocked(Pred over, DeadList* dead) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void EvictLocked(Pred over, DeadList* dead,
+                   EvictionOrder order = EvictionOrder::kLeastRecentlyUsed)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The region EvictionOrder::kLargestOfTheOldest evicts, given that `tail`
+  // (the LRU tail) is unused and not hit since placed: the largest such
+  // region among the kSizeWindow (cache_impl.cc) nearest the tail.
+  Region* LargestEvictableFromLocked(Region* tail) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RecheckRetiredLocked(DeadList* dead) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FoldOrphansLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void BumpGenerationAndFence() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -55,6 +55,9 @@ class Region {
   int64_t shared_refs = 0;
   RegionState state = RegionState::kCached;
   uint64_t lru_stamp = 0;      // last_use value when placed at the LRU head
+  uint64_t install_stamp = 0;  // lru_stamp when it was installed (a region
+                               // never used since: lru_stamp still equal, and
+                               // no slot's stamp above it)
   Region* lru_prev = nullptr;  // LRU list of cached regions (head = most recent)
   Region* lru_next = nullptr;
   Region* next_dead = nullptr;  // deregistration batch, or the retired list

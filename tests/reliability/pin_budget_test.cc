@@ -16,6 +16,9 @@
 //      pins more than the budget;
 //  (b) a request that fits alone succeeds while other regions are unused,
 //      evicting least recently used regions only until it fits;
+//  (b') making room for bytes, the largest of the least recently used
+//      unused regions goes first, not several small older ones, unless it
+//      was hit since it was last placed;
 //  (c) a request that cannot fit is ENOMEM naming the limit and the bytes
 //      pinned, evicts nothing, and nothing leaks;
 //  (d) two caches share the budget: the same pin_budget_bytes, and one
@@ -243,6 +246,67 @@ TEST(PinBudgetTest, RequestThatFitsAloneSucceedsWhileOtherRegionsAreUnused) {
   EXPECT_EQ(o.refusals, 0) << "the budget made room before the registrar was asked";
   EXPECT_EQ(o.evictions, 6u) << "least recently used regions, only until the request fit";
   EXPECT_EQ(o.recent_reregistered, 0);
+}
+
+struct LargestFirstOutcome {
+  int setup_errno = 0;
+  int request_errno = -1;
+  uint64_t evictions = 0;
+  int oldest_reregistered = -1;  // the oldest small region, touched again
+  int large_reregistered = -1;   // the large one, touched again
+};
+
+// The large region is hit again before the request when `hit_large`.
+LargestFirstOutcome RunMakingRoom(bool hit_large) {
+  LargestFirstOutcome out;
+  constexpr size_t kSmall = 16 * kKiB, kLarge = 256 * kKiB, kRequest = 192 * kKiB;
+  constexpr int kSmallCount = 31;
+  Buffers small(kSmallCount, kSmall);
+  Buffers large(1, kLarge);
+  Buffers request(1, kRequest);
+  Counted c(/*max_merge_bytes=*/0);
+  if (c.setup_errno != 0 || !small.ok() || !large.ok() || !request.ok()) {
+    out.setup_errno = c.setup_errno ? c.setup_errno : ENOMEM;
+    return out;
+  }
+  // Oldest first: one small region, the large one, then 30 small ones:
+  // 16 + 256 + 480 = 752 KiB of the 896 KiB budget, all unused.
+  c.Touch(small.at(0), kSmall);
+  c.Touch(large.at(0), kLarge);
+  for (int i = 1; i < kSmallCount; ++i) c.Touch(small.at(i), kSmall);
+  if (hit_large) c.Touch(large.at(0), kLarge);
+  // 752 + 192 - 896 = 48 KiB are missing. Least recently used order would
+  // evict the oldest small region and then the large one; by size, the
+  // large one alone makes room.
+  out.request_errno = c.Touch(request.at(0), kRequest);
+  out.evictions = c.cache->stats().evictions;
+  int before = c.counters->registrations.load();
+  c.Touch(small.at(0), kSmall);
+  out.oldest_reregistered = c.counters->registrations.load() - before;
+  before = c.counters->registrations.load();
+  c.Touch(large.at(0), kLarge);
+  out.large_reregistered = c.counters->registrations.load() - before;
+  return out;
+}
+
+TEST(PinBudgetTest, MakingRoomEvictsTheLargestOfTheLeastRecentlyUsedRegions) {
+  const LargestFirstOutcome o =
+      RunLimited<LargestFirstOutcome>([] { return RunMakingRoom(/*hit_large=*/false); });
+  ASSERT_EQ(o.setup_errno, 0) << std::strerror(o.setup_errno);
+  EXPECT_EQ(o.request_errno, 0) << std::strerror(o.request_errno);
+  EXPECT_EQ(o.evictions, 1u) << "one large region, not the small older one as well";
+  EXPECT_EQ(o.oldest_reregistered, 0) << "the oldest small region stayed cached";
+  EXPECT_EQ(o.large_reregistered, 1) << "the large region was the one evicted";
+}
+
+TEST(PinBudgetTest, MakingRoomKeepsALargeRegionHitSinceItWasPlaced) {
+  const LargestFirstOutcome o =
+      RunLimited<LargestFirstOutcome>([] { return RunMakingRoom(/*hit_large=*/true); });
+  ASSERT_EQ(o.setup_errno, 0) << std::strerror(o.setup_errno);
+  EXPECT_EQ(o.request_errno, 0) << std::strerror(o.request_errno);
+  EXPECT_EQ(o.evictions, 3u) << "the three oldest small regions (48 KiB)";
+  EXPECT_EQ(o.oldest_reregistered, 1) << "the oldest small region was evicted";
+  EXPECT_EQ(o.large_reregistered, 0) << "the large region, in use lately, stayed cached";
 }
 
 struct CannotFitOutcome {
