@@ -46,14 +46,22 @@ class ABSL_LOCKABLE Mutex {
 // reports from, like Mutex.
 //
 // How: a writer holds `writer_mu_` for its whole critical section, raises
-// `writer_`, then waits until `readers_` is 0. A reader adds itself to
-// `readers_`, then checks `writer_`: if it is up, the reader takes itself
-// out again and waits on `writer_mu_`. Both orders are sequentially
+// `writer_`, then waits until every reader count is 0. A reader adds itself
+// to its slot's count, then checks `writer_`: if it is up, the reader takes
+// itself out again and waits on `writer_mu_`. Both orders are sequentially
 // consistent, so a reader and a writer cannot both miss each other. Readers
 // hold the lock briefly (no registrar call, no allocation), so the writer
 // spins for them, yielding the processor after a few rounds.
+//
+// The reader count is split over kReaderSlots cache lines: readers that use
+// different slots (the caller chooses, e.g. one per thread) never write the
+// same line, so read-locked lookups on several CPUs do not bounce one line
+// between them; a writer reads every slot. A reader must unlock the slot it
+// locked.
 class ABSL_LOCKABLE SharedMutex {
  public:
+  static constexpr int kReaderSlots = 8;
+
   constexpr SharedMutex() = default;
   SharedMutex(const SharedMutex&) = delete;
   SharedMutex& operator=(const SharedMutex&) = delete;
@@ -61,39 +69,49 @@ class ABSL_LOCKABLE SharedMutex {
   void lock() ABSL_EXCLUSIVE_LOCK_FUNCTION() {
     writer_mu_.lock();
     writer_.store(true, std::memory_order_seq_cst);
-    for (int spins = 0; readers_.load(std::memory_order_seq_cst) != 0; ++spins) {
-      if (spins >= kSpinsBeforeYield) sched_yield();
+    for (const ReaderSlot& slot : readers_) {
+      for (int spins = 0; slot.count.load(std::memory_order_seq_cst) != 0; ++spins) {
+        if (spins >= kSpinsBeforeYield) sched_yield();
+      }
     }
   }
   void unlock() ABSL_UNLOCK_FUNCTION() {
     writer_.store(false, std::memory_order_release);
     writer_mu_.unlock();
   }
-  void lock_shared() ABSL_SHARED_LOCK_FUNCTION() {
+  // `slot` in [0, kReaderSlots) (taken modulo); unlock_shared with the same.
+  void lock_shared(int slot = 0) ABSL_SHARED_LOCK_FUNCTION() {
+    std::atomic<int>& count = readers_[slot & (kReaderSlots - 1)].count;
     for (;;) {
-      readers_.fetch_add(1, std::memory_order_seq_cst);
+      count.fetch_add(1, std::memory_order_seq_cst);
       if (!writer_.load(std::memory_order_seq_cst)) return;
-      readers_.fetch_sub(1, std::memory_order_release);
+      count.fetch_sub(1, std::memory_order_release);
       writer_mu_.lock();  // wait for the writer to finish
       writer_mu_.unlock();
     }
   }
-  void unlock_shared() ABSL_UNLOCK_FUNCTION() { readers_.fetch_sub(1, std::memory_order_release); }
+  void unlock_shared(int slot = 0) ABSL_UNLOCK_FUNCTION() {
+    readers_[slot & (kReaderSlots - 1)].count.fetch_sub(1, std::memory_order_release);
+  }
   // See Mutex::AssertHeld.
   void AssertHeld() const ABSL_ASSERT_EXCLUSIVE_LOCK() {}
   // In a fork child, releases the write lock the forking thread took before
   // fork() (fork_guard.h). Readers of the parent that were backing off at
-  // the fork left their count behind; the child has none of those threads.
+  // the fork left their counts behind; the child has none of those threads.
   void UnlockInForkChild() ABSL_UNLOCK_FUNCTION() {
-    readers_.store(0, std::memory_order_relaxed);
+    for (ReaderSlot& slot : readers_) slot.count.store(0, std::memory_order_relaxed);
     unlock();
   }
 
  private:
+  static_assert((kReaderSlots & (kReaderSlots - 1)) == 0, "a power of two");
   static constexpr int kSpinsBeforeYield = 64;
+  struct alignas(64) ReaderSlot {
+    std::atomic<int> count{0};
+  };
   std::mutex writer_mu_;
   std::atomic<bool> writer_{false};
-  std::atomic<int> readers_{0};
+  ReaderSlot readers_[kReaderSlots];
 };
 
 // Holds a Mutex (or a SharedMutex for writing) for its scope; Unlock/Lock
@@ -123,18 +141,21 @@ class ABSL_SCOPED_LOCKABLE MutexLock {
   bool held_ = true;
 };
 
-// Holds a SharedMutex for reading for its scope.
+// Holds a SharedMutex for reading for its scope, counted in reader slot
+// `slot` (SharedMutex::lock_shared).
 class ABSL_SCOPED_LOCKABLE ReaderMutexLock {
  public:
-  explicit ReaderMutexLock(SharedMutex* mu) ABSL_SHARED_LOCK_FUNCTION(mu) : mu_(mu) {
-    mu_->lock_shared();
+  explicit ReaderMutexLock(SharedMutex* mu, int slot = 0) ABSL_SHARED_LOCK_FUNCTION(mu)
+      : mu_(mu), slot_(slot) {
+    mu_->lock_shared(slot_);
   }
-  ~ReaderMutexLock() ABSL_UNLOCK_FUNCTION() { mu_->unlock_shared(); }
+  ~ReaderMutexLock() ABSL_UNLOCK_FUNCTION() { mu_->unlock_shared(slot_); }
   ReaderMutexLock(const ReaderMutexLock&) = delete;
   ReaderMutexLock& operator=(const ReaderMutexLock&) = delete;
 
  private:
   SharedMutex* const mu_;
+  const int slot_;
 };
 
 }  // namespace mrcache

@@ -564,6 +564,7 @@ ThreadCache* CacheImpl::AttachThread() {
   auto* tc = new ThreadCache(ThreadCache::kMinSlots);  // outside mu_; grows with use
   tc->cache_uid = uid_;
   tc->cache = this;
+  tc->reader_slot = static_cast<int>(next_reader_slot_.fetch_add(1, std::memory_order_relaxed));
   {
     MutexLock lock(&mu_);
     tc->next = threads_;
@@ -695,7 +696,7 @@ void CacheImpl::GrowHints() {
 }  // `fresh` now holds the old table and frees it here, unlocked.
 
 Region* CacheImpl::HitShared(ThreadCache* tc, Miss* miss) {
-  ReaderMutexLock lock(&mu_);
+  ReaderMutexLock lock(&mu_, tc->reader_slot);
   Span span;
   Region* hit = FindCoveringLocked(miss->start, miss->end, miss->access, &span);
   if (hit == nullptr) return nullptr;

@@ -554,6 +554,8 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   InvalidationRing ring_;
 
   mutable SharedMutex mu_;
+  // The reader slot of mu_ the next attached thread reads in (AttachThread).
+  std::atomic<uint32_t> next_reader_slot_{0};
   IntervalTree<Region*> index_ ABSL_GUARDED_BY(mu_);
   // Recent answers of index_ (covering_hints.h), each valid while its
   // region is in index_: every removal voids the region's hints

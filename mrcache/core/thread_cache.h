@@ -209,6 +209,10 @@ struct alignas(64) ThreadCache {
   // (CacheImpl::HitShared): counted here, by the owner, so that threads
   // doing them write no shared counter; summed like `hits`.
   std::atomic<uint64_t> read_locked_hits{0};
+  // The cache lock's reader slot this thread counts itself in when it reads
+  // (SharedMutex::lock_shared): threads take turns, so that two threads
+  // reading at once seldom write the same line. Set by the cache at attach.
+  int reader_slot = 0;
   // The window the size is judged by (owner only; see kMaxSlots): the
   // `hits` it started at, its slow-path gets, the gets that claimed a slot
   // (or found their set all counting references) and those that displaced,

@@ -1,8 +1,9 @@
 // shared_mutex_test.cc: mrcache::SharedMutex (mrcache/mutex.h), the cache's
-// reader-writer lock: readers share it, a writer excludes everyone, a
-// waiting writer holds back new readers, and a fork child can release the
-// write lock its parent's thread took before fork(). Waits are bounded by
-// polling with a deadline, never by asserting a duration.
+// reader-writer lock: readers share it, a writer excludes everyone (readers
+// in any of the reader slots), a waiting writer holds back new readers, and
+// a fork child can release the write lock its parent's thread took before
+// fork(). Waits are bounded by polling with a deadline, never by asserting a
+// duration.
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -60,6 +61,25 @@ TEST(SharedMutexTest, AWriterWaitsForTheReaders) {
   writer.join();
 }
 
+TEST(SharedMutexTest, AWriterWaitsForAReaderInAnySlot) {
+  for (int slot = 0; slot < SharedMutex::kReaderSlots; ++slot) {
+    SharedMutex mu;
+    std::atomic<bool> writer_in{false};
+    std::thread writer;
+    {
+      ReaderMutexLock reader(&mu, slot);
+      writer = std::thread([&] {
+        MutexLock lock(&mu);
+        writer_in = true;
+      });
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      EXPECT_FALSE(writer_in.load()) << "the writer went in beside a reader in slot " << slot;
+    }
+    EXPECT_TRUE(Eventually([&] { return writer_in.load(); })) << "slot " << slot;
+    writer.join();
+  }
+}
+
 TEST(SharedMutexTest, AWriterExcludesReaders) {
   SharedMutex mu;
   std::atomic<bool> reader_in{false};
@@ -115,17 +135,19 @@ TEST(SharedMutexTest, ReadersAndWritersNeverOverlap) {
       ++value;
     }
   };
-  auto read = [&] {
+  auto read = [&](int slot) {
     for (int i = 0; i < 20000; ++i) {
-      ReaderMutexLock lock(&mu);
+      ReaderMutexLock lock(&mu, slot);
       if (value % 2 != 0) ++odd_seen;
     }
   };
-  std::thread w1(write), w2(write), r1(read), r2(read);
+  // Two readers share a slot, a third has its own.
+  std::thread w1(write), w2(write), r1(read, 0), r2(read, 0), r3(read, 5);
   w1.join();
   w2.join();
   r1.join();
   r2.join();
+  r3.join();
   EXPECT_EQ(value, 80000);
   EXPECT_EQ(odd_seen.load(), 0);
 }
