@@ -422,21 +422,27 @@ TEST_F(SharedRemoteKeysTest, RkeyReachesNoPageThatNoRemoteRequestNamed) {
   // Two remote registrations 38 pages apart in one resident buffer: local-only
   // ones there are bridged (the control), remote ones never are.
   memset(buf_, 1, kBytes);
-  ibv_mr* local_a = ibv_reg_mr(pd_, buf_ + 2 * page_, 100, IBV_ACCESS_LOCAL_WRITE);
-  ibv_mr* local_b = ibv_reg_mr(pd_, buf_ + 40 * page_, 100, IBV_ACCESS_LOCAL_WRITE);
+  // Bridging stays within one bridge_bytes-aligned block (128 MiB by
+  // default): both requests go in the same block, wherever malloc put buf_.
+  constexpr uintptr_t kBridgeBlock = uintptr_t{128} << 20;
+  const uintptr_t first = reinterpret_cast<uintptr_t>(buf_);
+  const uintptr_t boundary = (first + kBridgeBlock - 1) & ~(kBridgeBlock - 1);
+  char* base = boundary < first + 42 * page_ ? reinterpret_cast<char*>(boundary) : buf_;
+  ibv_mr* local_a = ibv_reg_mr(pd_, base + 2 * page_, 100, IBV_ACCESS_LOCAL_WRITE);
+  ibv_mr* local_b = ibv_reg_mr(pd_, base + 40 * page_, 100, IBV_ACCESS_LOCAL_WRITE);
   ASSERT_NE(local_a, nullptr);
   ASSERT_NE(local_b, nullptr);
-  EXPECT_TRUE(WriteLands(local_b, buf_ + 20 * page_)) << "control: local-only requests bridge";
-  ibv_mr* remote_a = ibv_reg_mr(pd_, buf_ + 2 * page_, 100, kRemoteWrite);
-  ibv_mr* remote_b = ibv_reg_mr(pd_, buf_ + 40 * page_, 100, kRemoteWrite);
+  EXPECT_TRUE(WriteLands(local_b, base + 20 * page_)) << "control: local-only requests bridge";
+  ibv_mr* remote_a = ibv_reg_mr(pd_, base + 2 * page_, 100, kRemoteWrite);
+  ibv_mr* remote_b = ibv_reg_mr(pd_, base + 40 * page_, 100, kRemoteWrite);
   ASSERT_NE(remote_a, nullptr);
   ASSERT_NE(remote_b, nullptr);
   EXPECT_GT(Stats().cache_lookups, 0u);
   EXPECT_EQ(Stats().remote_private, 0u) << "shared mode caches remote registrations";
-  EXPECT_EQ(PeerWrite(client_, remote_b->rkey, buf_ + 20 * page_), IBV_WC_REM_ACCESS_ERR)
+  EXPECT_EQ(PeerWrite(client_, remote_b->rkey, base + 20 * page_), IBV_WC_REM_ACCESS_ERR)
       << "the rkey reaches a page between the two requests";
-  EXPECT_EQ(PeerWrite(client_, remote_b->rkey, buf_ + 2 * page_), IBV_WC_REM_ACCESS_ERR);
-  EXPECT_EQ(PeerWrite(client_, remote_b->rkey, buf_ + 40 * page_, 100), IBV_WC_SUCCESS);
+  EXPECT_EQ(PeerWrite(client_, remote_b->rkey, base + 2 * page_), IBV_WC_REM_ACCESS_ERR);
+  EXPECT_EQ(PeerWrite(client_, remote_b->rkey, base + 40 * page_, 100), IBV_WC_SUCCESS);
   for (ibv_mr* mr : {local_a, local_b, remote_a, remote_b}) {
     EXPECT_EQ(ibv_dereg_mr(mr), 0);
   }
