@@ -32,6 +32,22 @@ constexpr int kLocal = kAccessLocalWrite;
 const size_t kPage = static_cast<size_t>(sysconf(_SC_PAGESIZE));
 constexpr size_t kPages = 64;
 
+// `len` bytes of fresh anonymous memory that lie in one 128 MiB-aligned
+// block (bridge_bytes' default): a bridge never crosses a block boundary, so
+// one in a test's buffer would make the test depend on where the kernel put
+// it. MAP_FAILED if nothing can be mapped.
+char* MapWithinOneBridgeBlock(size_t len) {
+  constexpr uintptr_t kBlock = uintptr_t{128} << 20;
+  void* raw = mmap(nullptr, 2 * len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (raw == MAP_FAILED) return static_cast<char*>(MAP_FAILED);
+  const uintptr_t first = reinterpret_cast<uintptr_t>(raw);
+  const uintptr_t boundary = (first + kBlock - 1) & ~(kBlock - 1);
+  const uintptr_t start = boundary > first && boundary < first + len ? boundary : first;
+  if (start > first) munmap(raw, start - first);
+  munmap(reinterpret_cast<void*>(start + len), first + 2 * len - (start + len));
+  return reinterpret_cast<char*>(start);
+}
+
 // A monitor that reports every release (bridging needs one), or "" if none
 // can be installed in this process.
 std::string CompleteMonitor() {
@@ -48,8 +64,7 @@ class BridgingTest : public ::testing::Test {
     monitor_ = CompleteMonitor();
     if (monitor_.empty()) GTEST_SKIP() << "neither the patch nor the uffd monitor installs here";
     config_.monitor = monitor_;
-    area_ = static_cast<char*>(
-        mmap(nullptr, kPages * kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+    area_ = MapWithinOneBridgeBlock(kPages * kPage);
     ASSERT_NE(area_, MAP_FAILED);
   }
 
