@@ -157,8 +157,9 @@ void AtomicMax(std::atomic<uint64_t>& a, uint64_t v) {
 constexpr int kMaxMissAttempts = 16;
 
 // The regions, counted from the least recently used, among which an
-// eviction for bytes takes the largest unused one (EvictBytesLocked): in a
-// cache of up to this many regions, all of them.
+// eviction for bytes takes the largest one that is unused and was not used
+// since it was registered (EvictBytesLocked): in a cache of up to this many
+// regions, all of them.
 constexpr size_t kSizeWindow = 32;
 
 // How long a miss waits for another thread's release of the same addresses

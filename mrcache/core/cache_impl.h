@@ -386,10 +386,11 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Evicts unused regions until `bytes` left the index or none is left;
   // returns the bytes that left it. Each victim is the largest region among
-  // the 32 least recently used that is unused and not hit since it was last
-  // placed (ties go to the older): when bytes are short, one large region
-  // frees what several small ones would, for one registration instead of
-  // several when they are used again (README.md, "Pinned-memory budget").
+  // the 32 least recently used that is unused and was not used since it was
+  // registered (ties go to the older), else the LRU tail: when bytes are
+  // short, one large region frees what several small ones would, for one
+  // registration instead of several when they are used again (README.md,
+  // "Pinned-memory budget").
   size_t EvictBytesLocked(size_t bytes, DeadList* dead) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Outside mu_: releases about `bytes` of unused regions, this cache's first,
   // then the other caches'; returns the bytes released.
@@ -472,8 +473,9 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
                    EvictionOrder order = EvictionOrder::kLeastRecentlyUsed)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The region EvictionOrder::kLargestOfTheOldest evicts, given that `tail`
-  // (the LRU tail) is unused and not hit since placed: the largest such
-  // region among the kSizeWindow (cache_impl.cc) nearest the tail.
+  // (the LRU tail) is unused and not hit since placed: the largest region
+  // among the kSizeWindow (cache_impl.cc) nearest the tail that is unused and
+  // was not used since it was registered, else `tail`.
   Region* LargestEvictableFromLocked(Region* tail) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RecheckRetiredLocked(DeadList* dead) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FoldOrphansLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
