@@ -1780,9 +1780,7 @@ void CacheImpl::EvictLocked(Pred over, DeadList* dead, EvictionOrder order) {
   size_t victims = 0;
   while (over() && lru_tail_ != nullptr && budget-- > 0) {
     Region* r = lru_tail_;
-    uint64_t used = 0;
-    int64_t refs = TotalRefsLocked(r, &used);
-    if (used > r->lru_stamp || refs != 0) {
+    if (!UnusedSincePlacedLocked(r)) {
       TouchLocked(r);
       continue;
     }
@@ -1805,10 +1803,14 @@ Region* CacheImpl::LargestEvictableFromLocked(Region* tail) {
     // Ties keep the older region; the references and the recency of a
     // region that would not win are never summed.
     if (c->length() <= best->length() || c->lru_stamp != c->install_stamp) continue;
-    uint64_t used = 0;
-    if (TotalRefsLocked(c, &used) == 0 && used <= c->lru_stamp) best = c;
+    if (UnusedSincePlacedLocked(c)) best = c;
   }
   return best;
+}
+
+bool CacheImpl::UnusedSincePlacedLocked(const Region* r) const {
+  uint64_t used = 0;
+  return TotalRefsLocked(r, &used) == 0 && used <= r->lru_stamp;
 }
 
 void CacheImpl::FoldOrphansLocked() {

@@ -477,6 +477,9 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   // among the kSizeWindow (cache_impl.cc) nearest the tail that is unused and
   // was not used since it was registered, else `tail`.
   Region* LargestEvictableFromLocked(Region* tail) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // True if r holds no reference and was not hit since it was last placed at
+  // the LRU head: an eviction may take it.
+  bool UnusedSincePlacedLocked(const Region* r) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RecheckRetiredLocked(DeadList* dead) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FoldOrphansLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void BumpGenerationAndFence() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
