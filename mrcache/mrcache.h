@@ -33,8 +33,9 @@
  * limit, at least 64 KiB, at most half), or no limit if RLIMIT_MEMLOCK is
  * unlimited or the process has CAP_IPC_LOCK; max_bytes lowers it further.
  * All caches of a process share that budget: a cache short of room first
- * evicts its own unused regions (least recently used first, only until the
- * request fits), then asks the other caches for theirs. A miss larger than a
+ * evicts its own unused regions (only until the request fits: among the 32
+ * least recently used, the largest not used since it was registered, else
+ * the least recently used), then asks the other caches for theirs. A miss larger than a
  * quarter of the budget that does not fit beside the pinned bytes gets a
  * registration for itself, deregistered at mrc_put (counted in
  * mrc_stats_t.bypassed), unless the same pages were served so among the

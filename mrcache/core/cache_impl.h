@@ -378,8 +378,8 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   size_t ProcessBudget() const { return budget_ != nullptr ? budget_->budget() : 0; }
   // Fits `plan` into the process budget: a widened plan (merge, bridge,
   // alignment) is kept only if it fits without evicting, else narrowed to
-  // [exact_start, exact_end); then this cache's unused regions are evicted,
-  // least recently used first, until it fits. Returns the bytes still
+  // [exact_start, exact_end); then this cache's unused regions are evicted
+  // (EvictBytesLocked) until it fits. Returns the bytes still
   // missing (to ask of the other caches), 0 if it fits or if even the exact
   // pages exceed the budget (they are tried anyway, without evicting).
   size_t FitPlanLocked(MissPlan* plan, uintptr_t exact_start, uintptr_t exact_end, DeadList* dead)

@@ -56,9 +56,9 @@ class PinBudget {
   // A cache that can give back unused registrations.
   class Member {
    public:
-    // Deregisters unused regions, least recently used first, until about
-    // `bytes` are released or none is left; returns the bytes released. Called
-    // without any lock of the caller held.
+    // Deregisters unused regions (in the order the cache evicts for bytes)
+    // until about `bytes` are released or none is left; returns the bytes
+    // released. Called without any lock of the caller held.
     virtual size_t ReclaimUnused(size_t bytes) = 0;
 
    protected:
