@@ -43,7 +43,8 @@
  * merged, bridged or aligned region only while it fits without evicting;
  * the requested pages themselves are always tried. If the registrar still refuses (ENOMEM or
  * EAGAIN) although the request fits the budget, something else pins too: the
- * budget is lowered to what was pinned then and recovers gradually. A
+ * budget is lowered to what was pinned then and recovers gradually (it is
+ * forgotten when the last cache of the process is destroyed). A
  * request that cannot fit even with every unused region gone fails with
  * ENOMEM (EAGAIN if that is what the registrar said), whose message names
  * the limit and the bytes pinned; regions in use

@@ -135,6 +135,8 @@ void PinBudget::Leave(Member* m) {
         break;
       }
     }
+    // The last cache is gone: what refusals taught ends with it.
+    if (members_ == nullptr) learned_.store(SIZE_MAX, std::memory_order_relaxed);
     lock.Unlock();
     delete node;
     return;

@@ -18,8 +18,11 @@
 // (Lower) and recovers gradually: each successful registration raises it by
 // 1/16 of its own size (Accepted), so that a refusal costs at most one failed
 // call per 16 registrations while the other pins stay; never above the
-// computed budget. Without a computed budget (no limit applies) refusals
-// teach nothing: they are device limits, not a pinned-bytes ceiling.
+// computed budget. What refusals taught lasts while any cache is a member
+// and ends when the last one leaves: the next cache starts from the computed
+// budget (one refusal teaches it again if the other pins are still there).
+// Without a computed budget (no limit applies) refusals teach nothing: they
+// are device limits, not a pinned-bytes ceiling.
 //
 // Members: each cache joins (Join) and leaves (Leave, which waits for a
 // reclaim of that cache under way); a cache short of room asks the others to
@@ -94,7 +97,8 @@ class PinBudget {
   void Accepted(size_t bytes);
 
   void Join(Member* m);
-  // Removes m; returns once no reclaim of m is under way.
+  // Removes m; returns once no reclaim of m is under way. The last member's
+  // leaving forgets what refusals taught (Lower).
   void Leave(Member* m);
   // Asks every member but `self` to release unused regions until `bytes` are
   // released in all; returns the bytes released.

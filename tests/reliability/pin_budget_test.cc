@@ -25,6 +25,8 @@
 //      cache's request takes room from the other's unused regions;
 //  (e) pins the cache does not know about lower the budget at the first
 //      refusal, without emptying the cache, and it recovers once they go;
+//  (e') what a refusal taught is shared by the caches alive and forgotten
+//      when the last one is destroyed;
 //  (f) a request over a quarter of the budget that does not fit beside the
 //      pinned bytes gets a registration for itself, deregistered at put,
 //      rather than displacing the cache for good; seen again soon, it is
@@ -463,6 +465,59 @@ TEST(PinBudgetTest, ForeignPinsLowerTheBudgetWhichRecoversWhenTheyGo) {
       static_cast<unsigned long long>(o.evictions),
       static_cast<unsigned long long>(o.lowered_budget),
       static_cast<unsigned long long>(o.recovered_budget));
+}
+
+struct LessonOutcome {
+  int setup_errno = 0;
+  uint64_t lowered_budget = 0;       // cache A's, after the refusal
+  uint64_t second_cache_budget = 0;  // cache B's, created while A lives
+  uint64_t next_cache_budget = 0;    // cache C's, created after A and B are gone
+};
+
+// Cache A learns from a refusal (the application pins 512 KiB itself); B
+// is created while A lives; C after both are destroyed, the foreign pins
+// still in place.
+LessonOutcome RunLessonLifetime() {
+  LessonOutcome out;
+  constexpr int kCount = 16;
+  constexpr size_t kForeign = 512 * kKiB;
+  Buffers bufs(kCount, kBuffer);
+  Buffers foreign(1, kForeign);
+  if (!bufs.ok() || !foreign.ok() || syscall(SYS_mlock, foreign.at(0), kForeign) != 0) {
+    out.setup_errno = errno ? errno : ENOMEM;
+    return out;
+  }
+  {
+    Counted a(0);
+    if (a.setup_errno != 0) {
+      out.setup_errno = a.setup_errno;
+      return out;
+    }
+    for (int i = 0; i < kCount; ++i) a.Touch(bufs.at(i), kBuffer);
+    out.lowered_budget = a.cache->stats().pin_budget_bytes;
+    Counted b(0);
+    if (b.setup_errno != 0) {
+      out.setup_errno = b.setup_errno;
+      return out;
+    }
+    out.second_cache_budget = b.cache->stats().pin_budget_bytes;
+  }
+  Counted c(0);
+  if (c.setup_errno != 0) {
+    out.setup_errno = c.setup_errno;
+    return out;
+  }
+  out.next_cache_budget = c.cache->stats().pin_budget_bytes;
+  syscall(SYS_munlock, foreign.at(0), kForeign);
+  return out;
+}
+
+TEST(PinBudgetTest, ARefusalsLessonIsSharedWhileACacheLivesAndForgottenAfterTheLast) {
+  const LessonOutcome o = RunLimited<LessonOutcome>(RunLessonLifetime);
+  ASSERT_EQ(o.setup_errno, 0) << std::strerror(o.setup_errno);
+  EXPECT_LT(o.lowered_budget, kBudget) << "the foreign pins exceed the headroom";
+  EXPECT_EQ(o.second_cache_budget, o.lowered_budget);
+  EXPECT_EQ(o.next_cache_budget, kBudget);
 }
 
 struct PassesOutcome {
