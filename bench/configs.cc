@@ -79,11 +79,13 @@ Row RunConfig(const std::string& name, const Trace& trace, const BenchOptions& o
   row.config = name;
   row.workload = trace.name;
   row.max_regions = options.max_regions;
+  // The peers that have no pin budget of their own (the optimum, UCX's
+  // max_size) keep within the caches' one.
+  size_t budgeted_bytes = options.max_bytes;
+  if (options.pin_budget != 0 && (budgeted_bytes == 0 || options.pin_budget < budgeted_bytes))
+    budgeted_bytes = options.pin_budget;
   if (name == "belady-nomerge") {
-    size_t bytes = options.max_bytes;
-    if (options.pin_budget != 0 && (bytes == 0 || options.pin_budget < bytes))
-      bytes = options.pin_budget;
-    const OptimalResult r = OptimalHits(TraceEvents(trace), options.max_regions, bytes);
+    const OptimalResult r = OptimalHits(TraceEvents(trace), options.max_regions, budgeted_bytes);
     row.timed = false;
     row.transfers = r.accesses;
     row.hits = r.hits;
@@ -103,7 +105,7 @@ Row RunConfig(const std::string& name, const Trace& trace, const BenchOptions& o
       return MakeBenchRegistrar(LimitedConfig(options, trace));
     };
     spec.max_regions = options.max_regions;
-    spec.max_bytes = options.max_bytes;
+    spec.max_bytes = budgeted_bytes;
     spec.options = replay;
     result = RunUcxPeer(trace, spec);
   } else if (name == "none" || name == "mrcache" || name == "mrcache-nomerge") {

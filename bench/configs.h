@@ -3,7 +3,9 @@
 //   none             register + deregister around every transfer (NoneDriver)
 //   mrcache          mrcache::Cache with its defaults (MrcacheDriver)
 //   mrcache-nomerge  the same with max_merge_bytes = 0
-//   ucx              UCX 1.13 ucs_rcache, in a child process (ucx_peer.h)
+//   ucx              UCX 1.13 ucs_rcache, in a child process (ucx_peer.h);
+//                    under a pin budget, that budget is its max_size (UCX
+//                    has no budget of its own and fails at the limit)
 //   belady-nomerge   Belady's MIN for a cache that never merges (belady.h):
 //                    the fewest registrations any non-merging cache with the
 //                    same limits could make, so a merging cache can beat it.
@@ -32,8 +34,9 @@ struct BenchOptions {
   mrcache::Config base;  // registrar name and parameters (limits are set per run)
   size_t max_regions = 256;
   size_t max_bytes = 0;
-  // The pinned-memory budget the caches work within (mrbench --memlock), so
-  // that `belady-nomerge` respects it too; 0 = none.
+  // The pinned-memory budget the caches work within (RLIMIT_MEMLOCK applies,
+  // e.g. mrbench --memlock), so that `belady-nomerge` and `ucx` respect it
+  // too; 0 = none.
   size_t pin_budget = 0;
   bool verify = false;
 };

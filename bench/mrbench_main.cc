@@ -55,7 +55,8 @@ registrar time) and stale registrations found by --verify.
   --max-bytes SIZE     cache limit on pinned bytes, e.g. 64M (default 0 = unlimited)
   --memlock SIZE       run as an unprivileged process would: drop CAP_IPC_LOCK and set
                        RLIMIT_MEMLOCK (soft and hard) to SIZE, e.g. 8M, before anything
-                       runs; `belady-nomerge` then keeps within the caches' pin budget
+                       runs; `belady-nomerge` then keeps within the caches' pin budget,
+                       and `ucx` gets it as its max_size
   --configs LIST       comma-separated subset of: none, mrcache, mrcache-nomerge, ucx,
                        belady-nomerge (Belady's MIN for a cache that never merges; `optimal`
                        is accepted for it)
@@ -301,7 +302,7 @@ int Main(int argc, char** argv) {
   if ((flags.memlock != 0 || options.pin_budget != 0) && registrar_pins) {
     std::printf(
         "mrbench: RLIMIT_MEMLOCK %s, CAP_IPC_LOCK %s: the caches' pin budget is %s; belady-nomerge "
-        "keeps within it\n",
+        "keeps within it and ucx gets it as its max_size\n",
         HumanBytes(memlock_limit).c_str(), mrcache::PinsCountAgainstMemlock() ? "dropped" : "held",
         HumanBytes(options.pin_budget).c_str());
   } else if (memlock_limit != 0) {

@@ -102,8 +102,20 @@ TEST(Mrbench, UringVerifiesEveryTransferAndFindsNothingStale) {
   Outcome o = RunMrbench(
       "--registrar uring --ops 2000 --workload churn,pingpong --configs none,mrcache,ucx");
   if (o.output.find("io_uring") != std::string::npos && o.exit_code != 0) GTEST_SKIP() << o.output;
-  ASSERT_EQ(o.exit_code, 0) << o.output;
   EXPECT_NE(o.output.find("verify on"), std::string::npos) << o.output;
+  EXPECT_EQ(o.output.find("stale registration"), std::string::npos) << o.output;
+  if (o.output.find("the caches' pin budget is") == std::string::npos) {
+    ASSERT_EQ(o.exit_code, 0) << o.output;
+    return;
+  }
+  // Unprivileged (RLIMIT_MEMLOCK applies): UCX has no pin budget of its own
+  // and may fail at the limit, which its row reports; every other row runs.
+  std::istringstream lines(o.output);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.find("FAILED") == std::string::npos) continue;
+    EXPECT_NE(line.find(" ucx "), std::string::npos) << "only UCX may fail: " << line;
+    EXPECT_NE(line.find("Cannot allocate memory"), std::string::npos) << line;
+  }
 }
 
 TEST(Mrbench, MemlockRunsUnprivilegedAndKeepsEveryConfigurationWithinThePinBudget) {
