@@ -39,6 +39,12 @@
 //                                   would (ucm_vm_munmap, ucs_api.h). The
 //                                   `releases_per_ms` counter is the
 //                                   churner's rate during the timed loop.
+//   BM_MrcacheHitUnderMunmapStorm / the same over 64 or 4,096 regions while
+//   BM_UcxHitUnderMunmapStorm       the churner maps and unmaps 4 KiB as fast
+//                                   as it can without touching it (no TLB
+//                                   shootdown: the rate the other threads
+//                                   allow the touching churner on a VM is
+//                                   below 100 per ms)
 //   BM_MrcacheRandomHitUnderRegionChurn /  the random hits over 10,000 or
 //   BM_UcxRandomHitUnderRegionChurn   100,000 regions while the churner also
 //                                   gets and puts each page it maps, so that
@@ -428,19 +434,22 @@ void BM_UcxRandomHit(benchmark::State& state) {
 // The churner: maps, touches and unmaps 4 KiB, `per_ms` times per millisecond
 // (0: as fast as it can), reporting each release to UCX if `ucx` is set.
 // With `use`, it calls use(page) before each unmap (a get and put of the
-// page, so that the unmap invalidates a cached region).
+// page, so that the unmap invalidates a cached region). With touch = false
+// it never writes the page: the unmap then needs no TLB shootdown of the
+// other threads' CPUs, which on a VM caps the touching churner below 100
+// releases per ms whenever another thread of the process runs.
 class Churner {
  public:
-  void Start(int per_ms, const UcsApi* ucx, void (*use)(char*) = nullptr) {
+  void Start(int per_ms, const UcsApi* ucx, void (*use)(char*) = nullptr, bool touch = true) {
     stop_ = false;
     releases_ = 0;
-    thread_ = std::thread([this, per_ms, ucx, use] {
+    thread_ = std::thread([this, per_ms, ucx, use, touch] {
       timespec next;
       clock_gettime(CLOCK_MONOTONIC, &next);
       while (!stop_.load(std::memory_order_relaxed)) {
         void* p = mmap(nullptr, kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (p == MAP_FAILED) continue;
-        static_cast<char*>(p)[0] = 1;
+        if (touch) static_cast<char*>(p)[0] = 1;
         if (use != nullptr) use(static_cast<char*>(p));
         munmap(p, kPage);
         if (ucx != nullptr) ucx->vm_munmap(p, kPage);
@@ -504,6 +513,14 @@ void TearDownUcxHitUnderChurn(const benchmark::State& state) {
   g_churner.Stop();
   TearDownUcx(state);
 }
+void SetUpMrcacheHitUnderMunmapStorm(const benchmark::State& state) {
+  FillMrcache(state, DefaultMonitor());
+  g_churner.Start(0, nullptr, nullptr, /*touch=*/false);
+}
+void SetUpUcxHitUnderMunmapStorm(const benchmark::State& state) {
+  SetUpUcxHit(state);
+  g_churner.Start(0, &g_ucx.cache->api(), nullptr, /*touch=*/false);
+}
 
 // Runs `body` and reports the churner's rate over it.
 void WithChurnRate(benchmark::State& state, void (*body)(benchmark::State&)) {
@@ -515,6 +532,8 @@ void WithChurnRate(benchmark::State& state, void (*body)(benchmark::State&)) {
 // range(0) is the working set (regions), range(1) the churn rate.
 void BM_MrcacheHitUnderChurn(benchmark::State& state) { WithChurnRate(state, BM_MrcacheHit); }
 void BM_UcxHitUnderChurn(benchmark::State& state) { WithChurnRate(state, BM_UcxHit); }
+void BM_MrcacheHitUnderMunmapStorm(benchmark::State& state) { WithChurnRate(state, BM_MrcacheHit); }
+void BM_UcxHitUnderMunmapStorm(benchmark::State& state) { WithChurnRate(state, BM_UcxHit); }
 
 // ---- random hits while another thread's cached regions come and go ------------
 // The random hits above, over range(0) regions, while the churner gets, puts
@@ -582,6 +601,14 @@ BENCHMARK(BM_MrcacheHitUnderChurn)
 BENCHMARK(BM_UcxHitUnderChurn)
     ->Apply(ChurnArgs)
     ->Setup(SetUpUcxHitUnderChurn)
+    ->Teardown(TearDownUcxHitUnderChurn);
+BENCHMARK(BM_MrcacheHitUnderMunmapStorm)
+    ->Apply(HitArgs)
+    ->Setup(SetUpMrcacheHitUnderMunmapStorm)
+    ->Teardown(TearDownMrcacheHitUnderChurn);
+BENCHMARK(BM_UcxHitUnderMunmapStorm)
+    ->Apply(HitArgs)
+    ->Setup(SetUpUcxHitUnderMunmapStorm)
     ->Teardown(TearDownUcxHitUnderChurn);
 BENCHMARK(BM_MrcacheRandomHitUnderRegionChurn)
     ->Apply(RegionChurnArgs)
