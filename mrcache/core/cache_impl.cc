@@ -896,6 +896,10 @@ Region* CacheImpl::InstallLocked(ThreadCache* tc, const Miss& miss, const Attemp
   LruPushFrontLocked(r);
   CountRegistration(r->length());
   Region* replaced = UnindexContainedLocked(r);
+  // A union keeps the use its parts had earned (EvictLocked).
+  for (Region* p = replaced; p != nullptr; p = p->next_dead) {
+    if (p->periods_used > r->periods_used) r->periods_used = p->periods_used;
+  }
   TakeRefLocked(tc, r);
   if (replaced != nullptr) SettleLocked(replaced, dead);
   FillLookupLocked(tc, miss.start, miss.end, miss.user_access, r);
@@ -1587,6 +1591,12 @@ void CacheImpl::TouchLocked(Region* r) {
   LruPushFrontLocked(r);
 }
 
+void CacheImpl::RequeueLocked(Region* r) {
+  if (lru_head_ == r) return;
+  LruUnlinkLocked(r);
+  LruPushFrontLocked(r);
+}
+
 void CacheImpl::LruPushFrontLocked(Region* r) {
   r->lru_prev = nullptr;
   r->lru_next = lru_head_;
@@ -1767,21 +1777,34 @@ void CacheImpl::SpoilPendingLocked(uintptr_t start, uintptr_t end) {
 
 template <typename Pred>
 void CacheImpl::EvictLocked(Pred over, DeadList* dead, EvictionOrder order) {
-  // CLOCK-style LRU: a region hit on the fast path since it was last placed
-  // (the max of its own stamp and its threads' slot stamps > lru_stamp) gets
-  // a second chance at the head. Regions that hold references are skipped
-  // (moved to the head). The reference counts are re-checked after the fence
-  // in SettleLocked; a region that turned out to be in use stays retired
-  // until its last put (never deregistered early).
+  // Generalised CLOCK over the LRU list: a region hit since it was last
+  // placed (the max of its own stamp and its threads' slot stamps >
+  // lru_stamp) goes back to the head and earns one period of use
+  // (periods_used, at most Region::kMaxPeriodsUsed). In LRU order (counted
+  // regions) one found unused spends a period and goes back to the head, and
+  // is evicted only with none left: a region used in many periods (a popular
+  // one) outlives several passes that a region used once does not. Evicting
+  // for bytes goes by size instead (LargestEvictableFromLocked), where
+  // periods would keep large regions that hold the budget. Regions that
+  // hold references are skipped (moved to the head). The reference counts
+  // are re-checked after the fence in SettleLocked; a region that turned out
+  // to be in use stays retired until its last put (never deregistered
+  // early).
   // This thread's deferred stamps first: its own recent uses count.
   if (ThreadCache* mine = FindThreadCache(uid_)) FoldDisplacedLocked(mine);
   Region* candidates = nullptr;
-  size_t budget = index_.size() * 2 + 1;
+  size_t budget = index_.size() * (Region::kMaxPeriodsUsed + 2) + 1;
   size_t victims = 0;
   while (over() && lru_tail_ != nullptr && budget-- > 0) {
     Region* r = lru_tail_;
     if (!UnusedSincePlacedLocked(r)) {
+      if (r->periods_used < Region::kMaxPeriodsUsed) ++r->periods_used;
       TouchLocked(r);
+      continue;
+    }
+    if (order == EvictionOrder::kLeastRecentlyUsed && r->periods_used > 0) {
+      --r->periods_used;
+      RequeueLocked(r);
       continue;
     }
     if (order == EvictionOrder::kLargestOfTheOldest) r = LargestEvictableFromLocked(r);

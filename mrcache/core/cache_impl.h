@@ -480,6 +480,9 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   // True if r holds no reference and was not hit since it was last placed at
   // the LRU head: an eviction may take it.
   bool UnusedSincePlacedLocked(const Region* r) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Moves r to the LRU head without a new stamp: unused since placed stays
+  // true (an eviction pass that spends one of its periods_used).
+  void RequeueLocked(Region* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RecheckRetiredLocked(DeadList* dead) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FoldOrphansLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void BumpGenerationAndFence() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

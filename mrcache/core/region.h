@@ -58,6 +58,12 @@ class Region {
   uint64_t install_stamp = 0;  // lru_stamp when it was installed (a region
                                // never used since: lru_stamp still equal, and
                                // no slot's stamp above it)
+  // Eviction passes that found it used since it was placed, saturating at
+  // kMaxPeriodsUsed; an eviction for max_regions that finds it unused spends
+  // one before it may take it (generalised CLOCK: frequency of use, aged by
+  // evictions; CacheImpl::EvictLocked).
+  static constexpr uint8_t kMaxPeriodsUsed = 3;
+  uint8_t periods_used = 0;
   Region* lru_prev = nullptr;  // LRU list of cached regions (head = most recent)
   Region* lru_next = nullptr;
   Region* next_dead = nullptr;  // deregistration batch, or the retired list

@@ -783,19 +783,23 @@ TEST_P(HitPathTest, FastPathHitOnAThreadThatExitedStillCountsAsAUse) {
   EXPECT_FALSE(Registered(2));
 }
 
-TEST_P(HitPathTest, FastPathHitOnThisThreadGivesTheRegionOneSecondChance) {
+TEST_P(HitPathTest, FastPathHitOnThisThreadEarnsTheRegionOnePeriodOfUse) {
   config_.max_regions = 2;
   Use(0);
   Use(2);
   Use(0);  // fast-path hit after page 2 was placed
-  Use(4);  // page 0 gets its second chance; page 2 is evicted
+  Use(4);  // page 0, used since placed, goes to the head with a period; page 2 is evicted
   EXPECT_TRUE(Registered(0));
   EXPECT_FALSE(Registered(2));
   Use(6);  // evicts page 4 (page 0 was placed at the head after 4)
   EXPECT_FALSE(Registered(4));
-  Use(8);  // page 0 is the tail again, with no hit since: evicted
-  EXPECT_FALSE(Registered(0)) << "the second chance is spent until the next hit";
-  EXPECT_EQ(cache().stats().evictions, 3u);
+  Use(8);  // page 0 is the tail, unused since: it spends its period; page 6 is evicted
+  EXPECT_TRUE(Registered(0)) << "a period of use outlives one eviction pass";
+  EXPECT_FALSE(Registered(6));
+  Use(10);  // evicts page 8
+  Use(12);  // page 0 is the tail again, with no period left and no hit since: evicted
+  EXPECT_FALSE(Registered(0)) << "the period is spent until the next hit";
+  EXPECT_EQ(cache().stats().evictions, 5u);
 }
 
 TEST_P(HitPathTest, InvalidatedRegionGotOnTheFastPathIsDeregisteredAtItsLastPut) {
