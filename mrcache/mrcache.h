@@ -192,7 +192,8 @@ typedef struct {
       pinned_bytes, registrar_ns;
   uint64_t peak_pinned_bytes, registrar_failures,
       bypassed; /* registered for one get alone, deregistered at its put: MW_BIND, ZERO_BASED,
-                   and misses too large for the pin budget ("Pinned-memory budget") */
+                   misses too large for the pin budget ("Pinned-memory budget"), and first
+                   misses of a full cache (README, "Admission when the cache is full") */
   uint64_t
       remote_private; /* requests with remote rights registered privately (remote_keys=private) */
   uint64_t monitor_incomplete; /* 1: the monitor reports less than `auto` promises (cause logged at

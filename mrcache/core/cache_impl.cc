@@ -194,7 +194,16 @@ CacheImpl::CacheImpl(const Config& config, std::unique_ptr<Registrar> registrar)
       page_(static_cast<size_t>(sysconf(_SC_PAGESIZE))),
       pid_(getpid()),
       fork_generation_(ForkGeneration()),
-      tsc_ticks_(Ticks().tsc) {}
+      tsc_ticks_(Ticks().tsc),
+      seen_misses_(AdmissionBits(config.max_regions), kAdmissionWindow * config.max_regions) {}
+
+size_t CacheImpl::AdmissionBits(size_t max_regions) {
+  // 16 bits per remembered miss (about 1 in 16 unseen pages taken as seen),
+  // at most kAdmissionMaxBits; the smallest filter where admission is off.
+  if (max_regions < kAdmissionMinRegions) return 64;
+  const size_t bits = 16 * kAdmissionWindow * max_regions;
+  return bits < kAdmissionMaxBits ? bits : kAdmissionMaxBits;
+}
 
 absl::StatusOr<std::unique_ptr<CacheImpl>> CacheImpl::Create(const Config& config,
                                                              std::unique_ptr<Registrar> registrar) {
@@ -607,6 +616,7 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
   if (tc->slow_hit_expected) {
     if (Region* hit = HitShared(tc, &miss)) return hit;
   }
+  bool may_bypass = true;  // until a registration of its own is refused
   for (;;) {
     DeadList dead;
     PendingMiss pending;
@@ -626,6 +636,16 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
         lock.Unlock();
         discard();
         return hit;
+      }
+      if (may_bypass && NotAdmittedLocked(miss)) {
+        lock.Unlock();
+        discard();
+        absl::StatusOr<Region*> own =
+            AcquireBypass(miss.page_start, miss.page_end, miss.access, BypassKind::kNotAdmitted);
+        const int err = own.ok() ? 0 : StatusToErrno(own.status());
+        if (err != ENOMEM && err != EAGAIN) return own;
+        may_bypass = false;  // the normal path makes room and retries
+        continue;
       }
       installs_seen = installs_;
       shortfall = PlanAttemptLocked(&miss, &plan, &pending, &dead);
@@ -946,7 +966,9 @@ absl::StatusOr<Region*> CacheImpl::AcquireBypass(uintptr_t start, uintptr_t end,
   // the range, never shared, deregistered on put.
   absl::StatusOr<Registration> reg = TimedRegister(start, end, access);
   if (!reg.ok()) {
-    if (kind != BypassKind::kOversized) registrar_failures_.fetch_add(1, std::memory_order_relaxed);
+    if (kind != BypassKind::kOversized && kind != BypassKind::kNotAdmitted) {
+      registrar_failures_.fetch_add(1, std::memory_order_relaxed);
+    }
     return reg.status();
   }
   auto* r = new Region;
@@ -1829,6 +1851,27 @@ Region* CacheImpl::LargestEvictableFromLocked(Region* tail) {
     if (UnusedSincePlacedLocked(c)) best = c;
   }
   return best;
+}
+
+bool CacheImpl::NotAdmittedLocked(const Miss& miss) {
+  const size_t max_regions = config_.max_regions;
+  if (max_regions < kAdmissionMinRegions || index_.size() < max_regions) return false;
+  const size_t budget = ProcessBudget();
+  if (budget != 0 && budget_->pinned() + (miss.page_end - miss.page_start) > budget) return false;
+  // Pages that touch a cached region may merge with it (and replace it,
+  // adding no region); a plan that bridges widens: both are cached.
+  bool overlaps = false;
+  index_.ForEachOverlap(miss.plan_start, miss.plan_end,
+                        [&overlaps](uintptr_t, uintptr_t, Region*) { overlaps = true; });
+  if (overlaps) return false;
+  if (miss.allow_merge) {
+    const MissPlan plan = PlanMissLocked(miss.plan_start, miss.plan_end, miss.access);
+    if (plan.start != miss.plan_start || plan.end != miss.plan_end || plan.has_block()) {
+      return false;
+    }
+  }
+  const uint64_t key = (miss.page_start / page_) * 0x100000001B3ull ^ (miss.page_end / page_);
+  return !seen_misses_.TestAndSet(key);
 }
 
 bool CacheImpl::UnusedSincePlacedLocked(const Region* r) const {

@@ -120,6 +120,7 @@
 #include "mrcache/core/interval_tree.h"
 #include "mrcache/core/invalidation_ring.h"
 #include "mrcache/core/region.h"
+#include "mrcache/core/seen_filter.h"
 #include "mrcache/core/thread_cache.h"
 #include "mrcache/monitors/memory_events.h"
 #include "mrcache/monitors/monitor.h"
@@ -335,7 +336,9 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   // remote rights under remote_keys=private (remote_private), or a miss too
   // large for the pin budget (bypassed; a refusal is not counted as a
   // registrar failure, since the normal path then retries it).
-  enum class BypassKind { kDedicated, kRemotePrivate, kOversized };
+  // Also: a first miss of a full cache (AdmitLaterLocked; bypassed, and a
+  // refusal sends it down the normal path, which makes room).
+  enum class BypassKind { kDedicated, kRemotePrivate, kOversized, kNotAdmitted };
   // A dedicated registration of exactly [start, end), never shared,
   // deregistered at put, counted as `kind` says.
   absl::StatusOr<Region*> AcquireBypass(uintptr_t start, uintptr_t end, int access,
@@ -480,6 +483,10 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   // True if r holds no reference and was not hit since it was last placed at
   // the LRU head: an eviction may take it.
   bool UnusedSincePlacedLocked(const Region* r) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The admission rule above for a miss that found no covering region: true
+  // if it is not admitted (a registration of its own). Records its pages.
+  bool NotAdmittedLocked(const Miss& miss) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  static size_t AdmissionBits(size_t max_regions);
   // Moves r to the LRU head without a new stamp: unused since placed stays
   // true (an eviction pass that spends one of its periods_used).
   void RequeueLocked(Region* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -588,6 +595,20 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   };
   PageRange oversized_seen_[kOversizedSeen] ABSL_GUARDED_BY(mu_);
   unsigned oversized_next_ ABSL_GUARDED_BY(mu_) = 0;
+  // Admission. With max_regions of at least kAdmissionMinRegions, a miss
+  // that finds the cache full by count, while the pin budget has room for
+  // it, and that would register exactly its own pages (nothing to merge or
+  // bridge) is cached only if its pages were such a miss within the last 1
+  // to 2 windows of kAdmissionWindow x max_regions of them (seen_misses_,
+  // 16 bits per miss in each of its two bitsets); otherwise it gets
+  // a registration of its own, deregistered at put. Pages asked for once
+  // (a scan, a cold key) then do not push out regions used again and again;
+  // pages that come back are cached at their second miss. Smaller caches
+  // keep every miss (the window would be a handful of misses).
+  static constexpr size_t kAdmissionMinRegions = 64;
+  static constexpr size_t kAdmissionWindow = 2;
+  static constexpr size_t kAdmissionMaxBits = size_t{1} << 18;
+  SeenFilter seen_misses_ ABSL_GUARDED_BY(mu_);
   // The generation read before the last drain of ring_ (MaintainLocked),
   // raised by this cache's own bumps that no report raced with. A lookup
   // entry is filled with it, never with a later generation: a release pushed
