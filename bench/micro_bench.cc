@@ -6,9 +6,16 @@
 //                                   64 or 4,096 registered regions; with 2
 //                                   threads both threads use the SAME regions
 //   BM_MrcacheMiss / BM_UcxMiss     get+put that always misses (4,096 ranges
-//                                   cycled through a 64-region cache): lookup,
+//                                   cycled through a 63-region cache): lookup,
 //                                   registration, eviction, all at zero
-//                                   registrar cost (pure cache overhead)
+//                                   registrar cost (pure cache overhead).
+//                                   63: below mrcache's admission threshold
+//                                   (64), so that every miss is cached and
+//                                   evicts, as UCX's does
+//   BM_MrcacheMissNotAdmitted       the same through 64 regions: each range
+//                                   is new to the full cache, which registers
+//                                   it for the get alone (README, "Admission
+//                                   when the cache is full")
 //   BM_MrcacheMissAfterInvalidate   invalidate a cached range, then get it:
 //                                   the drain of the invalidation ring plus a
 //                                   miss (compare with BM_MrcacheMiss)
@@ -252,7 +259,9 @@ void BM_UcxHit(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations());
 }
 
-// ---- misses: 4,096 ranges through 64 regions, so every get misses ------------
+// ---- misses: 4,096 ranges through kMissRegions regions: every get misses ------
+// Below the admission threshold (64): every miss is cached, evicting one region.
+constexpr size_t kMissRegions = 63;
 void MissLoop(benchmark::State& state, mrcache::Cache& cache) {
   size_t i = 0;
   for (auto _ : state) {
@@ -268,13 +277,18 @@ void MissLoop(benchmark::State& state, mrcache::Cache& cache) {
   state.counters["hits"] = double(cache.stats().hits);
 }
 void MrcacheMiss(benchmark::State& state, const std::string& monitor) {
-  std::unique_ptr<mrcache::Cache> cache = MakeCache(64, monitor);
+  std::unique_ptr<mrcache::Cache> cache = MakeCache(kMissRegions, monitor);
   MissLoop(state, *cache);
 }
 void BM_MrcacheMiss(benchmark::State& state) { MrcacheMiss(state, "none"); }
+void BM_MrcacheMissNotAdmitted(benchmark::State& state) {
+  std::unique_ptr<mrcache::Cache> cache = MakeCache(kMissRegions + 1);
+  MissLoop(state, *cache);
+  state.counters["bypassed"] = double(cache->stats().bypassed);
+}
 void BM_MrcacheMissDefaultMonitor(benchmark::State& state) { MrcacheMiss(state, DefaultMonitor()); }
 void BM_MrcacheMissNullRegistrar(benchmark::State& state) {
-  mrcache::Config config = ZeroCostConfig(64, DefaultMonitor());
+  mrcache::Config config = ZeroCostConfig(kMissRegions, DefaultMonitor());
   auto made = mrcache::Cache::Create(config, std::make_unique<NullRegistrar>());
   if (!made.ok()) {
     state.SkipWithError("cache creation failed");
@@ -299,13 +313,13 @@ void UcxMissLoop(benchmark::State& state, UcxRcache& cache) {
   state.SetItemsProcessed(state.iterations());
 }
 void BM_UcxMiss(benchmark::State& state) {
-  Ucx ucx = MakeUcx(64);
+  Ucx ucx = MakeUcx(kMissRegions);
   UcxMissLoop(state, *ucx.cache);
 }
 void BM_UcxMissNullRegistrar(benchmark::State& state) {
   NullRegistrar registrar;
   auto api = LoadUcsWithoutHooks();
-  auto cache = api.ok() ? UcxRcache::Create(**api, registrar, 64, 0, kAccess)
+  auto cache = api.ok() ? UcxRcache::Create(**api, registrar, kMissRegions, 0, kAccess)
                         : absl::StatusOr<std::unique_ptr<UcxRcache>>(api.status());
   if (!cache.ok()) {
     state.SkipWithError("ucs_rcache creation failed");
@@ -619,6 +633,7 @@ BENCHMARK(BM_UcxRandomHitUnderRegionChurn)
     ->Setup(SetUpUcxRandomHitUnderRegionChurn)
     ->Teardown(TearDownUcxHitUnderChurn);
 BENCHMARK(BM_MrcacheMiss);
+BENCHMARK(BM_MrcacheMissNotAdmitted);
 BENCHMARK(BM_MrcacheMissDefaultMonitor);
 BENCHMARK(BM_UcxMiss);
 BENCHMARK(BM_MrcacheMissNullRegistrar);
