@@ -198,8 +198,9 @@ CacheImpl::CacheImpl(const Config& config, std::unique_ptr<Registrar> registrar)
       seen_misses_(AdmissionBits(config.max_regions), kAdmissionWindow * config.max_regions) {}
 
 size_t CacheImpl::AdmissionBits(size_t max_regions) {
-  // 16 bits per remembered miss (about 1 in 16 unseen pages taken as seen),
-  // at most kAdmissionMaxBits; the smallest filter where admission is off.
+  // 16 bits per remembered miss in each bitset (about 1 in 10 unseen page
+  // ranges taken as seen), at most kAdmissionMaxBits; the smallest filter
+  // where admission is off.
   if (max_regions < kAdmissionMinRegions) return 64;
   const size_t bits = 16 * kAdmissionWindow * max_regions;
   return bits < kAdmissionMaxBits ? bits : kAdmissionMaxBits;
@@ -966,9 +967,11 @@ absl::StatusOr<Region*> CacheImpl::AcquireBypass(uintptr_t start, uintptr_t end,
   // the range, never shared, deregistered on put.
   absl::StatusOr<Registration> reg = TimedRegister(start, end, access);
   if (!reg.ok()) {
-    if (kind != BypassKind::kOversized && kind != BypassKind::kNotAdmitted) {
-      registrar_failures_.fetch_add(1, std::memory_order_relaxed);
-    }
+    // Refusals the normal path then retries are not failures.
+    const int err = StatusToErrno(reg.status());
+    const bool retried = kind == BypassKind::kOversized ||
+                         (kind == BypassKind::kNotAdmitted && (err == ENOMEM || err == EAGAIN));
+    if (!retried) registrar_failures_.fetch_add(1, std::memory_order_relaxed);
     return reg.status();
   }
   auto* r = new Region;

@@ -336,8 +336,8 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   // remote rights under remote_keys=private (remote_private), or a miss too
   // large for the pin budget (bypassed; a refusal is not counted as a
   // registrar failure, since the normal path then retries it).
-  // Also: a first miss of a full cache (AdmitLaterLocked; bypassed, and a
-  // refusal sends it down the normal path, which makes room).
+  // Also: a first miss of a full cache (NotAdmittedLocked; bypassed, and an
+  // ENOMEM/EAGAIN refusal sends it down the normal path, which makes room).
   enum class BypassKind { kDedicated, kRemotePrivate, kOversized, kNotAdmitted };
   // A dedicated registration of exactly [start, end), never shared,
   // deregistered at put, counted as `kind` says.
