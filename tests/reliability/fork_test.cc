@@ -44,6 +44,14 @@
 //    multi-threaded fork (die_after_fork; with it off, it aborts on "dup
 //    thread with used id"). A new cache in the child with `uffd` or `auto`
 //    starts the uffd reader, so those children are skipped under TSan.
+//  - ThreadSanitizer of GCC 12 (libtsan.so.2) takes a spin lock of its own
+//    (DenseSlabAlloc, its clock blocks) when memory holding a sync object is
+//    freed, and a busy thread of the parent may hold it at the fork: a child
+//    that destroys the parent's cache then spins forever (gdb: ~CacheImpl ->
+//    operator delete -> MetaMap::FreeRange -> StaticSpinMutex::Lock; 2 or 3
+//    hung children in 60 runs of this test with both CPUs loaded). Under TSan
+//    the children do not destroy the parent's cache (kTsanFreeInChild);
+//    plain builds still do.
 #if defined(__SANITIZE_ADDRESS__)
 constexpr bool kAsan = true;
 #else
@@ -57,6 +65,10 @@ constexpr bool kTsan = false;
 
 namespace mrcache {
 namespace {
+
+constexpr const char* kTsanFreeInChild =
+    "TSan: freeing the parent's cache in a fork child can spin on a TSan lock a parent thread "
+    "held at the fork";
 
 using testing::CountingRegistrar;
 using testing::RegistrarCounters;
@@ -374,6 +386,7 @@ TEST_P(ForkTest, ChildsNewCacheIsToldOfTheChildsUnmaps) {
 }
 
 TEST_P(ForkTest, ChildDestroysTheParentsCache) {
+  if (kTsan) GTEST_SKIP() << kTsanFreeInChild;
   ForkChildren(kForksPerStep, [this] { return DestroyParentsCache(); });
 }
 
@@ -383,7 +396,7 @@ TEST_P(ForkTest, ChildFollowsTheReadmeSequence) {
   ForkChildren(kForks, [this] {
     int rc = GetFromParentsCache();
     if (rc == kChildOk) rc = UseNewCache();
-    if (rc == kChildOk) rc = DestroyParentsCache();
+    if (rc == kChildOk && !kTsan) rc = DestroyParentsCache();  // see kTsanFreeInChild
     return rc;
   });
 }
