@@ -1611,9 +1611,7 @@ void CacheImpl::TouchLocked(Region* r) {
   uint64_t tick = tick_.load(std::memory_order_relaxed);
   r->lru_stamp = tick;
   r->last_use.store(tick, std::memory_order_relaxed);
-  if (lru_head_ == r) return;
-  LruUnlinkLocked(r);
-  LruPushFrontLocked(r);
+  RequeueLocked(r);
 }
 
 void CacheImpl::RequeueLocked(Region* r) {
