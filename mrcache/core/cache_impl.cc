@@ -638,7 +638,8 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
         discard();
         return hit;
       }
-      if (may_bypass && NotAdmittedLocked(miss)) {
+      plan = PlanForLocked(miss);
+      if (may_bypass && NotAdmittedLocked(miss, plan)) {
         lock.Unlock();
         discard();
         absl::StatusOr<Region*> own =
@@ -761,10 +762,13 @@ void CacheImpl::HandOutLocked(ThreadCache* tc, Region* r, const Miss& miss) {
   TouchLocked(r);
 }
 
+CacheImpl::MissPlan CacheImpl::PlanForLocked(const Miss& miss) {
+  return miss.allow_merge ? PlanMissLocked(miss.plan_start, miss.plan_end, miss.access)
+                          : MissPlan{miss.plan_start, miss.plan_end, 0};
+}
+
 size_t CacheImpl::PlanAttemptLocked(Miss* miss, MissPlan* plan, PendingMiss* pending,
                                     DeadList* dead) {
-  *plan = miss->allow_merge ? PlanMissLocked(miss->plan_start, miss->plan_end, miss->access)
-                            : MissPlan{miss->plan_start, miss->plan_end, 0};
   const size_t shortfall = FitPlanLocked(plan, miss->page_start, miss->page_end, dead);
   // A pending miss records every change to what it may register; once the
   // registered range is known, only changes that overlap it spoil it.
@@ -1854,7 +1858,7 @@ Region* CacheImpl::LargestEvictableFromLocked(Region* tail) {
   return best;
 }
 
-bool CacheImpl::NotAdmittedLocked(const Miss& miss) {
+bool CacheImpl::NotAdmittedLocked(const Miss& miss, const MissPlan& plan) {
   const size_t max_regions = config_.max_regions;
   if (max_regions < kAdmissionMinRegions || index_.size() < max_regions) return false;
   const size_t budget = ProcessBudget();
@@ -1865,11 +1869,8 @@ bool CacheImpl::NotAdmittedLocked(const Miss& miss) {
   index_.ForEachOverlap(miss.plan_start, miss.plan_end,
                         [&overlaps](uintptr_t, uintptr_t, Region*) { overlaps = true; });
   if (overlaps) return false;
-  if (miss.allow_merge) {
-    const MissPlan plan = PlanMissLocked(miss.plan_start, miss.plan_end, miss.access);
-    if (plan.start != miss.plan_start || plan.end != miss.plan_end || plan.has_block()) {
-      return false;
-    }
+  if (plan.start != miss.plan_start || plan.end != miss.plan_end || plan.has_block()) {
+    return false;
   }
   const uint64_t key = (miss.page_start / page_) * 0x100000001B3ull ^ (miss.page_end / page_);
   return !seen_misses_.TestAndSet(key);

@@ -308,8 +308,11 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   // LRU touch.
   void HandOutLocked(ThreadCache* tc, Region* r, const Miss& miss)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Plans the next attempt (merge, bridge block, fitted to the budget) and
-  // links `pending` into pending_; returns FitPlanLocked's shortfall.
+  // What the next attempt would register before the budget is weighed: the
+  // requested range, merged and with its bridge block if merging is on.
+  MissPlan PlanForLocked(const Miss& miss) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Fits `plan` (PlanForLocked's, under the same hold of mu_) to the budget
+  // and links `pending` into pending_; returns FitPlanLocked's shortfall.
   size_t PlanAttemptLocked(Miss* miss, MissPlan* plan, PendingMiss* pending, DeadList* dead)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Without mu_: bridges, tells the monitor, registers.
@@ -483,9 +486,10 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   // True if r holds no reference and was not hit since it was last placed at
   // the LRU head: an eviction may take it.
   bool UnusedSincePlacedLocked(const Region* r) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The admission rule above for a miss that found no covering region: true
-  // if it is not admitted (a registration of its own). Records its pages.
-  bool NotAdmittedLocked(const Miss& miss) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The admission rule above for a miss that found no covering region and
+  // whose attempt would register `plan` (PlanForLocked): true if it is not
+  // admitted (a registration of its own). Records its pages.
+  bool NotAdmittedLocked(const Miss& miss, const MissPlan& plan) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   static size_t AdmissionBits(size_t max_regions);
   // Moves r to the LRU head without a new stamp: unused since placed stays
   // true (an eviction pass that spends one of its periods_used).
