@@ -32,12 +32,14 @@ constexpr int kLocal = kAccessLocalWrite;
 const size_t kPage = static_cast<size_t>(sysconf(_SC_PAGESIZE));
 constexpr size_t kPages = 64;
 
-// `len` bytes of fresh anonymous memory that lie in one 128 MiB-aligned
-// block (bridge_bytes' default): a bridge never crosses a block boundary, so
-// one in a test's buffer would make the test depend on where the kernel put
-// it. MAP_FAILED if nothing can be mapped.
+// `len` bytes (at most 1 MiB) of fresh anonymous memory that lie in one
+// 1 MiB-aligned block, and so in one block of bridge_bytes' default (128
+// MiB) and of the 1 MiB blocks the cache bridges within under the pin budget
+// of an 8 MiB RLIMIT_MEMLOCK: a bridge never crosses a block boundary, so one
+// in a test's buffer would make the test depend on where the kernel put it.
+// MAP_FAILED if nothing can be mapped.
 char* MapWithinOneBridgeBlock(size_t len) {
-  constexpr uintptr_t kBlock = uintptr_t{128} << 20;
+  constexpr uintptr_t kBlock = uintptr_t{1} << 20;
   void* raw = mmap(nullptr, 2 * len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (raw == MAP_FAILED) return static_cast<char*>(MAP_FAILED);
   const uintptr_t first = reinterpret_cast<uintptr_t>(raw);

@@ -422,9 +422,13 @@ TEST_F(SharedRemoteKeysTest, RkeyReachesNoPageThatNoRemoteRequestNamed) {
   // Two remote registrations 38 pages apart in one resident buffer: local-only
   // ones there are bridged (the control), remote ones never are.
   memset(buf_, 1, kBytes);
-  // Bridging stays within one bridge_bytes-aligned block (128 MiB by
-  // default): both requests go in the same block, wherever malloc put buf_.
-  constexpr uintptr_t kBridgeBlock = uintptr_t{128} << 20;
+  // Bridging stays within one aligned block: bridge_bytes (128 MiB by
+  // default), or 1 MiB under the pin budget of an 8 MiB RLIMIT_MEMLOCK (a
+  // quarter of the budget, rounded down to a power of two; README
+  // "Pinned-memory budget"). Both requests go in one 1 MiB-aligned block,
+  // and so in one block of either size, wherever malloc put buf_ (1 MiB:
+  // one side of the 1 MiB boundary in it holds the 42 pages).
+  constexpr uintptr_t kBridgeBlock = uintptr_t{1} << 20;
   const uintptr_t first = reinterpret_cast<uintptr_t>(buf_);
   const uintptr_t boundary = (first + kBridgeBlock - 1) & ~(kBridgeBlock - 1);
   char* base = boundary < first + 42 * page_ ? reinterpret_cast<char*>(boundary) : buf_;
