@@ -33,22 +33,18 @@
  * limit, at least 64 KiB, at most half), or no limit if RLIMIT_MEMLOCK is
  * unlimited or the process has CAP_IPC_LOCK; max_bytes lowers it further.
  * All caches of a process share that budget: a cache short of room first
- * evicts its own unused regions (only until the request fits: among the 32
- * least recently used, the largest not used since it was registered, else
- * the least recently used), then asks the other caches for theirs. A miss larger than a
- * quarter of the budget that does not fit beside the pinned bytes gets a
- * registration for itself, deregistered at mrc_put (counted in
- * mrc_stats_t.bypassed), unless the same pages were served so among the
- * last 4 such misses. A miss plans a
- * merged, bridged or aligned region only while it fits without evicting;
- * the requested pages themselves are always tried. If the registrar still refuses (ENOMEM or
- * EAGAIN) although the request fits the budget, something else pins too: the
- * budget is lowered to what was pinned then and recovers gradually (it is
- * forgotten when the last cache of the process is destroyed). A
- * request that cannot fit even with every unused region gone fails with
- * ENOMEM (EAGAIN if that is what the registrar said), whose message names
- * the limit and the bytes pinned; regions in use
- * are never evicted. The budget applies only to registrations that pin
+ * evicts its own unused regions (only until the request fits: the largest
+ * not used since it was registered, a merge union weighed by the regions it
+ * merged, else the least recently used), then asks the other caches for theirs. A miss larger than
+ * a quarter of the budget that does not fit beside the pinned bytes gets a registration for itself,
+ * deregistered at mrc_put (counted in mrc_stats_t.bypassed), unless the same pages were served so
+ * among the last 4 such misses. A miss plans a merged, bridged or aligned region only while it fits
+ * without evicting; the requested pages themselves are always tried. If the registrar still refuses
+ * (ENOMEM or EAGAIN) although the request fits the budget, something else pins too: the budget is
+ * lowered to what was pinned then and recovers gradually (it is forgotten when the last cache of
+ * the process is destroyed). A request that cannot fit even with every unused region gone fails
+ * with ENOMEM (EAGAIN if that is what the registrar said), whose message names the limit and the
+ * bytes pinned; regions in use are never evicted. The budget applies only to registrations that pin
  * memory counted against RLIMIT_MEMLOCK: verbs and uring do; on-demand
  * paging (odp) and sim without sim_mlock pin nothing and have no budget; a
  * custom registrar (mrc_cache_create_custom) is taken to pin, as callbacks

@@ -156,12 +156,6 @@ void AtomicMax(std::atomic<uint64_t>& a, uint64_t v) {
 
 constexpr int kMaxMissAttempts = 16;
 
-// The regions, counted from the least recently used, among which an
-// eviction for bytes takes the largest one that is unused and was not used
-// since it was registered (EvictBytesLocked): in a cache of up to this many
-// regions, all of them.
-constexpr size_t kSizeWindow = 32;
-
 // How long a miss waits for another thread's release of the same addresses
 // to finish (see AcquireSlow) before it gives up with EAGAIN.
 constexpr uint64_t kReleaseWaitNs = 10'000'000'000;
@@ -258,6 +252,7 @@ absl::StatusOr<std::unique_ptr<CacheImpl>> CacheImpl::Create(const Config& confi
     budget.Join(cache.get());
     cache->budget_ = &budget;
   }
+  cache->evicts_by_size_ = cache->budget_ != nullptr || config.max_bytes != 0;
   return cache;
 }
 
@@ -289,6 +284,7 @@ CacheImpl::~CacheImpl() {
       dead.Push(r);
     }
     lru_head_ = lru_tail_ = nullptr;
+    unreused_.Clear();
     for (const auto& refs : implicit_refs_) held += refs.load() > 0 ? 1 : 0;
   }
   if (held > 0 && !child) {
@@ -921,10 +917,15 @@ Region* CacheImpl::InstallLocked(ThreadCache* tc, const Miss& miss, const Attemp
   LruPushFrontLocked(r);
   CountRegistration(r->length());
   Region* replaced = UnindexContainedLocked(r);
-  // A union keeps the use its parts had earned (EvictLocked).
+  // A union keeps the use its parts had earned (EvictLocked), and counts
+  // those whose requested bytes this request does not cover.
+  uint32_t parts = 1;
   for (Region* p = replaced; p != nullptr; p = p->next_dead) {
     if (p->periods_used > r->periods_used) r->periods_used = p->periods_used;
+    if (p->used_start < miss.start || p->used_end > miss.end) parts += p->parts;
   }
+  r->parts = parts < UINT16_MAX ? static_cast<uint16_t>(parts) : UINT16_MAX;
+  if (evicts_by_size_) unreused_.PushNewest(r, EvictionWeight(r));
   TakeRefLocked(tc, r);
   if (replaced != nullptr) SettleLocked(replaced, dead);
   FillLookupLocked(tc, miss.start, miss.end, miss.user_access, r);
@@ -1362,7 +1363,7 @@ size_t CacheImpl::EvictBytesLocked(size_t bytes, DeadList* dead) {
         mu_.AssertHeld();  // EvictLocked calls this with mu_ held
         return before - cached_bytes_ < bytes;
       },
-      dead, EvictionOrder::kLargestOfTheOldest);
+      dead, EvictionOrder::kLargestUnused);
   return before - cached_bytes_;
 }
 
@@ -1615,6 +1616,7 @@ void CacheImpl::TouchLocked(Region* r) {
   uint64_t tick = tick_.load(std::memory_order_relaxed);
   r->lru_stamp = tick;
   r->last_use.store(tick, std::memory_order_relaxed);
+  unreused_.Remove(r);  // placed again: reused
   RequeueLocked(r);
 }
 
@@ -1659,6 +1661,7 @@ void CacheImpl::UnindexLocked(Region* r, Region** candidates) {
   hints_.Void(r);                  // its covering hints
   cached_bytes_ -= r->length();
   LruUnlinkLocked(r);
+  unreused_.Remove(r);
   r->state = RegionState::kInvalid;
   // Lock-free hits and puts learn it from their slots (before the fence
   // that SettleLocked does, see Put); only another thread's slot needs it.
@@ -1811,8 +1814,11 @@ void CacheImpl::EvictLocked(Pred over, DeadList* dead, EvictionOrder order) {
   // regions) one found unused spends a period and goes back to the head, and
   // is evicted only with none left: a region used in many periods (a popular
   // one) outlives several passes that a region used once does not. Evicting
-  // for bytes goes by size instead (LargestEvictableFromLocked), where
-  // periods would keep large regions that hold the budget. Regions that
+  // for bytes goes by size instead (LargestUnusedLocked): the largest region
+  // not used since it was installed goes before the tail, as one large
+  // region frees the bytes of several small ones and costs one registration
+  // if it comes back; periods there would keep large regions that hold the
+  // budget. Regions that
   // hold references are skipped (moved to the head). The reference counts
   // are re-checked after the fence in SettleLocked; a region that turned out
   // to be in use stays retired until its last put (never deregistered
@@ -1834,7 +1840,7 @@ void CacheImpl::EvictLocked(Pred over, DeadList* dead, EvictionOrder order) {
       RequeueLocked(r);
       continue;
     }
-    if (order == EvictionOrder::kLargestOfTheOldest) r = LargestEvictableFromLocked(r);
+    if (order == EvictionOrder::kLargestUnused) r = LargestUnusedLocked(r);
     UnindexLocked(r, &candidates);
     ++victims;
   }
@@ -1843,19 +1849,22 @@ void CacheImpl::EvictLocked(Pred over, DeadList* dead, EvictionOrder order) {
   SettleLocked(candidates, dead);
 }
 
-Region* CacheImpl::LargestEvictableFromLocked(Region* tail) {
-  // Only regions not used since they were registered compete with the
-  // tail: one that was (a locked hit moves it to the head with a new
-  // stamp) keeps its place in LRU order.
-  Region* best = tail;
-  size_t seen = 1;
-  for (Region* c = tail->lru_prev; c != nullptr && seen < kSizeWindow; c = c->lru_prev, ++seen) {
-    // Ties keep the older region; the references and the recency of a
-    // region that would not win are never summed.
-    if (c->length() <= best->length() || c->lru_stamp != c->install_stamp) continue;
-    if (UnusedSincePlacedLocked(c)) best = c;
-  }
-  return best;
+Region* CacheImpl::LargestUnusedLocked(Region* tail) {
+  // Ties keep the tail (the older); only a larger size class is searched,
+  // and the references and recency of a region that would not win are
+  // never summed.
+  const size_t tail_weight = EvictionWeight(tail);
+  Region* larger = unreused_.ForEachFromLargest(
+      SizeClassLists<Region>::ClassOf(tail_weight), [this, tail_weight](Region* c) {
+        mu_.AssertHeld();  // LargestUnusedLocked calls this with mu_ held
+        if (EvictionWeight(c) <= tail_weight) return false;
+        if (UnusedSincePlacedLocked(c)) return true;
+        // Used since it was installed: what an eviction pass does at the tail.
+        if (c->periods_used < Region::kMaxPeriodsUsed) ++c->periods_used;
+        TouchLocked(c);  // leaves unreused_
+        return false;
+      });
+  return larger != nullptr ? larger : tail;
 }
 
 bool CacheImpl::NotAdmittedLocked(const Miss& miss, const MissPlan& plan) {

@@ -121,6 +121,7 @@
 #include "mrcache/core/invalidation_ring.h"
 #include "mrcache/core/region.h"
 #include "mrcache/core/seen_filter.h"
+#include "mrcache/core/size_classes.h"
 #include "mrcache/core/thread_cache.h"
 #include "mrcache/monitors/memory_events.h"
 #include "mrcache/monitors/monitor.h"
@@ -471,18 +472,26 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SpoilPendingLocked(uintptr_t start, uintptr_t end) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Which unused region an eviction takes: the least recently used (when
-  // regions are counted), or the largest near it (when bytes are).
-  enum class EvictionOrder { kLeastRecentlyUsed, kLargestOfTheOldest };
+  // regions are counted), or the largest unused one (when bytes are).
+  enum class EvictionOrder { kLeastRecentlyUsed, kLargestUnused };
   // Evicts unused regions in `order` while `over()` holds.
   template <typename Pred>
   void EvictLocked(Pred over, DeadList* dead,
                    EvictionOrder order = EvictionOrder::kLeastRecentlyUsed)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The region EvictionOrder::kLargestOfTheOldest evicts, given that `tail`
-  // (the LRU tail) is unused and not hit since placed: the largest region
-  // among the kSizeWindow (cache_impl.cc) nearest the tail that is unused and
-  // was not used since it was registered, else `tail`.
-  Region* LargestEvictableFromLocked(Region* tail) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The region EvictionOrder::kLargestUnused evicts, given that `tail` (the
+  // LRU tail) is unused and not hit since placed: the largest of the regions
+  // in unreused_ that are unused (the largest size class, oldest first), if
+  // larger than `tail`, else `tail`. A region of unreused_ found used since
+  // it was installed goes to the LRU head with a period of use, as an
+  // eviction pass at the tail would send it, and leaves unreused_.
+  Region* LargestUnusedLocked(Region* tail) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // What an eviction for bytes weighs r by: its bytes per part (region.h),
+  // at least 1.
+  static size_t EvictionWeight(const Region* r) {
+    const size_t w = r->length() / r->parts;
+    return w != 0 ? w : 1;
+  }
   // True if r holds no reference and was not hit since it was last placed at
   // the LRU head: an eviction may take it.
   bool UnusedSincePlacedLocked(const Region* r) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -587,6 +596,12 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   std::atomic<size_t> wanted_hint_lines_{0};
   Region* lru_head_ ABSL_GUARDED_BY(mu_) = nullptr;  // most recently used
   Region* lru_tail_ ABSL_GUARDED_BY(mu_) = nullptr;
+  // Where evictions for bytes look first: while a byte limit applies
+  // (evicts_by_size_), every cached region not placed at the LRU head since
+  // it was installed (lru_stamp == install_stamp), by size. InstallLocked
+  // adds a region; TouchLocked and UnindexLocked take it out.
+  SizeClassLists<Region> unreused_ ABSL_GUARDED_BY(mu_);
+  bool evicts_by_size_ = false;                     // [immutable] a pin budget or max_bytes
   Region* retired_ ABSL_GUARDED_BY(mu_) = nullptr;  // kInvalid regions still referenced
   ThreadCache* threads_ ABSL_GUARDED_BY(mu_) = nullptr;
   PendingMiss* pending_ ABSL_GUARDED_BY(mu_) = nullptr;

@@ -64,8 +64,18 @@ class Region {
   // evictions; CacheImpl::EvictLocked).
   static constexpr uint8_t kMaxPeriodsUsed = 3;
   uint8_t periods_used = 0;
+  // The regions this one stands for: 1, plus the parts of the regions a
+  // merge union replaced (saturating). Evictions for bytes weigh a region
+  // by its bytes per part (CacheImpl::EvictionWeight): a union of small
+  // regions is worth what they were.
+  uint16_t parts = 1;
   Region* lru_prev = nullptr;  // LRU list of cached regions (head = most recent)
   Region* lru_next = nullptr;
+  // CacheImpl::unreused_ (size_classes.h): while a byte limit applies and
+  // the region was not placed at the LRU head since it was installed.
+  Region* size_prev = nullptr;
+  Region* size_next = nullptr;
+  int16_t size_class = -1;      // -1: in no list
   Region* next_dead = nullptr;  // deregistration batch, or the retired list
   Region* prev_retired = nullptr;
   bool on_retired_list = false;

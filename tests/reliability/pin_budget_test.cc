@@ -16,9 +16,10 @@
 //      pins more than the budget;
 //  (b) a request that fits alone succeeds while other regions are unused,
 //      evicting least recently used regions only until it fits;
-//  (b') making room for bytes, the largest of the least recently used
-//      unused regions goes first, not several small older ones, unless it
-//      was hit since it was last placed;
+//  (b') making room for bytes, the largest unused region goes first, not
+//      several small older ones, however recently it was registered,
+//      unless it was hit since it was last placed; a merge union weighs its
+//      bytes per region it merged;
 //  (c) a request that cannot fit is ENOMEM naming the limit and the bytes
 //      pinned, evicts nothing, and nothing leaks;
 //  (d) two caches share the budget: the same pin_budget_bytes, and one
@@ -134,6 +135,13 @@ struct Counted {
     if (!r.ok()) return StatusToErrno(r.status());
     (void)cache->Put(*r);
     return 0;
+  }
+  // Touches the range again: the registrations it made (1 if it had been
+  // evicted, 0 if it stayed cached).
+  int Reregistrations(char* addr, size_t length) {
+    const int before = counters->registrations.load();
+    Touch(addr, length);
+    return counters->registrations.load() - before;
   }
 };
 
@@ -258,42 +266,47 @@ struct LargestFirstOutcome {
   int large_reregistered = -1;   // the large one, touched again
 };
 
-// The large region is hit again before the request when `hit_large`.
-LargestFirstOutcome RunMakingRoom(bool hit_large) {
+// Small regions and a large one, all unused, then a request the budget
+// lacks room for.
+struct MakingRoom {
+  size_t small, large, request;
+  int small_count;
+  int small_before_large;  // how many small regions are older than the large one
+  bool hit_large;          // the large region is hit again before the request
+};
+
+LargestFirstOutcome RunMakingRoom(const MakingRoom& m) {
   LargestFirstOutcome out;
-  constexpr size_t kSmall = 16 * kKiB, kLarge = 256 * kKiB, kRequest = 192 * kKiB;
-  constexpr int kSmallCount = 31;
-  Buffers small(kSmallCount, kSmall);
-  Buffers large(1, kLarge);
-  Buffers request(1, kRequest);
+  Buffers small(m.small_count, m.small);
+  Buffers large(1, m.large);
+  Buffers request(1, m.request);
   Counted c(/*max_merge_bytes=*/0);
   if (c.setup_errno != 0 || !small.ok() || !large.ok() || !request.ok()) {
     out.setup_errno = c.setup_errno ? c.setup_errno : ENOMEM;
     return out;
   }
-  // Oldest first: one small region, the large one, then 30 small ones:
-  // 16 + 256 + 480 = 752 KiB of the 896 KiB budget, all unused.
-  c.Touch(small.at(0), kSmall);
-  c.Touch(large.at(0), kLarge);
-  for (int i = 1; i < kSmallCount; ++i) c.Touch(small.at(i), kSmall);
-  if (hit_large) c.Touch(large.at(0), kLarge);
-  // 752 + 192 - 896 = 48 KiB are missing. Least recently used order would
-  // evict the oldest small region and then the large one; by size, the
-  // large one alone makes room.
-  out.request_errno = c.Touch(request.at(0), kRequest);
+  for (int i = 0; i < m.small_before_large; ++i) c.Touch(small.at(i), m.small);
+  c.Touch(large.at(0), m.large);
+  for (int i = m.small_before_large; i < m.small_count; ++i) c.Touch(small.at(i), m.small);
+  if (m.hit_large) c.Touch(large.at(0), m.large);
+  out.request_errno = c.Touch(request.at(0), m.request);
   out.evictions = c.cache->stats().evictions;
-  int before = c.counters->registrations.load();
-  c.Touch(small.at(0), kSmall);
-  out.oldest_reregistered = c.counters->registrations.load() - before;
-  before = c.counters->registrations.load();
-  c.Touch(large.at(0), kLarge);
-  out.large_reregistered = c.counters->registrations.load() - before;
+  out.oldest_reregistered = c.Reregistrations(small.at(0), m.small);
+  out.large_reregistered = c.Reregistrations(large.at(0), m.large);
   return out;
+}
+
+// Oldest first: one small region, the large one, then 30 small ones: 16 +
+// 256 + 480 = 752 KiB of the 896 KiB budget. 752 + 192 - 896 = 48 KiB are
+// missing. Least recently used order would evict the oldest small region and
+// then the large one; by size, the large one alone makes room.
+LargestFirstOutcome RunMakingRoomNearTheTail(bool hit_large) {
+  return RunMakingRoom({16 * kKiB, 256 * kKiB, 192 * kKiB, 31, 1, hit_large});
 }
 
 TEST(PinBudgetTest, MakingRoomEvictsTheLargestOfTheLeastRecentlyUsedRegions) {
   const LargestFirstOutcome o =
-      RunLimited<LargestFirstOutcome>([] { return RunMakingRoom(/*hit_large=*/false); });
+      RunLimited<LargestFirstOutcome>([] { return RunMakingRoomNearTheTail(/*hit_large=*/false); });
   ASSERT_EQ(o.setup_errno, 0) << std::strerror(o.setup_errno);
   EXPECT_EQ(o.request_errno, 0) << std::strerror(o.request_errno);
   EXPECT_EQ(o.evictions, 1u) << "one large region, not the small older one as well";
@@ -303,12 +316,80 @@ TEST(PinBudgetTest, MakingRoomEvictsTheLargestOfTheLeastRecentlyUsedRegions) {
 
 TEST(PinBudgetTest, MakingRoomKeepsALargeRegionHitSinceItWasPlaced) {
   const LargestFirstOutcome o =
-      RunLimited<LargestFirstOutcome>([] { return RunMakingRoom(/*hit_large=*/true); });
+      RunLimited<LargestFirstOutcome>([] { return RunMakingRoomNearTheTail(/*hit_large=*/true); });
   ASSERT_EQ(o.setup_errno, 0) << std::strerror(o.setup_errno);
   EXPECT_EQ(o.request_errno, 0) << std::strerror(o.request_errno);
   EXPECT_EQ(o.evictions, 3u) << "the three oldest small regions (48 KiB)";
   EXPECT_EQ(o.oldest_reregistered, 1) << "the oldest small region was evicted";
   EXPECT_EQ(o.large_reregistered, 0) << "the large region, in use lately, stayed cached";
+}
+
+// 40 small regions, then a large one, the most recently used of all, far
+// beyond any window of least recently used regions: 640 + 192 + 128 - 896 =
+// 64 KiB are missing, four small regions or the large one alone.
+LargestFirstOutcome RunMakingRoomFarFromTheTail() {
+  return RunMakingRoom({16 * kKiB, 192 * kKiB, 128 * kKiB, 40, 40, false});
+}
+
+TEST(PinBudgetTest, MakingRoomEvictsTheLargestUnusedRegionHoweverRecentlyItWasRegistered) {
+  const LargestFirstOutcome o = RunLimited<LargestFirstOutcome>(RunMakingRoomFarFromTheTail);
+  ASSERT_EQ(o.setup_errno, 0) << std::strerror(o.setup_errno);
+  EXPECT_EQ(o.request_errno, 0) << std::strerror(o.request_errno);
+  EXPECT_EQ(o.evictions, 1u) << "the large region alone, not four small older ones";
+  EXPECT_EQ(o.oldest_reregistered, 0) << "the oldest small region stayed cached";
+  EXPECT_EQ(o.large_reregistered, 1) << "the large region was the one evicted";
+}
+
+struct UnionOutcome {
+  int setup_errno = 0;
+  int request_errno = -1;
+  uint64_t merges = 0;
+  uint64_t evictions = 0;
+  int union_reregistered = -1;   // a part of the union, touched again
+  int single_reregistered = -1;  // the single 96 KiB region, touched again
+};
+
+// Four overlapping 48 KiB requests merge into one region of about 196 KiB
+// (the oldest), then a single 96 KiB region and 36 small ones follow.
+UnionOutcome RunMakingRoomBesideAUnion() {
+  UnionOutcome out;
+  constexpr size_t kPart = 48 * kKiB, kSingle = 96 * kKiB, kSmall = 16 * kKiB;
+  constexpr size_t kRequest = 64 * kKiB;
+  constexpr int kParts = 4, kSmallCount = 36;
+  Buffers whole(1, kParts * kPart + kPage);
+  Buffers single(1, kSingle);
+  Buffers small(kSmallCount, kSmall);
+  Buffers request(1, kRequest);
+  Counted c;  // merging on; monitor none, so nothing is bridged
+  if (c.setup_errno != 0 || !whole.ok() || !single.ok() || !small.ok() || !request.ok()) {
+    out.setup_errno = c.setup_errno ? c.setup_errno : ENOMEM;
+    return out;
+  }
+  // Each part reaches 64 bytes into the next: every request after the first
+  // overlaps the region before it and registers their union.
+  for (int i = 0; i < kParts; ++i) c.Touch(whole.at(0) + i * kPart, kPart + 64);
+  out.merges = c.cache->stats().merges;
+  c.Touch(single.at(0), kSingle);
+  for (int i = 0; i < kSmallCount; ++i) c.Touch(small.at(i), kSmall);
+  // 196 + 96 + 576 + 64 - 896 = 36 KiB are missing. By bytes alone the
+  // union (the least recently used, and the largest) would go; by bytes per
+  // region merged it weighs 49 KiB, and the single region 96 KiB.
+  const uint64_t evictions_before = c.cache->stats().evictions;
+  out.request_errno = c.Touch(request.at(0), kRequest);
+  out.evictions = c.cache->stats().evictions - evictions_before;
+  out.union_reregistered = c.Reregistrations(whole.at(0) + kPart, kPart);
+  out.single_reregistered = c.Reregistrations(single.at(0), kSingle);
+  return out;
+}
+
+TEST(PinBudgetTest, MakingRoomWeighsAMergeUnionByTheRegionsItMerged) {
+  const UnionOutcome o = RunLimited<UnionOutcome>(RunMakingRoomBesideAUnion);
+  ASSERT_EQ(o.setup_errno, 0) << std::strerror(o.setup_errno);
+  ASSERT_EQ(o.merges, 3u) << "the four requests made one union";
+  EXPECT_EQ(o.request_errno, 0) << std::strerror(o.request_errno);
+  EXPECT_EQ(o.evictions, 1u);
+  EXPECT_EQ(o.single_reregistered, 1) << "the single region, the heaviest, was evicted";
+  EXPECT_EQ(o.union_reregistered, 0) << "the union of four stayed cached";
 }
 
 struct CannotFitOutcome {
