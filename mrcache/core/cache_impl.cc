@@ -252,7 +252,10 @@ absl::StatusOr<std::unique_ptr<CacheImpl>> CacheImpl::Create(const Config& confi
     budget.Join(cache.get());
     cache->budget_ = &budget;
   }
-  cache->evicts_by_size_ = cache->budget_ != nullptr || config.max_bytes != 0;
+  {
+    MutexLock lock(&cache->mu_);
+    cache->evicts_by_size_ = cache->ProcessBudget() != 0;
+  }
   return cache;
 }
 
@@ -1357,6 +1360,7 @@ size_t CacheImpl::FitPlanLocked(MissPlan* plan, uintptr_t exact_start, uintptr_t
 }
 
 size_t CacheImpl::EvictBytesLocked(size_t bytes, DeadList* dead) {
+  evicts_by_size_ = true;  // regions installed from now on are listed by size
   const size_t before = cached_bytes_;
   EvictLocked(
       [this, before, bytes] {

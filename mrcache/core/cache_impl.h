@@ -596,12 +596,15 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   std::atomic<size_t> wanted_hint_lines_{0};
   Region* lru_head_ ABSL_GUARDED_BY(mu_) = nullptr;  // most recently used
   Region* lru_tail_ ABSL_GUARDED_BY(mu_) = nullptr;
-  // Where evictions for bytes look first: while a byte limit applies
-  // (evicts_by_size_), every cached region not placed at the LRU head since
-  // it was installed (lru_stamp == install_stamp), by size. InstallLocked
-  // adds a region; TouchLocked and UnindexLocked take it out.
+  // Where evictions for bytes look first: while evicts_by_size_, every cached
+  // region not placed at the LRU head since it was installed (lru_stamp ==
+  // install_stamp), by size. InstallLocked adds a region; TouchLocked and
+  // UnindexLocked take it out. evicts_by_size_ holds from creation if a pin
+  // budget binds, else from the first eviction for bytes (EvictBytesLocked,
+  // after a registrar's refusal): until then no region is listed, and a
+  // cache without a budget pays nothing for the lists.
   SizeClassLists<Region> unreused_ ABSL_GUARDED_BY(mu_);
-  bool evicts_by_size_ = false;                     // [immutable] a pin budget or max_bytes
+  bool evicts_by_size_ ABSL_GUARDED_BY(mu_) = false;
   Region* retired_ ABSL_GUARDED_BY(mu_) = nullptr;  // kInvalid regions still referenced
   ThreadCache* threads_ ABSL_GUARDED_BY(mu_) = nullptr;
   PendingMiss* pending_ ABSL_GUARDED_BY(mu_) = nullptr;
