@@ -680,7 +680,9 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
                         ? nullptr
                         : FindCoveringLocked(start, end, miss.access);
     if (raced == nullptr && !changed && !in_flight) {
-      Region* r = InstallLocked(tc, miss, attempt, fresh, &dead);
+      const bool may_contain = plan.overlapped || attempt.start < plan.start ||
+                               attempt.end > plan.end || installs_ != installs_seen;
+      Region* r = InstallLocked(tc, miss, attempt, fresh, may_contain, &dead);
       lock.Unlock();
       Release(&dead);
       if (odp_ == OdpMode::kExplicit && config_.odp_prefetch_bytes &&
@@ -892,7 +894,7 @@ absl::Status CacheImpl::AfterSpoil(Miss* miss, const Attempt& attempt, bool in_f
 }
 
 Region* CacheImpl::InstallLocked(ThreadCache* tc, const Miss& miss, const Attempt& attempt,
-                                 Region* fresh, DeadList* dead) {
+                                 Region* fresh, bool may_contain, DeadList* dead) {
   Region* r = fresh;
   r->start = attempt.start;
   r->end = attempt.end;
@@ -919,7 +921,7 @@ Region* CacheImpl::InstallLocked(ThreadCache* tc, const Miss& miss, const Attemp
   }
   LruPushFrontLocked(r);
   CountRegistration(r->length());
-  Region* replaced = UnindexContainedLocked(r);
+  Region* replaced = may_contain ? UnindexContainedLocked(r) : nullptr;
   // A union keeps the use its parts had earned (EvictLocked), and counts
   // those whose requested bytes this request does not cover.
   uint32_t parts = 1;
@@ -1255,12 +1257,15 @@ CacheImpl::MissPlan CacheImpl::PlanMissLocked(uintptr_t start, uintptr_t end, in
     uintptr_t s, e;
     int local;
   } u{start, end, 0};
-  index_.ForEachOverlap(start, end, [&u, &compatible](uintptr_t s, uintptr_t e, Region* r) {
+  bool overlapped = false;
+  index_.ForEachOverlap(start, end, [&](uintptr_t s, uintptr_t e, Region* r) {
+    overlapped = true;
     if (!compatible(r)) return;
     u.local |= r->reg.access & kAccessLocalWrite;
     if (s < u.s) u.s = s;
     if (e > u.e) u.e = e;
   });
+  plan.overlapped = overlapped;
   const bool widens = u.s < start || u.e > end;
   // Under a pin budget, a widened region takes at most a quarter of it:
   // merging and bridging shrink as the budget tightens.
@@ -1270,7 +1275,9 @@ CacheImpl::MissPlan CacheImpl::PlanMissLocked(uintptr_t start, uintptr_t end, in
   if (u.e - u.s > widen_cap || (widens && InvalidatedLatelyLocked(u.s, u.e, now))) {
     return plan;
   }
-  plan = MissPlan{u.s, u.e, u.local};
+  plan.start = u.s;
+  plan.end = u.e;
+  plan.local = u.local;
 
   // Bridge candidate: the bridge_bytes-aligned block(s) holding the union, if
   // they hold another compatible region and no region died there lately.

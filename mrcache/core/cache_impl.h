@@ -232,6 +232,10 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
     uintptr_t block_start = 0, block_end = 0;
     uintptr_t below_end = 0, above_start = UINTPTR_MAX;
     int bridge_local = 0;
+    // False only if no region at all overlapped the request when it was
+    // planned (PlanMissLocked): then no region can lie inside [start, end)
+    // unless one was installed since.
+    bool overlapped = true;
     bool has_block() const { return block_end > block_start; }
   };
 
@@ -331,8 +335,10 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   // Makes `fresh` the region of a successful attempt: indexed, on the LRU,
   // replacing the compatible regions it contains, handed to the caller; then
   // evicts down to max_regions and max_bytes.
+  // `may_contain` false: no region can lie inside the attempt's range (see
+  // MissPlan::overlapped), and the index is not searched for any.
   Region* InstallLocked(ThreadCache* tc, const Miss& miss, const Attempt& attempt, Region* fresh,
-                        DeadList* dead) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                        bool may_contain, DeadList* dead) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Unindexes the compatible regions r contains (r takes over their used
   // bytes); returns them linked by next_dead, for SettleLocked.
   Region* UnindexContainedLocked(Region* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
