@@ -164,6 +164,12 @@ constexpr uint64_t kReleaseWaitNs = 10'000'000'000;
 // invalidation within this many misses (see address_heat.h).
 constexpr uint64_t kMergeCooldownMisses = 4096;
 
+// Under a pin budget, the largest share of it a widened region may take
+// (PlanMissLocked): one that only absorbs regions whose requested bytes the
+// request covers, and one that joins other requests' bytes.
+constexpr size_t kAbsorbingShare = 4;
+constexpr size_t kJoiningShare = 16;
+
 // The calling thread's slot for r (its owner), or nullptr: the slot of the
 // thread's last hit if that was r, else the one in the set of r's start.
 // Either way a non-dead slot naming r (thread_cache.h).
@@ -1258,20 +1264,29 @@ CacheImpl::MissPlan CacheImpl::PlanMissLocked(uintptr_t start, uintptr_t end, in
     int local;
   } u{start, end, 0};
   bool overlapped = false;
+  bool joins = false;  // the union takes in bytes another request asked for
   index_.ForEachOverlap(start, end, [&](uintptr_t s, uintptr_t e, Region* r) {
     overlapped = true;
     if (!compatible(r)) return;
     u.local |= r->reg.access & kAccessLocalWrite;
     if (s < u.s) u.s = s;
     if (e > u.e) u.e = e;
+    if (r->used_start < start || r->used_end > end) joins = true;
   });
   plan.overlapped = overlapped;
   const bool widens = u.s < start || u.e > end;
-  // Under a pin budget, a widened region takes at most a quarter of it:
-  // merging and bridging shrink as the budget tightens.
+  // Under a pin budget, a widened region takes at most a share of it:
+  // merging and bridging shrink as the budget tightens. A union that only
+  // absorbs regions whose requested bytes the request covers frees theirs:
+  // up to a quarter (as a bridged block). One that joins other requests'
+  // bytes is evicted as one region, and takes their bytes with it: up to a
+  // sixteenth (bench/RESULTS.md, "Joining neighbours under the budget").
   const size_t budget = ProcessBudget();
-  const size_t widen_cap =
-      budget != 0 && budget / 4 < config_.max_merge_bytes ? budget / 4 : config_.max_merge_bytes;
+  auto cap = [this, budget](size_t share) {
+    return budget != 0 && budget / share < config_.max_merge_bytes ? budget / share
+                                                                   : config_.max_merge_bytes;
+  };
+  const size_t widen_cap = cap(joins ? kJoiningShare : kAbsorbingShare);
   if (u.e - u.s > widen_cap || (widens && InvalidatedLatelyLocked(u.s, u.e, now))) {
     return plan;
   }
@@ -1297,7 +1312,7 @@ CacheImpl::MissPlan CacheImpl::PlanMissLocked(uintptr_t start, uintptr_t end, in
   if (block < 2 * page_ || (block & (block - 1)) != 0) return plan;
   const uintptr_t bs = AlignDown(u.s, block);
   const uintptr_t be = AlignUp(u.e, block);
-  if (be == 0 || be - bs > widen_cap) return plan;
+  if (be == 0 || be - bs > cap(kAbsorbingShare)) return plan;
   struct Neighbours {
     uintptr_t below_end, above_start;
     int local;

@@ -20,6 +20,9 @@
 //      several small older ones, however recently it was registered,
 //      unless it was hit since it was last placed; a merge union weighs its
 //      bytes per region it merged;
+//  (b'') a merge union that joins other requests' bytes takes at most a
+//      sixteenth of the budget, one that absorbs a region whose requested
+//      bytes the request covers up to a quarter;
 //  (c) a request that cannot fit is ENOMEM naming the limit and the bytes
 //      pinned, evicts nothing, and nothing leaks;
 //  (d) two caches share the budget: the same pin_budget_bytes, and one
@@ -349,13 +352,14 @@ struct UnionOutcome {
   int single_reregistered = -1;  // the single 96 KiB region, touched again
 };
 
-// Four overlapping 48 KiB requests merge into one region of about 196 KiB
-// (the oldest), then a single 96 KiB region and 36 small ones follow.
+// Four overlapping 12 KiB requests merge into one region of 52 KiB (the
+// oldest; within the sixteenth of the budget a union joining requests may
+// take), then a single 24 KiB region and 48 small ones follow.
 UnionOutcome RunMakingRoomBesideAUnion() {
   UnionOutcome out;
-  constexpr size_t kPart = 48 * kKiB, kSingle = 96 * kKiB, kSmall = 16 * kKiB;
+  constexpr size_t kPart = 12 * kKiB, kSingle = 24 * kKiB, kSmall = 16 * kKiB;
   constexpr size_t kRequest = 64 * kKiB;
-  constexpr int kParts = 4, kSmallCount = 36;
+  constexpr int kParts = 4, kSmallCount = 48;
   Buffers whole(1, kParts * kPart + kPage);
   Buffers single(1, kSingle);
   Buffers small(kSmallCount, kSmall);
@@ -371,9 +375,10 @@ UnionOutcome RunMakingRoomBesideAUnion() {
   out.merges = c.cache->stats().merges;
   c.Touch(single.at(0), kSingle);
   for (int i = 0; i < kSmallCount; ++i) c.Touch(small.at(i), kSmall);
-  // 196 + 96 + 576 + 64 - 896 = 36 KiB are missing. By bytes alone the
+  // 52 + 24 + 768 + 64 - 896 = 12 KiB are missing. By bytes alone the
   // union (the least recently used, and the largest) would go; by bytes per
-  // region merged it weighs 49 KiB, and the single region 96 KiB.
+  // region merged it weighs 13 KiB, a small region 16 KiB and the single
+  // region 24 KiB.
   const uint64_t evictions_before = c.cache->stats().evictions;
   out.request_errno = c.Touch(request.at(0), kRequest);
   out.evictions = c.cache->stats().evictions - evictions_before;
@@ -390,6 +395,52 @@ TEST(PinBudgetTest, MakingRoomWeighsAMergeUnionByTheRegionsItMerged) {
   EXPECT_EQ(o.evictions, 1u);
   EXPECT_EQ(o.single_reregistered, 1) << "the single region, the heaviest, was evicted";
   EXPECT_EQ(o.union_reregistered, 0) << "the union of four stayed cached";
+}
+
+struct WideningOutcome {
+  int setup_errno = 0;
+  uint64_t merges = 0;
+  int registrations = 0;
+};
+
+// Two requests in one buffer, the second from `second_offset` for
+// `second_length` bytes, after the first (the buffer's first `first_length`
+// bytes).
+WideningOutcome RunTwoRequests(size_t first_length, size_t second_offset, size_t second_length) {
+  WideningOutcome out;
+  Buffers buffer(1, 256 * kKiB);
+  Counted c;  // merging on; monitor none, so nothing is bridged
+  if (c.setup_errno != 0 || !buffer.ok()) {
+    out.setup_errno = c.setup_errno ? c.setup_errno : ENOMEM;
+    return out;
+  }
+  c.Touch(buffer.at(0), first_length);
+  c.Touch(buffer.at(0) + second_offset, second_length);
+  out.merges = c.cache->stats().merges;
+  out.registrations = c.counters->registrations.load();
+  return out;
+}
+
+// The budget is 896 KiB: a union joining two requests may take 56 KiB, one
+// absorbing a request it covers 224 KiB.
+TEST(PinBudgetTest, UnderTheBudgetAUnionJoiningTwoRequestsTakesAtMostASixteenth) {
+  const WideningOutcome small = RunLimited<WideningOutcome>(
+      [] { return RunTwoRequests(24 * kKiB, 24 * kKiB - 64, 24 * kKiB); });
+  ASSERT_EQ(small.setup_errno, 0) << std::strerror(small.setup_errno);
+  EXPECT_EQ(small.merges, 1u) << "a 48 KiB union of neighbours is registered";
+  const WideningOutcome large = RunLimited<WideningOutcome>(
+      [] { return RunTwoRequests(40 * kKiB, 40 * kKiB - 64, 40 * kKiB); });
+  ASSERT_EQ(large.setup_errno, 0) << std::strerror(large.setup_errno);
+  EXPECT_EQ(large.merges, 0u) << "an 80 KiB union of neighbours is not";
+  EXPECT_EQ(large.registrations, 2) << "each request registered its own pages";
+}
+
+TEST(PinBudgetTest, UnderTheBudgetARequestCoveringAnotherAbsorbsItUpToAQuarter) {
+  const WideningOutcome o =
+      RunLimited<WideningOutcome>([] { return RunTwoRequests(16 * kKiB, 0, 160 * kKiB); });
+  ASSERT_EQ(o.setup_errno, 0) << std::strerror(o.setup_errno);
+  EXPECT_EQ(o.merges, 1u) << "the 160 KiB request replaced the 16 KiB region it covers";
+  EXPECT_EQ(o.registrations, 2);
 }
 
 struct CannotFitOutcome {
