@@ -1876,20 +1876,20 @@ void CacheImpl::EvictLocked(Pred over, DeadList* dead, EvictionOrder order) {
 }
 
 Region* CacheImpl::LargestUnusedLocked(Region* tail) {
-  // Ties keep the tail (the older); only a larger size class is searched,
-  // and the references and recency of a region that would not win are
-  // never summed.
-  const size_t tail_weight = EvictionWeight(tail);
-  Region* larger = unreused_.ForEachFromLargest(
-      SizeClassLists<Region>::ClassOf(tail_weight), [this, tail_weight](Region* c) {
-        mu_.AssertHeld();  // LargestUnusedLocked calls this with mu_ held
-        if (EvictionWeight(c) <= tail_weight) return false;
-        if (UnusedSincePlacedLocked(c)) return true;
-        // Used since it was installed: what an eviction pass does at the tail.
-        if (c->periods_used < Region::kMaxPeriodsUsed) ++c->periods_used;
-        TouchLocked(c);  // leaves unreused_
-        return false;
-      });
+  // Only the size classes above the tail's are searched: every region
+  // there weighs more than the tail, and each one visited is either taken
+  // or sent to the LRU head (out of unreused_), so an eviction visits O(1)
+  // regions on average however many share a class. Within the tail's own
+  // class (weights within 25%) the tail, the oldest, goes.
+  const int above_tail = SizeClassLists<Region>::ClassOf(EvictionWeight(tail)) + 1;
+  Region* larger = unreused_.ForEachFromLargest(above_tail, [this](Region* c) {
+    mu_.AssertHeld();  // LargestUnusedLocked calls this with mu_ held
+    if (UnusedSincePlacedLocked(c)) return true;
+    // Used since it was installed: what an eviction pass does at the tail.
+    if (c->periods_used < Region::kMaxPeriodsUsed) ++c->periods_used;
+    TouchLocked(c);  // leaves unreused_
+    return false;
+  });
   return larger != nullptr ? larger : tail;
 }
 

@@ -486,10 +486,10 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
                    EvictionOrder order = EvictionOrder::kLeastRecentlyUsed)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The region EvictionOrder::kLargestUnused evicts, given that `tail` (the
-  // LRU tail) is unused and not hit since placed: the largest of the regions
-  // in unreused_ that are unused (the largest size class, oldest first), if
-  // larger than `tail`, else `tail`. A region of unreused_ found used since
-  // it was installed goes to the LRU head with a period of use, as an
+  // LRU tail) is unused and not hit since placed: the first unused region of
+  // unreused_ in a size class above the tail's (the largest class first,
+  // oldest first in each), else `tail`. A region of unreused_ found used
+  // since it was installed goes to the LRU head with a period of use, as an
   // eviction pass at the tail would send it, and leaves unreused_.
   Region* LargestUnusedLocked(Region* tail) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // What an eviction for bytes weighs r by: its bytes per part (region.h),
