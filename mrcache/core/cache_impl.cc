@@ -260,7 +260,8 @@ absl::StatusOr<std::unique_ptr<CacheImpl>> CacheImpl::Create(const Config& confi
   }
   {
     MutexLock lock(&cache->mu_);
-    cache->evicts_by_size_ = cache->ProcessBudget() != 0;
+    // Another cache may have made this one evict for bytes already.
+    cache->evicts_by_size_ = cache->evicts_by_size_ || cache->ProcessBudget() != 0;
   }
   return cache;
 }

@@ -602,13 +602,14 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   std::atomic<size_t> wanted_hint_lines_{0};
   Region* lru_head_ ABSL_GUARDED_BY(mu_) = nullptr;  // most recently used
   Region* lru_tail_ ABSL_GUARDED_BY(mu_) = nullptr;
-  // Where evictions for bytes look first: while evicts_by_size_, every cached
-  // region not placed at the LRU head since it was installed (lru_stamp ==
+  // Where evictions for bytes look first: the cached regions installed while
+  // evicts_by_size_ held and not placed at the LRU head since (lru_stamp ==
   // install_stamp), by size. InstallLocked adds a region; TouchLocked and
   // UnindexLocked take it out. evicts_by_size_ holds from creation if a pin
   // budget binds, else from the first eviction for bytes (EvictBytesLocked,
-  // after a registrar's refusal): until then no region is listed, and a
-  // cache without a budget pays nothing for the lists.
+  // after a registrar's refusal): a cache without a budget pays nothing for
+  // the lists, and the regions it installed before are evicted for bytes
+  // only from the LRU tail.
   SizeClassLists<Region> unreused_ ABSL_GUARDED_BY(mu_);
   bool evicts_by_size_ ABSL_GUARDED_BY(mu_) = false;
   Region* retired_ ABSL_GUARDED_BY(mu_) = nullptr;  // kInvalid regions still referenced
