@@ -398,12 +398,14 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   size_t FitPlanLocked(MissPlan* plan, uintptr_t exact_start, uintptr_t exact_end, DeadList* dead)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Evicts unused regions until `bytes` left the index or none is left;
-  // returns the bytes that left it. Each victim is the largest region among
-  // the 32 least recently used that is unused and was not used since it was
-  // registered (ties go to the older), else the LRU tail: when bytes are
-  // short, one large region frees what several small ones would, for one
-  // registration instead of several when they are used again (README.md,
-  // "Pinned-memory budget").
+  // returns the bytes that left it. Each victim is the heaviest unused
+  // region not used since it was registered, wherever it is in the LRU
+  // order (LargestUnusedLocked: bytes per merged part, by size class), if it
+  // outweighs the LRU tail, else the tail: when bytes are short, one large
+  // region frees what several small ones would, for one registration
+  // instead of several when they are used again (README.md, "Pinned-memory
+  // budget"). From its first call on, the cache lists new regions by size
+  // (evicts_by_size_).
   size_t EvictBytesLocked(size_t bytes, DeadList* dead) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Outside mu_: releases about `bytes` of unused regions, this cache's first,
   // then the other caches'; returns the bytes released.
