@@ -3,8 +3,10 @@
 // class down, oldest first in each class.
 #include "mrcache/core/size_classes.h"
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <random>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -125,6 +127,80 @@ TEST(SizeClassesTest, ClearForgetsEveryItem) {
   lists.Clear();
   EXPECT_EQ(lists.size(), 0u);
   EXPECT_TRUE(Walk(lists).empty());
+}
+
+// Random pushes, removals and walks (some removing what they visit) over
+// sizes from 1 byte to SIZE_MAX, against a plain model: the items listed,
+// ordered by class (largest first) and then by when they were pushed.
+TEST(SizeClassesTest, MatchesAModelUnderRandomOperations) {
+  struct Modelled {
+    int id = 0;
+    size_t bytes = 0;
+    uint64_t pushed = 0;
+    Modelled* size_prev = nullptr;
+    Modelled* size_next = nullptr;
+    int16_t size_class = -1;
+  };
+  constexpr int kItems = 300;
+  std::vector<Modelled> items(kItems);
+  for (int i = 0; i < kItems; ++i) items[i].id = i;
+  std::vector<int> listed;
+  SizeClassLists<Modelled> lists;
+  std::mt19937_64 rng(7);
+  auto random_bytes = [&rng]() -> size_t {
+    switch (rng() % 4) {
+      case 0:
+        return 1 + rng() % 8;
+      case 1:
+        return size_t{1} << (rng() % 64);
+      case 2:
+        return (size_t{1} << (15 + rng() % 3)) + rng() % 5;  // classes 60-71: two bitmask words
+      default:
+        return rng() | 1;
+    }
+  };
+  auto unlist = [&listed](int id) { listed.erase(std::find(listed.begin(), listed.end(), id)); };
+  uint64_t pushes = 0;
+  for (int step = 0; step < 50000; ++step) {
+    Modelled& item = items[rng() % kItems];
+    switch (rng() % 3) {
+      case 0:
+        if (SizeClassLists<Modelled>::Contains(&item)) break;
+        item.bytes = random_bytes();
+        item.pushed = ++pushes;
+        lists.PushNewest(&item, item.bytes);
+        listed.push_back(item.id);
+        break;
+      case 1:
+        if (SizeClassLists<Modelled>::Contains(&item)) unlist(item.id);
+        lists.Remove(&item);
+        break;
+      default: {
+        const int lowest = static_cast<int>(rng() % SizeClassLists<Modelled>::kClasses);
+        std::vector<int> expected;
+        for (int id : listed) {
+          if (SizeClassLists<Modelled>::ClassOf(items[id].bytes) >= lowest) expected.push_back(id);
+        }
+        std::sort(expected.begin(), expected.end(), [&items](int a, int b) {
+          const int ca = SizeClassLists<Modelled>::ClassOf(items[a].bytes);
+          const int cb = SizeClassLists<Modelled>::ClassOf(items[b].bytes);
+          return ca != cb ? ca > cb : items[a].pushed < items[b].pushed;
+        });
+        const bool removing = rng() % 2 == 0;
+        std::vector<int> walked;
+        lists.ForEachFromLargest(lowest, [&](Modelled* visited) {
+          walked.push_back(visited->id);
+          if (removing && rng() % 3 == 0) {
+            lists.Remove(visited);
+            unlist(visited->id);
+          }
+          return false;
+        });
+        ASSERT_EQ(walked, expected) << "step " << step;
+      }
+    }
+    ASSERT_EQ(lists.size(), listed.size()) << "step " << step;
+  }
 }
 
 }  // namespace
