@@ -69,16 +69,17 @@ class Region {
   // by its bytes per part (CacheImpl::EvictionWeight): a union of small
   // regions is worth what they were.
   uint16_t parts = 1;
+  // The region's size class in CacheImpl::unreused_ (size_classes.h), -1 if
+  // in none: listed while the cache evicts by size and the region was not
+  // placed at the LRU head since it was installed.
+  int16_t size_class = -1;
+  bool on_retired_list = false;
   Region* lru_prev = nullptr;  // LRU list of cached regions (head = most recent)
   Region* lru_next = nullptr;
-  // CacheImpl::unreused_ (size_classes.h): while a byte limit applies and
-  // the region was not placed at the LRU head since it was installed.
-  Region* size_prev = nullptr;
+  Region* size_prev = nullptr;  // CacheImpl::unreused_'s links (size_class)
   Region* size_next = nullptr;
-  int16_t size_class = -1;      // -1: in no list
-  Region* next_dead = nullptr;  // deregistration batch, or the retired list
-  Region* prev_retired = nullptr;
-  bool on_retired_list = false;
+  Region* next_dead = nullptr;     // deregistration batch, or the retired list
+  Region* prev_retired = nullptr;  // the retired list (on_retired_list)
   // The bytes requested through this region when it was registered, widened
   // to cover the requested bytes of the regions it merged (set before it is
   // published); all of [start, end) if alignment is coarser than a page or
