@@ -1845,11 +1845,10 @@ void CacheImpl::EvictLocked(Pred over, DeadList* dead, EvictionOrder order) {
   // not used since it was installed goes before the tail, as one large
   // region frees the bytes of several small ones and costs one registration
   // if it comes back; periods there would keep large regions that hold the
-  // budget. Regions that
-  // hold references are skipped (moved to the head). The reference counts
-  // are re-checked after the fence in SettleLocked; a region that turned out
-  // to be in use stays retired until its last put (never deregistered
-  // early).
+  // budget. Regions that hold references are skipped (moved to the head).
+  // The reference counts are re-checked after the fence in SettleLocked; a
+  // region that turned out to be in use stays retired until its last put
+  // (never deregistered early).
   // This thread's deferred stamps first: its own recent uses count.
   if (ThreadCache* mine = FindThreadCache(uid_)) FoldDisplacedLocked(mine);
   Region* candidates = nullptr;
