@@ -771,8 +771,13 @@ void CacheImpl::HandOutLocked(ThreadCache* tc, Region* r, const Miss& miss) {
 }
 
 CacheImpl::MissPlan CacheImpl::PlanForLocked(const Miss& miss) {
-  return miss.allow_merge ? PlanMissLocked(miss.plan_start, miss.plan_end, miss.access)
-                          : MissPlan{miss.plan_start, miss.plan_end, 0};
+  if (miss.allow_merge) return PlanMissLocked(miss.plan_start, miss.plan_end, miss.access);
+  MissPlan plan{miss.plan_start, miss.plan_end, 0};
+  bool overlapped = false;
+  index_.ForEachOverlap(miss.plan_start, miss.plan_end,
+                        [&overlapped](uintptr_t, uintptr_t, Region*) { overlapped = true; });
+  plan.overlapped = overlapped;
+  return plan;
 }
 
 size_t CacheImpl::PlanAttemptLocked(Miss* miss, MissPlan* plan, PendingMiss* pending,
@@ -1899,11 +1904,9 @@ bool CacheImpl::NotAdmittedLocked(const Miss& miss, const MissPlan& plan) {
   const size_t budget = ProcessBudget();
   if (budget != 0 && budget_->pinned() + (miss.page_end - miss.page_start) > budget) return false;
   // Pages that touch a cached region may merge with it (and replace it,
-  // adding no region); a plan that bridges widens: both are cached.
-  bool overlaps = false;
-  index_.ForEachOverlap(miss.plan_start, miss.plan_end,
-                        [&overlaps](uintptr_t, uintptr_t, Region*) { overlaps = true; });
-  if (overlaps) return false;
+  // adding no region); a plan that bridges widens: both are cached. The
+  // plan, made under this hold of mu_, knows whether any region overlaps.
+  if (plan.overlapped) return false;
   if (plan.start != miss.plan_start || plan.end != miss.plan_end || plan.has_block()) {
     return false;
   }

@@ -232,9 +232,10 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
     uintptr_t block_start = 0, block_end = 0;
     uintptr_t below_end = 0, above_start = UINTPTR_MAX;
     int bridge_local = 0;
-    // False only if no region at all overlapped the request when it was
-    // planned (PlanMissLocked): then no region can lie inside [start, end)
-    // unless one was installed since.
+    // Whether any region at all overlapped the request when it was planned
+    // (PlanForLocked, exact then). False: no region can lie inside [start,
+    // end) unless one was installed since. A plan rebuilt later
+    // (FitPlanLocked narrowing it) keeps the default, true: unknown.
     bool overlapped = true;
     bool has_block() const { return block_end > block_start; }
   };
@@ -314,7 +315,8 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   void HandOutLocked(ThreadCache* tc, Region* r, const Miss& miss)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // What the next attempt would register before the budget is weighed: the
-  // requested range, merged and with its bridge block if merging is on.
+  // requested range, merged and with its bridge block if merging is on;
+  // MissPlan::overlapped says whether any region overlaps the request.
   MissPlan PlanForLocked(const Miss& miss) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Fits `plan` (PlanForLocked's, under the same hold of mu_) to the budget
   // and links `pending` into pending_; returns FitPlanLocked's shortfall.
