@@ -1319,6 +1319,12 @@ CacheImpl::MissPlan CacheImpl::PlanMissLocked(uintptr_t start, uintptr_t end, in
   const uintptr_t bs = AlignDown(u.s, block);
   const uintptr_t be = AlignUp(u.e, block);
   if (be == 0 || be - bs > cap(kAbsorbingShare)) return plan;
+  // The cheap refusals first: the scan below visits every region of the
+  // block, thousands in a large cache.
+  if (InvalidatedLatelyLocked(bs, be, now) ||
+      bridge_failed_.Recent(bs, be, now, kMergeCooldownMisses)) {
+    return plan;
+  }
   struct Neighbours {
     uintptr_t below_end, above_start;
     int local;
@@ -1334,10 +1340,6 @@ CacheImpl::MissPlan CacheImpl::PlanMissLocked(uintptr_t start, uintptr_t end, in
     }
   });
   if (n.below_end == 0 && n.above_start == UINTPTR_MAX) return plan;
-  if (InvalidatedLatelyLocked(bs, be, now) ||
-      bridge_failed_.Recent(bs, be, now, kMergeCooldownMisses)) {
-    return plan;
-  }
   plan.block_start = bs;
   plan.block_end = be;
   plan.below_end = n.below_end;
