@@ -1,10 +1,13 @@
 #include "bench/configs.h"
 
+#include <cstdio>
 #include <memory>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "bench/belady.h"
 #include "bench/bench_registrar.h"
+#include "bench/child_run.h"
 #include "bench/counting_registrar.h"
 #include "bench/mrcache_driver.h"
 #include "bench/none_driver.h"
@@ -120,6 +123,64 @@ Row RunConfig(const std::string& name, const Trace& trace, const BenchOptions& o
   }
   Fill(*result, options.verify, &row);
   return row;
+}
+
+namespace {
+
+// A Row's results as bytes (the child is the same binary as the parent).
+struct RowMessage {
+  uint64_t transfers = 0, hits = 0, registrations = 0, registered_bytes = 0, peak_pinned_bytes = 0,
+           stale = 0;
+  double registrar_seconds = 0, ns_per_op = 0;
+  bool timed = true, verified = false;
+  char error[1024] = {};
+};
+
+struct ChildJob {
+  const Trace* trace;
+  const BenchOptions* options;
+  const std::string* config;
+};
+
+void RunConfigIntoMessage(void* context, void* buffer) {
+  const ChildJob& job = *static_cast<ChildJob*>(context);
+  RowMessage& m = *static_cast<RowMessage*>(buffer);
+  const Row row = RunConfig(*job.config, *job.trace, *job.options);
+  m.transfers = row.transfers;
+  m.hits = row.hits;
+  m.registrations = row.registrations;
+  m.registered_bytes = row.registered_bytes;
+  m.peak_pinned_bytes = row.peak_pinned_bytes;
+  m.stale = row.stale;
+  m.registrar_seconds = row.registrar_seconds;
+  m.ns_per_op = row.ns_per_op;
+  m.timed = row.timed;
+  m.verified = row.verified;
+  std::snprintf(m.error, sizeof m.error, "%s", row.error.c_str());
+}
+
+}  // namespace
+
+void RunConfigInChild(const Trace& trace, const BenchOptions& options, Row* row) {
+  ChildJob job{&trace, &options, &row->config};
+  RowMessage m;
+  absl::Status ran = RunInChild(row->config, &RunConfigIntoMessage, &job, &m, sizeof m);
+  if (!ran.ok()) {
+    row->error = std::string(ran.message());
+    return;
+  }
+  row->max_regions = options.max_regions;
+  row->transfers = m.transfers;
+  row->hits = m.hits;
+  row->registrations = m.registrations;
+  row->registered_bytes = m.registered_bytes;
+  row->peak_pinned_bytes = m.peak_pinned_bytes;
+  row->stale = m.stale;
+  row->registrar_seconds = m.registrar_seconds;
+  row->ns_per_op = m.ns_per_op;
+  row->timed = m.timed;
+  row->verified = m.verified;
+  if (m.error[0] != '\0') row->error = m.error;
 }
 
 }  // namespace mrbench

@@ -57,6 +57,13 @@ void ApplyRecordedConfig(const mrcache::Config& recorded, mrcache::Config* confi
 
 Row RunConfig(const std::string& config, const Trace& trace, const BenchOptions& options);
 
+// RunConfig(row->config, trace, options) in a forked child (child_run.h),
+// its results copied into *row, whose config and workload the caller set.
+// Allocates nothing in the caller unless the run fails: a caller that
+// allocates nothing between two calls gives both configurations the same
+// heap layout. The caller must be single-threaded.
+void RunConfigInChild(const Trace& trace, const BenchOptions& options, Row* row);
+
 }  // namespace mrbench
 
 #endif  // BENCH_CONFIGS_H_

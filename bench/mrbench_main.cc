@@ -313,10 +313,23 @@ int Main(int argc, char** argv) {
         flags.registrar.c_str());
   }
   std::fflush(stdout);
+  // Every run in a child forked from this process (RunConfigInChild), with
+  // every row allocated before the first: each configuration replays on the
+  // same heap layout.
+  struct Run {
+    const Trace* trace;
+    BenchOptions options;
+    std::vector<Row>* rows;
+  };
   std::vector<Row> rows, sweep;
+  std::vector<Run> runs;
   for (const Trace& trace : traces) {
-    for (const std::string& config : flags.configs)
-      rows.push_back(RunConfig(config, trace, options));
+    for (const std::string& config : flags.configs) {
+      rows.emplace_back();
+      rows.back().config = config;
+      rows.back().workload = trace.name;
+      runs.push_back(Run{&trace, options, &rows});
+    }
   }
   if (flags.sweep) {
     const size_t base_regions = options.max_regions ? options.max_regions : 256;
@@ -325,10 +338,19 @@ int Main(int argc, char** argv) {
         BenchOptions at = options;
         at.max_regions = cap;
         for (const std::string& config : flags.configs) {
-          if (config != "none") sweep.push_back(RunConfig(config, trace, at));
+          if (config == "none") continue;
+          sweep.emplace_back();
+          sweep.back().config = config;
+          sweep.back().workload = trace.name;
+          runs.push_back(Run{&trace, at, &sweep});
         }
       }
     }
+  }
+  size_t next_row = 0, next_sweep = 0;
+  for (Run& run : runs) {
+    Row* row = run.rows == &rows ? &rows[next_row++] : &sweep[next_sweep++];
+    RunConfigInChild(*run.trace, run.options, row);
   }
   PrintTable(rows, stdout);
   if (!sweep.empty()) {

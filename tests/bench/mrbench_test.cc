@@ -8,6 +8,7 @@
 #include <map>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -115,6 +116,30 @@ TEST(Mrbench, UringVerifiesEveryTransferAndFindsNothingStale) {
     if (line.find("FAILED") == std::string::npos) continue;
     EXPECT_NE(line.find(" ucx "), std::string::npos) << "only UCX may fail: " << line;
     EXPECT_NE(line.find("Cannot allocate memory"), std::string::npos) << line;
+  }
+}
+
+TEST(Mrbench, EveryConfigurationReplaysOnTheSameHeapLayout) {
+  // churn mallocs and frees buffers of every size: which of them share pages
+  // (and so what a cache merges or reuses) depends on where malloc puts
+  // them. The same configuration twice must find the same hits.
+  const std::string json = ::testing::TempDir() + "/layout.json";
+  Outcome o = RunMrbench(
+      "--registrar sim --workload churn --ops 2000 --configs "
+      "mrcache,mrcache-nomerge,mrcache,mrcache-nomerge --json " +
+      json);
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  std::istringstream lines(ReadFile(json));
+  std::string line;
+  std::map<std::string, std::vector<std::string>> by_config;  // hits, registrations
+  while (std::getline(lines, line)) {
+    if (line.find("\"config\"") == std::string::npos) continue;
+    by_config[Field(line, "config")].push_back(
+        absl::StrCat(Field(line, "hit_rate"), " ", Field(line, "registrations")));
+  }
+  for (const char* c : {"mrcache", "mrcache-nomerge"}) {
+    ASSERT_EQ(by_config[c].size(), 2u) << c << "\n" << o.output;
+    EXPECT_EQ(by_config[c][0], by_config[c][1]) << c;
   }
 }
 
