@@ -1260,6 +1260,8 @@ CacheImpl::MissPlan CacheImpl::PlanMissLocked(uintptr_t start, uintptr_t end, in
     return r->remote_access() == remote && (r->reg.access & kAccessOnDemand) == odp;
   };
   const uint64_t now = misses_.load(std::memory_order_relaxed);
+  // Asked on every plan, so that its windows stay near kWindowMisses.
+  const bool churning = churn_.Churning(now, invalidations_.load(std::memory_order_relaxed));
   MissPlan plan{start, end, 0};
 
   // Merge: the union with every compatible region that overlaps the request
@@ -1286,7 +1288,8 @@ CacheImpl::MissPlan CacheImpl::PlanMissLocked(uintptr_t start, uintptr_t end, in
   // absorbs regions whose requested bytes the request covers frees theirs:
   // up to a quarter (as a bridged block). One that joins other requests'
   // bytes is evicted as one region, and takes their bytes with it: up to a
-  // sixteenth (bench/RESULTS.md, "Joining neighbours under the budget").
+  // sixteenth (bench/RESULTS.md, "Joining neighbours under the budget"), and
+  // only where regions live (below).
   const size_t budget = ProcessBudget();
   auto cap = [this, budget](size_t share) {
     return budget != 0 && budget / share < config_.max_merge_bytes ? budget / share
@@ -1296,6 +1299,10 @@ CacheImpl::MissPlan CacheImpl::PlanMissLocked(uintptr_t start, uintptr_t end, in
   if (u.e - u.s > widen_cap || (widens && InvalidatedLatelyLocked(u.s, u.e, now))) {
     return plan;
   }
+  // Nor, under a budget, while cached regions keep dying by invalidation
+  // (address_churn.h): the joined buffers would be pinned together and
+  // freed apart.
+  if (joins && budget != 0 && churning) return plan;
   plan.start = u.s;
   plan.end = u.e;
   plan.local = u.local;

@@ -115,6 +115,7 @@
 #include "absl/status/statusor.h"
 #include "mrcache/cache.h"
 #include "mrcache/config.h"
+#include "mrcache/core/address_churn.h"
 #include "mrcache/core/address_heat.h"
 #include "mrcache/core/covering_hints.h"
 #include "mrcache/core/interval_tree.h"
@@ -621,6 +622,9 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   PendingMiss* pending_ ABSL_GUARDED_BY(mu_) = nullptr;
   AddressHeat invalidated_ ABSL_GUARDED_BY(mu_);    // where regions died by invalidation
   AddressHeat bridge_failed_ ABSL_GUARDED_BY(mu_);  // where bridging found nothing or failed
+  // Whether regions keep dying by invalidation: under a pin budget, merge
+  // unions join other requests' bytes only while they do not.
+  AddressChurn churn_ ABSL_GUARDED_BY(mu_);
   // AcquireOversized's last pages served uncached (second sight).
   static constexpr int kOversizedSeen = 4;
   struct PageRange {

@@ -22,7 +22,9 @@
 //      bytes per region it merged;
 //  (b'') a merge union that joins other requests' bytes takes at most a
 //      sixteenth of the budget, one that absorbs a region whose requested
-//      bytes the request covers up to a quarter;
+//      bytes the request covers up to a quarter; joining waits until a
+//      window of misses shows the cache's regions living (few die by
+//      invalidation), and stops while they do not;
 //  (c) a request that cannot fit is ENOMEM naming the limit and the bytes
 //      pinned, evicts nothing, and nothing leaks;
 //  (d) two caches share the budget: the same pin_budget_bytes, and one
@@ -55,6 +57,7 @@
 #include <gtest/gtest.h>
 
 #include "mrcache/cache.h"
+#include "mrcache/core/address_churn.h"
 #include "mrcache/errno_status.h"
 #include "mrcache/mrcache.h"
 #include "mrcache/registrars/pin_budget.h"
@@ -138,6 +141,21 @@ struct Counted {
     if (!r.ok()) return StatusToErrno(r.status());
     (void)cache->Put(*r);
     return 0;
+  }
+  // A window of AddressChurn::kWindowMisses misses in which `deaths` of the
+  // regions registered die by invalidation (the first ones), then an empty
+  // cache. Under the budget, a merge union joins other requests' bytes only
+  // after a window in which fewer than one region per
+  // AddressChurn::kMissesPerDeath misses died (address_churn.h).
+  void LiveAWindow(int deaths = 0) {
+    constexpr int kMisses = static_cast<int>(AddressChurn::kWindowMisses);
+    Buffers pages(kMisses, kPage);
+    if (!pages.ok()) return;
+    for (int i = 0; i < kMisses; ++i) {
+      Touch(pages.at(i), kPage);
+      if (i < deaths) (void)cache->Invalidate(pages.at(i), kPage);
+    }
+    (void)cache->Flush();
   }
   // Touches the range again: the registrations it made (1 if it had been
   // evicted, 0 if it stayed cached).
@@ -369,6 +387,7 @@ UnionOutcome RunMakingRoomBesideAUnion() {
     out.setup_errno = c.setup_errno ? c.setup_errno : ENOMEM;
     return out;
   }
+  c.LiveAWindow();
   // Each part reaches 64 bytes into the next: every request after the first
   // overlaps the region before it and registers their union.
   for (int i = 0; i < kParts; ++i) c.Touch(whole.at(0) + i * kPart, kPart + 64);
@@ -403,10 +422,19 @@ struct WideningOutcome {
   int registrations = 0;
 };
 
+// What the cache saw before the two requests below.
+enum class History {
+  kNone,         // nothing: a fresh cache
+  kRegionsLive,  // a window of misses in which no region died
+  kChurn,        // that, then a window in which one region in 8 died
+  kChurnThenLive,
+};
+
 // Two requests in one buffer, the second from `second_offset` for
 // `second_length` bytes, after the first (the buffer's first `first_length`
-// bytes).
-WideningOutcome RunTwoRequests(size_t first_length, size_t second_offset, size_t second_length) {
+// bytes), after `history`.
+WideningOutcome RunTwoRequests(size_t first_length, size_t second_offset, size_t second_length,
+                               History history = History::kRegionsLive) {
   WideningOutcome out;
   Buffers buffer(1, 256 * kKiB);
   Counted c;  // merging on; monitor none, so nothing is bridged
@@ -414,10 +442,17 @@ WideningOutcome RunTwoRequests(size_t first_length, size_t second_offset, size_t
     out.setup_errno = c.setup_errno ? c.setup_errno : ENOMEM;
     return out;
   }
+  constexpr int kChurnDeaths =
+      static_cast<int>(AddressChurn::kWindowMisses / AddressChurn::kMissesPerDeath);
+  if (history != History::kNone) c.LiveAWindow();
+  if (history == History::kChurn || history == History::kChurnThenLive) c.LiveAWindow(kChurnDeaths);
+  if (history == History::kChurnThenLive) c.LiveAWindow(kChurnDeaths - 1);
+  const uint64_t merges_before = c.cache->stats().merges;
+  const int registrations_before = c.counters->registrations.load();
   c.Touch(buffer.at(0), first_length);
   c.Touch(buffer.at(0) + second_offset, second_length);
-  out.merges = c.cache->stats().merges;
-  out.registrations = c.counters->registrations.load();
+  out.merges = c.cache->stats().merges - merges_before;
+  out.registrations = c.counters->registrations.load() - registrations_before;
   return out;
 }
 
@@ -435,12 +470,43 @@ TEST(PinBudgetTest, UnderTheBudgetAUnionJoiningTwoRequestsTakesAtMostASixteenth)
   EXPECT_EQ(large.registrations, 2) << "each request registered its own pages";
 }
 
+TEST(PinBudgetTest, UnderTheBudgetAFreshCacheJoinsNoRequestsBeforeItsRegionsLiveAWindow) {
+  const WideningOutcome o = RunLimited<WideningOutcome>(
+      [] { return RunTwoRequests(24 * kKiB, 24 * kKiB - 64, 24 * kKiB, History::kNone); });
+  ASSERT_EQ(o.setup_errno, 0) << std::strerror(o.setup_errno);
+  EXPECT_EQ(o.merges, 0u) << "no evidence yet that joined buffers would live together";
+  EXPECT_EQ(o.registrations, 2) << "each request registered its own pages";
+}
+
+TEST(PinBudgetTest, UnderTheBudgetJoiningStopsWhileRegionsDieByInvalidation) {
+  const WideningOutcome o = RunLimited<WideningOutcome>(
+      [] { return RunTwoRequests(24 * kKiB, 24 * kKiB - 64, 24 * kKiB, History::kChurn); });
+  ASSERT_EQ(o.setup_errno, 0) << std::strerror(o.setup_errno);
+  EXPECT_EQ(o.merges, 0u) << "one region in 8 died in the last window";
+  EXPECT_EQ(o.registrations, 2);
+}
+
+TEST(PinBudgetTest, UnderTheBudgetJoiningResumesOnceRegionsLiveAgain) {
+  const WideningOutcome o = RunLimited<WideningOutcome>(
+      [] { return RunTwoRequests(24 * kKiB, 24 * kKiB - 64, 24 * kKiB, History::kChurnThenLive); });
+  ASSERT_EQ(o.setup_errno, 0) << std::strerror(o.setup_errno);
+  EXPECT_EQ(o.merges, 1u) << "fewer than one region in 8 died in the last window";
+  EXPECT_EQ(o.registrations, 2) << "the first request's region, then the union";
+}
+
 TEST(PinBudgetTest, UnderTheBudgetARequestCoveringAnotherAbsorbsItUpToAQuarter) {
   const WideningOutcome o =
       RunLimited<WideningOutcome>([] { return RunTwoRequests(16 * kKiB, 0, 160 * kKiB); });
   ASSERT_EQ(o.setup_errno, 0) << std::strerror(o.setup_errno);
   EXPECT_EQ(o.merges, 1u) << "the 160 KiB request replaced the 16 KiB region it covers";
   EXPECT_EQ(o.registrations, 2);
+}
+
+TEST(PinBudgetTest, UnderTheBudgetAFreshCacheAbsorbsARegionItsRequestCovers) {
+  const WideningOutcome o = RunLimited<WideningOutcome>(
+      [] { return RunTwoRequests(16 * kKiB, 0, 160 * kKiB, History::kNone); });
+  ASSERT_EQ(o.setup_errno, 0) << std::strerror(o.setup_errno);
+  EXPECT_EQ(o.merges, 1u) << "absorbing joins no other request's bytes: no evidence needed";
 }
 
 struct CannotFitOutcome {
