@@ -12,7 +12,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 
 namespace mrcache {
 
@@ -42,17 +41,21 @@ class IntervalTree {
   // absent); the caller frees it with FreeNode.
   Node* DetachNode(uintptr_t start, V value);
   // Calls fn(start, end, value) for every interval overlapping [start, end),
-  // in increasing order of start. fn must not modify the tree.
-  void ForEachOverlap(uintptr_t start, uintptr_t end,
-                      const std::function<void(uintptr_t, uintptr_t, V)>& fn) const;
+  // in increasing order of start. fn must not modify the tree. (A template,
+  // not a std::function: a visitor capturing more than two words would be
+  // allocated on every call, under the cache lock, on the miss path.)
+  template <typename Fn>
+  void ForEachOverlap(uintptr_t start, uintptr_t end, Fn&& fn) const;
   // The interval with the greatest start <= `at` (the last in visit order
   // among several with that start): true, with *start, *end and *value set;
   // false if every interval starts after `at`. One root-to-leaf descent that
   // reads only the nodes on its path: where intervals do not overlap, the
   // only one that can contain `at`.
   bool FindLastStartingAtOrBefore(uintptr_t at, uintptr_t* start, uintptr_t* end, V* value) const;
-  // Calls fn for every interval, in increasing order of start.
-  void ForEach(const std::function<void(uintptr_t, uintptr_t, V)>& fn) const;
+  // Calls fn(start, end, value) for every interval, in increasing order of
+  // start.
+  template <typename Fn>
+  void ForEach(Fn&& fn) const;
   size_t size() const { return size_; }
   bool empty() const { return size_ == 0; }
   void Clear();
@@ -61,8 +64,6 @@ class IntervalTree {
   bool CheckInvariants() const;
 
  private:
-  using Visitor = std::function<void(uintptr_t, uintptr_t, V)>;
-
   // Order of nodes: by start, then by value (std::less<V>).
   static bool KeyLess(uintptr_t a_start, const V& a_value, uintptr_t b_start, const V& b_value);
   static int HeightOf(const Node* n);
@@ -78,8 +79,10 @@ class IntervalTree {
   static Node* DetachMin(Node* root, Node** min);
   // Unlinks the node keyed (start, value) into *erased (null if absent).
   static Node* EraseNode(Node* root, uintptr_t start, const V& value, Node** erased);
-  static void VisitOverlap(const Node* n, uintptr_t start, uintptr_t end, const Visitor& fn);
-  static void VisitAll(const Node* n, const Visitor& fn);
+  template <typename Fn>
+  static void VisitOverlap(const Node* n, uintptr_t start, uintptr_t end, Fn& fn);
+  template <typename Fn>
+  static void VisitAll(const Node* n, Fn& fn);
   static void Destroy(Node* n);
   // Checks the subtree at n, whose keys must lie within (lo, hi) (null: no
   // bound); on success stores its height and node count.

@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <functional>  // std::less
 #include <utility>
 
 #include "mrcache/core/interval_tree.h"
@@ -198,8 +199,8 @@ bool IntervalTree<V>::Erase(uintptr_t start, V value) {
 }
 
 template <typename V>
-void IntervalTree<V>::VisitOverlap(const Node* n, uintptr_t start, uintptr_t end,
-                                   const Visitor& fn) {
+template <typename Fn>
+void IntervalTree<V>::VisitOverlap(const Node* n, uintptr_t start, uintptr_t end, Fn& fn) {
   // Nothing in this subtree ends after the query starts.
   if (n == nullptr || n->max_end <= start) return;
   VisitOverlap(n->left, start, end, fn);
@@ -210,7 +211,8 @@ void IntervalTree<V>::VisitOverlap(const Node* n, uintptr_t start, uintptr_t end
 }
 
 template <typename V>
-void IntervalTree<V>::ForEachOverlap(uintptr_t start, uintptr_t end, const Visitor& fn) const {
+template <typename Fn>
+void IntervalTree<V>::ForEachOverlap(uintptr_t start, uintptr_t end, Fn&& fn) const {
   if (start >= end) return;  // An empty query overlaps nothing.
   VisitOverlap(root_, start, end, fn);
 }
@@ -235,7 +237,8 @@ bool IntervalTree<V>::FindLastStartingAtOrBefore(uintptr_t at, uintptr_t* start,
 }
 
 template <typename V>
-void IntervalTree<V>::VisitAll(const Node* n, const Visitor& fn) {
+template <typename Fn>
+void IntervalTree<V>::VisitAll(const Node* n, Fn& fn) {
   if (n == nullptr) return;
   VisitAll(n->left, fn);
   fn(n->start, n->end, n->value);
@@ -243,7 +246,8 @@ void IntervalTree<V>::VisitAll(const Node* n, const Visitor& fn) {
 }
 
 template <typename V>
-void IntervalTree<V>::ForEach(const Visitor& fn) const {
+template <typename Fn>
+void IntervalTree<V>::ForEach(Fn&& fn) const {
   VisitAll(root_, fn);
 }
 
