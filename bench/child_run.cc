@@ -68,8 +68,8 @@ absl::Status RunInChild(absl::string_view what, void (*fill)(void* context, void
                                          strsignal(WTERMSIG(wstatus)), ")"));
   }
   if (got != size) {
-    return ErrnoStatus(EIO, absl::StrCat(what, " exited with status ", WEXITSTATUS(wstatus),
-                                         " without a result"));
+    return ErrnoStatus(
+        EIO, absl::StrCat(what, " exited with status ", WEXITSTATUS(wstatus), " without a result"));
   }
   return absl::OkStatus();
 }
