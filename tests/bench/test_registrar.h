@@ -23,6 +23,9 @@ namespace mrbench {
 class TestRegistrar : public mrcache::Registrar {
  public:
   const char* name() const override { return "test"; }
+  // It only counts: no page is pinned, so no pin budget applies to a cache
+  // over it, however low RLIMIT_MEMLOCK is.
+  bool pins_memory() const override { return false; }
   absl::StatusOr<mrcache::Registration> Register(void* addr, size_t length, int access) override {
     if (length == 0) return mrcache::ErrnoStatus(EINVAL, "empty");
     absl::Status ok = mrcache::ValidateAccess(access);

@@ -75,6 +75,28 @@ class CacheCoreTest : public CacheSuite {
 
   void Put(Region* r) { ASSERT_TRUE(cache().Put(r).ok()); }
 
+  // Under a pin budget (no CAP_IPC_LOCK, and a registrar that pins), a merge
+  // union that joins other requests' bytes waits for a window of misses in
+  // which the cache's regions lived (mrcache/core/address_churn.h). Tests of
+  // such unions run that window first, on pages of their own, and flush it:
+  // the registrar then holds what it held before.
+  void LetRegionsLiveAWindow() {
+    if (cache().stats().pin_budget_bytes == 0) return;
+    constexpr size_t kMisses = 256;  // AddressChurn::kWindowMisses
+    const size_t span = 2 * kMisses * kPage;
+    char* pages = static_cast<char*>(
+        mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+    ASSERT_NE(pages, MAP_FAILED);
+    for (size_t i = 0; i < kMisses; ++i) munmap(pages + (2 * i + 1) * kPage, kPage);  // apart
+    for (size_t i = 0; i < kMisses; ++i) {
+      auto r = cache().Acquire(pages + 2 * i * kPage, kPage, kRW);
+      ASSERT_TRUE(r.ok()) << r.status();
+      ASSERT_TRUE(cache().Put(*r).ok());
+    }
+    ASSERT_TRUE(cache().Flush().ok());
+    munmap(pages, span);
+  }
+
   // The first `align`-aligned address in the buffer (a 16-page-aligned block
   // lies inside the 64-page buffer).
   char* AlignedBlock(size_t align) const {
@@ -148,6 +170,7 @@ TEST_P(CacheCoreTest, FlushKeepsRegionsInUse) {
 }
 
 TEST_P(CacheCoreTest, MergeOfTwoOverlappingRegionsRegistersTheUnion) {
+  LetRegionsLiveAWindow();
   Region* a = Get(0, 4 * kPage);
   Region* b = Get(2 * kPage, 4 * kPage);
   RegionInfo bi = GetRegionInfo(b);
@@ -169,6 +192,7 @@ TEST_P(CacheCoreTest, MergeOfTwoOverlappingRegionsRegistersTheUnion) {
 }
 
 TEST_P(CacheCoreTest, MergeOfThreeOverlappingRegions) {
+  LetRegionsLiveAWindow();
   Region* a = Get(0, 3 * kPage);
   Region* b = Get(5 * kPage, 3 * kPage);
   Region* c = Get(2 * kPage, 4 * kPage);  // bridges a and b
@@ -292,6 +316,7 @@ TEST_P(CacheCoreTest, RegistrarFailureThatPersistsIsReturnedAndNothingLeaks) {
 }
 
 TEST_P(CacheCoreTest, MergeTheRegistrarRefusesFallsBackToTheRequestedPages) {
+  LetRegionsLiveAWindow();
   Region* a = Get(0, 4 * kPage);
   state_->fail_errno = EINVAL;  // e.g. io_uring's 1 GiB limit on the union
   state_->fail_count = 1;
@@ -645,6 +670,7 @@ TEST_P(CacheCoreTest, InvalidatingAWholePageOfARegionDropsIt) {
 }
 
 TEST_P(CacheCoreTest, WholePageInvalidationDropsAMergedRegionWhereItHoldsNoRequestedByte) {
+  LetRegionsLiveAWindow();
   // A region with an access bit the union lacks is overlapped but not
   // absorbed, so page 0 of the union holds none of its requested bytes.
   Put(Get(0, 2 * kPage, kRW | kAccessRelaxedOrdering));  // pages 0-1
@@ -657,6 +683,7 @@ TEST_P(CacheCoreTest, WholePageInvalidationDropsAMergedRegionWhereItHoldsNoReque
 }
 
 TEST_P(CacheCoreTest, MergedRegionIsDroppedByTheBytesOfEitherPart) {
+  LetRegionsLiveAWindow();
   Put(Get(0, kPage + 100));      // pages 0-1
   Put(Get(kPage + 200, kPage));  // pages 1-2: merges into pages 0-2
   ASSERT_EQ(cache().stats().merges, 1u);
@@ -686,6 +713,7 @@ TEST_P(CacheCoreTest, NoMergeWhereRegionsRecentlyDiedByInvalidation) {
 }
 
 TEST_P(CacheCoreTest, MergeWhereNothingWasInvalidated) {
+  LetRegionsLiveAWindow();
   Put(Get(0, kPage + 1));
   Region* r = Get(kPage + 100, kPage);
   EXPECT_EQ(cache().stats().merges, 1u);
