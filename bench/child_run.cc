@@ -64,12 +64,13 @@ absl::Status RunInChild(absl::string_view what, void (*fill)(void* context, void
   while (waitpid(pid, &wstatus, 0) < 0 && errno == EINTR) {
   }
   if (WIFSIGNALED(wstatus)) {
-    return ErrnoStatus(EIO, absl::StrCat(what, " killed by signal ", WTERMSIG(wstatus), " (",
-                                         strsignal(WTERMSIG(wstatus)), ")"));
+    return ErrnoStatus(
+        EIO, absl::StrCat(what, ": child process killed by signal ", WTERMSIG(wstatus), " (",
+                          strsignal(WTERMSIG(wstatus)), ")"));
   }
   if (got != size) {
-    return ErrnoStatus(
-        EIO, absl::StrCat(what, " exited with status ", WEXITSTATUS(wstatus), " without a result"));
+    return ErrnoStatus(EIO, absl::StrCat(what, ": child process exited with status ",
+                                         WEXITSTATUS(wstatus), " without a result"));
   }
   return absl::OkStatus();
 }

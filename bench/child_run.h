@@ -13,7 +13,9 @@
 //
 // RunInChild allocates nothing in the caller on success, so that a caller
 // which allocates nothing between two calls forks two identical children.
-// The caller must be single-threaded (fork).
+// The caller must be single-threaded (fork). A child that forks again (the
+// UCX peer inside the `ucx` configuration) passes the pipe on: if the child
+// dies first, the caller reads until the grandchild exits too.
 #ifndef BENCH_CHILD_RUN_H_
 #define BENCH_CHILD_RUN_H_
 

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <type_traits>
 
 #include "absl/strings/str_cat.h"
 #include "bench/belady.h"
@@ -133,8 +134,9 @@ struct RowMessage {
            stale = 0;
   double registrar_seconds = 0, ns_per_op = 0;
   bool timed = true, verified = false;
-  char error[1024] = {};
+  char error[kRowErrorCapacity] = {};
 };
+static_assert(std::is_trivially_copyable<RowMessage>::value, "sent through a pipe as bytes");
 
 struct ChildJob {
   const Trace* trace;
@@ -166,10 +168,9 @@ void RunConfigInChild(const Trace& trace, const BenchOptions& options, Row* row)
   RowMessage m;
   absl::Status ran = RunInChild(row->config, &RunConfigIntoMessage, &job, &m, sizeof m);
   if (!ran.ok()) {
-    row->error = std::string(ran.message());
+    row->error.assign(ran.message().data(), ran.message().size());
     return;
   }
-  row->max_regions = options.max_regions;
   row->transfers = m.transfers;
   row->hits = m.hits;
   row->registrations = m.registrations;
@@ -180,7 +181,7 @@ void RunConfigInChild(const Trace& trace, const BenchOptions& options, Row* row)
   row->ns_per_op = m.ns_per_op;
   row->timed = m.timed;
   row->verified = m.verified;
-  if (m.error[0] != '\0') row->error = m.error;
+  if (m.error[0] != '\0') row->error.assign(m.error);  // within its reserved capacity
 }
 
 }  // namespace mrbench

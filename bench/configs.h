@@ -58,10 +58,14 @@ void ApplyRecordedConfig(const mrcache::Config& recorded, mrcache::Config* confi
 Row RunConfig(const std::string& config, const Trace& trace, const BenchOptions& options);
 
 // RunConfig(row->config, trace, options) in a forked child (child_run.h),
-// its results copied into *row, whose config and workload the caller set.
-// Allocates nothing in the caller unless the run fails: a caller that
-// allocates nothing between two calls gives both configurations the same
-// heap layout. The caller must be single-threaded.
+// its results copied into *row, whose config, workload and max_regions the
+// caller set. Allocates nothing in the caller when the run succeeds, nor when
+// the child reports an error that fits a `row->error` reserved to
+// kRowErrorCapacity: a caller that allocates nothing between two calls gives
+// both configurations the same heap layout. (A child that dies or cannot be
+// started costs an allocation in the caller.) The caller must be
+// single-threaded.
+constexpr size_t kRowErrorCapacity = 1024;
 void RunConfigInChild(const Trace& trace, const BenchOptions& options, Row* row);
 
 }  // namespace mrbench

@@ -314,22 +314,28 @@ int Main(int argc, char** argv) {
   }
   std::fflush(stdout);
   // Every run in a child forked from this process (RunConfigInChild), with
-  // every row allocated before the first: each configuration replays on the
-  // same heap layout.
+  // every row allocated (its error text's room included) before the first:
+  // each configuration replays on the same heap layout.
   struct Run {
     const Trace* trace;
     BenchOptions options;
-    std::vector<Row>* rows;
+    bool sweep;    // a row of `sweep`, else of `rows`
+    size_t index;  // in that vector
   };
   std::vector<Row> rows, sweep;
   std::vector<Run> runs;
+  auto add = [&runs](std::vector<Row>* to, bool is_sweep, const Trace& trace,
+                     const BenchOptions& at, const std::string& config) {
+    Row row;
+    row.config = config;
+    row.workload = trace.name;
+    row.max_regions = at.max_regions;
+    row.error.reserve(kRowErrorCapacity);
+    to->push_back(std::move(row));
+    runs.push_back(Run{&trace, at, is_sweep, to->size() - 1});
+  };
   for (const Trace& trace : traces) {
-    for (const std::string& config : flags.configs) {
-      rows.emplace_back();
-      rows.back().config = config;
-      rows.back().workload = trace.name;
-      runs.push_back(Run{&trace, options, &rows});
-    }
+    for (const std::string& config : flags.configs) add(&rows, false, trace, options, config);
   }
   if (flags.sweep) {
     const size_t base_regions = options.max_regions ? options.max_regions : 256;
@@ -338,19 +344,13 @@ int Main(int argc, char** argv) {
         BenchOptions at = options;
         at.max_regions = cap;
         for (const std::string& config : flags.configs) {
-          if (config == "none") continue;
-          sweep.emplace_back();
-          sweep.back().config = config;
-          sweep.back().workload = trace.name;
-          runs.push_back(Run{&trace, at, &sweep});
+          if (config != "none") add(&sweep, true, trace, at, config);
         }
       }
     }
   }
-  size_t next_row = 0, next_sweep = 0;
-  for (Run& run : runs) {
-    Row* row = run.rows == &rows ? &rows[next_row++] : &sweep[next_sweep++];
-    RunConfigInChild(*run.trace, run.options, row);
+  for (const Run& run : runs) {
+    RunConfigInChild(*run.trace, run.options, run.sweep ? &sweep[run.index] : &rows[run.index]);
   }
   PrintTable(rows, stdout);
   if (!sweep.empty()) {

@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <type_traits>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
@@ -22,6 +23,7 @@ struct PeerMessage {
   ReplayResult result;
   char message[1024] = {};
 };
+static_assert(std::is_trivially_copyable<PeerMessage>::value, "sent through a pipe as bytes");
 
 }  // namespace
 

@@ -1301,7 +1301,9 @@ CacheImpl::MissPlan CacheImpl::PlanMissLocked(uintptr_t start, uintptr_t end, in
   }
   // Nor, under a budget, while cached regions keep dying by invalidation
   // (address_churn.h): the joined buffers would be pinned together and
-  // freed apart.
+  // freed apart. Such a miss registers its own pages: it is not bridged
+  // either. (A miss that joins nothing may still bridge; the block's own
+  // invalidation history decides, below.)
   if (joins && budget != 0 && churning) return plan;
   plan.start = u.s;
   plan.end = u.e;

@@ -137,15 +137,19 @@ namespace mrcache {
 // system call, returns to the frames made before it are mispredicted on the
 // development VM (about 5 ns a frame, up to 8 frames), so every frame between
 // the miss and the registrar's system call costs the miss once more; three
-// frames fewer took 37-40 ns off the miss (bench/RESULTS.md, "The miss:
-// fewer frames around the registrar call").
+// frames fewer took 37-40 ns off the miss with the sim registrar (8 ns with
+// one that makes no system call; bench/RESULTS.md, "The miss: fewer frames
+// around the registrar call"). They are defined in cache_impl.cc and may be
+// called only there.
 #define MRCACHE_MISS_INLINE inline __attribute__((always_inline))
 
 // Pinned-memory budget (pin_budget.h): a miss plans, under mu_, a region that
 // fits the process budget after evicting this cache's unused regions (least
 // recently used first, only as many bytes as are missing); merging and
-// bridging widen at most to a quarter of the budget, and only while the
-// widened region fits without evicting. What is still missing is
+// bridging widen at most to a quarter of the budget (a union that joins other
+// requests' bytes to a sixteenth, and only while regions do not keep dying by
+// invalidation: AddressChurn), and only while the widened region fits without
+// evicting. What is still missing is
 // asked of the other caches outside mu_. A registrar refusal lowers the
 // budget and evicts only what the request needs, never the whole cache. A
 // miss over a quarter of the budget that does not fit beside the pinned

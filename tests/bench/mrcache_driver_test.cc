@@ -42,9 +42,8 @@ TEST(ReplayMrcache, ReusesRegistrations) {
   EXPECT_EQ(r->verified, 5u);
 }
 
-// Two overlapping halves of a buffer, then the whole buffer. 100 KB: a
-// union that joins two requests stays within a sixteenth of a pin budget
-// (README, "Pinned-memory budget"), so it merges unprivileged too.
+// Two overlapping halves of a buffer, then the whole buffer. (TestRegistrar
+// pins nothing, so no pin budget applies, however low RLIMIT_MEMLOCK is.)
 const char kOverlap[] =
     "alloc 1 100000\nxfer 1 0 60000\nxfer 1 40000 60000\nxfer 1 0 100000\n"
     "xfer 1 0 100000\nfree 1\n";

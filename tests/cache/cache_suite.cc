@@ -21,6 +21,7 @@
 #include <gtest/gtest.h>
 
 #include "mrcache/cache.h"
+#include "mrcache/core/address_churn.h"
 #include "mrcache/errno_status.h"
 #include "mrcache/registrar.h"
 #include "tests/cache/cache_suite.h"
@@ -82,7 +83,7 @@ class CacheCoreTest : public CacheSuite {
   // the registrar then holds what it held before.
   void LetRegionsLiveAWindow() {
     if (cache().stats().pin_budget_bytes == 0) return;
-    constexpr size_t kMisses = 256;  // AddressChurn::kWindowMisses
+    constexpr size_t kMisses = AddressChurn::kWindowMisses;
     const size_t span = 2 * kMisses * kPage;
     char* pages = static_cast<char*>(
         mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
@@ -702,7 +703,8 @@ TEST_P(CacheCoreTest, AlignmentWidenedRegionIsDroppedByAnyOfItsBytes) {
 }
 
 TEST_P(CacheCoreTest, NoMergeWhereRegionsRecentlyDiedByInvalidation) {
-  Put(Get(2 * kPage + 500, 100));                                    // page 2
+  LetRegionsLiveAWindow();         // else a fresh cache under a budget joins nothing anyway
+  Put(Get(2 * kPage + 500, 100));  // page 2
   ASSERT_TRUE(cache().Invalidate(buf_ + 2 * kPage + 500, 10).ok());  // dies there
   Put(Get(0, kPage + 1));                                            // pages 0-1
   Region* r = Get(kPage + 100, kPage);  // pages 1-2: would merge into 0-2
