@@ -21,11 +21,11 @@
 #include <gtest/gtest.h>
 
 #include "mrcache/cache.h"
-#include "mrcache/core/address_churn.h"
 #include "mrcache/errno_status.h"
 #include "mrcache/registrar.h"
 #include "tests/cache/cache_suite.h"
 #include "tests/cache/counting_registrar.h"
+#include "tests/cache/regions_live.h"
 
 namespace mrcache {
 namespace {
@@ -78,24 +78,11 @@ class CacheCoreTest : public CacheSuite {
 
   // Under a pin budget (no CAP_IPC_LOCK, and a registrar that pins), a merge
   // union that joins other requests' bytes waits for a window of misses in
-  // which the cache's regions lived (mrcache/core/address_churn.h). Tests of
-  // such unions run that window first, on pages of their own, and flush it:
-  // the registrar then holds what it held before.
+  // which the cache's regions lived: tests of such unions run one first
+  // (regions_live.h). Without a budget (root) nothing is needed.
   void LetRegionsLiveAWindow() {
     if (cache().stats().pin_budget_bytes == 0) return;
-    constexpr size_t kMisses = AddressChurn::kWindowMisses;
-    const size_t span = 2 * kMisses * kPage;
-    char* pages = static_cast<char*>(
-        mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
-    ASSERT_NE(pages, MAP_FAILED);
-    for (size_t i = 0; i < kMisses; ++i) munmap(pages + (2 * i + 1) * kPage, kPage);  // apart
-    for (size_t i = 0; i < kMisses; ++i) {
-      auto r = cache().Acquire(pages + 2 * i * kPage, kPage, kRW);
-      ASSERT_TRUE(r.ok()) << r.status();
-      ASSERT_TRUE(cache().Put(*r).ok());
-    }
-    ASSERT_TRUE(cache().Flush().ok());
-    munmap(pages, span);
+    ASSERT_TRUE(testing::LiveAWindow(cache()));
   }
 
   // The first `align`-aligned address in the buffer (a 16-page-aligned block

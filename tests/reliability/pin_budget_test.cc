@@ -63,6 +63,7 @@
 #include "mrcache/registrars/pin_budget.h"
 #include "mrcache/registrars/sim_registrar.h"
 #include "tests/cache/counting_registrar.h"
+#include "tests/cache/regions_live.h"
 #include "tests/registrars/low_memlock.h"
 
 namespace mrcache {
@@ -142,21 +143,10 @@ struct Counted {
     (void)cache->Put(*r);
     return 0;
   }
-  // A window of AddressChurn::kWindowMisses misses in which `deaths` of the
-  // regions registered die by invalidation (the first ones), then an empty
-  // cache. Under the budget, a merge union joins other requests' bytes only
-  // after a window in which fewer than one region per
-  // AddressChurn::kMissesPerDeath misses died (address_churn.h). False if
-  // the window could not be run (no memory for its pages, a failed get).
+  // A window of misses in which `deaths` regions die by invalidation, then an
+  // empty cache (regions_live.h); false if it could not be run.
   bool LiveAWindow(int deaths = 0) {
-    constexpr int kMisses = static_cast<int>(AddressChurn::kWindowMisses);
-    Buffers pages(kMisses, kPage);
-    if (!pages.ok()) return false;
-    for (int i = 0; i < kMisses; ++i) {
-      if (Touch(pages.at(i), kPage) != 0) return false;
-      if (i < deaths && !cache->Invalidate(pages.at(i), kPage).ok()) return false;
-    }
-    return cache->Flush().ok();
+    return testing::LiveAWindow(*cache, static_cast<size_t>(deaths));
   }
   // Touches the range again: the registrations it made (1 if it had been
   // evicted, 0 if it stayed cached).
