@@ -24,7 +24,9 @@
 //      sixteenth of the budget, one that absorbs a region whose requested
 //      bytes the request covers up to a quarter; joining waits until a
 //      window of misses shows the cache's regions living (few die by
-//      invalidation), and stops while they do not;
+//      invalidation), and stops while they do not; with four threads
+//      mapping, getting and unmapping meanwhile nothing leaks and the pinned
+//      bytes stay within the budget;
 //  (c) a request that cannot fit is ENOMEM naming the limit and the bytes
 //      pinned, evicts nothing, and nothing leaks;
 //  (d) two caches share the budget: the same pin_budget_bytes, and one
@@ -48,11 +50,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <memory>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -501,6 +506,96 @@ TEST(PinBudgetTest, UnderTheBudgetARequestCoveringAnotherAbsorbsItUpToAQuarter) 
   ASSERT_EQ(o.setup_errno, 0) << std::strerror(o.setup_errno);
   EXPECT_EQ(o.merges, 1u) << "the 160 KiB request replaced the 16 KiB region it covers";
   EXPECT_EQ(o.registrations, 2);
+}
+
+struct ChurningThreadsOutcome {
+  int setup_errno = 0;
+  int unexpected_errors = 0;
+  int gets = 0;
+  uint64_t merges = 0;
+  size_t peak_pinned = 0;
+  int registrations = 0, deregistrations = 0;  // after the cache is gone
+};
+
+// Four threads each map a buffer of 1-16 pages, get and put byte ranges of
+// it that share pages with each other (a union would join them), and now
+// and then invalidate and unmap it and map another: regions keep dying
+// while others join, after a first window in which they lived.
+ChurningThreadsOutcome RunThreadsMappingAndUnmappingWhileJoining() {
+  ChurningThreadsOutcome out;
+  std::shared_ptr<RegistrarCounters> counters;
+  {
+    Counted c;
+    counters = c.counters;
+    if (c.setup_errno != 0 || !c.LiveAWindow()) {
+      out.setup_errno = c.setup_errno ? c.setup_errno : ENOMEM;
+      return out;
+    }
+    constexpr int kThreads = 4;
+    constexpr int kOps = 3000;
+    std::atomic<int> unexpected{0}, gets{0};
+    std::atomic<size_t> peak{0};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&c, &unexpected, &gets, &peak, t] {
+        uint64_t x = 0x9e3779b97f4a7c15ull * (t + 1);
+        auto next = [&x](uint64_t n) {
+          x = x * 6364136223846793005ull + 1442695040888963407ull;
+          return (x >> 33) % n;
+        };
+        char* buf = nullptr;
+        size_t len = 0;
+        for (int op = 0; op < kOps; ++op) {
+          if (buf == nullptr || next(16) == 0) {
+            if (buf != nullptr) {
+              (void)c.cache->Invalidate(buf, len);  // as a runtime does before it frees
+              munmap(buf, len);
+            }
+            len = (1 + next(16)) * kPage;
+            buf = static_cast<char*>(
+                mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+            if (buf == MAP_FAILED) {
+              buf = nullptr;
+              unexpected.fetch_add(1);
+              return;
+            }
+            std::memset(buf, 1, len);
+          }
+          const size_t off = next(len);
+          const int err = c.Touch(buf + off, 1 + next(len - off));
+          gets.fetch_add(1);
+          if (err != 0 && err != ENOMEM && err != EAGAIN) unexpected.fetch_add(1);
+          if (t == 0 && op % 64 == 0) {
+            const size_t now = c.pinned();
+            if (now > peak.load()) peak.store(now);
+          }
+        }
+        if (buf != nullptr) {
+          (void)c.cache->Invalidate(buf, len);
+          munmap(buf, len);
+        }
+      });
+    }
+    for (std::thread& th : threads) th.join();
+    out.unexpected_errors = unexpected.load();
+    out.gets = gets.load();
+    out.merges = c.cache->stats().merges;
+    out.peak_pinned = peak.load();
+  }
+  out.registrations = counters->registrations.load();
+  out.deregistrations = counters->deregistrations.load();
+  return out;
+}
+
+TEST(PinBudgetTest, ThreadsMappingAndUnmappingWhileUnionsJoinLeakNothing) {
+  const ChurningThreadsOutcome o =
+      RunLimited<ChurningThreadsOutcome>(RunThreadsMappingAndUnmappingWhileJoining);
+  ASSERT_EQ(o.setup_errno, 0) << std::strerror(o.setup_errno);
+  EXPECT_EQ(o.unexpected_errors, 0) << "a get failed with something other than ENOMEM/EAGAIN";
+  EXPECT_EQ(o.gets, 4 * 3000);
+  EXPECT_GT(o.merges, 0u) << "unions joined while the regions lived";
+  EXPECT_LE(o.peak_pinned, kBudget);
+  EXPECT_EQ(o.registrations, o.deregistrations) << "every registration was deregistered";
 }
 
 struct CannotFitOutcome {
