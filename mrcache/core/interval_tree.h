@@ -74,11 +74,14 @@ class IntervalTree {
   static Node* RotateRight(Node* n);
   // Updates n and restores AVL balance at n; returns the subtree's new root.
   static Node* Rebalance(Node* n);
-  static Node* InsertInto(Node* root, Node* node);
-  // Detaches the leftmost node of `root` into *min; returns the new root.
-  static Node* DetachMin(Node* root, Node** min);
-  // Unlinks the node keyed (start, value) into *erased (null if absent).
-  static Node* EraseNode(Node* root, uintptr_t start, const V& value, Node** erased);
+  // An AVL tree of n nodes is less than 1.45 * log2(n + 2) high: 96 levels
+  // hold more nodes than any address space.
+  static constexpr int kMaxHeight = 96;
+  // Links `node` (a leaf, its interval and value set) and rebalances.
+  void Link(Node* node);
+  // Unlinks the node keyed (start, value) and rebalances; returns it, or
+  // null if absent.
+  Node* Unlink(uintptr_t start, const V& value);
   template <typename Fn>
   static void VisitOverlap(const Node* n, uintptr_t start, uintptr_t end, Fn& fn);
   template <typename Fn>

@@ -10,7 +10,9 @@
 //  - augmentation: n->max_end is the largest `end` in n's subtree.
 // The in-order walk therefore yields intervals by increasing start, and any
 // subtree whose max_end <= a query's start holds nothing overlapping it.
-// Recursion depth is bounded by the AVL height, about 1.44 * log2(n).
+// The height is at most about 1.44 * log2(n + 2), below kMaxHeight for any
+// number of nodes that fits in memory: insert and erase keep their path on
+// the stack in an array of that size. The visitors recurse as deep.
 #ifndef MRCACHE_INTERVAL_TREE_IMPL_H_
 #define MRCACHE_INTERVAL_TREE_IMPL_H_
 
@@ -98,25 +100,39 @@ typename IntervalTree<V>::Node* IntervalTree<V>::Rebalance(Node* n) {
 }
 
 template <typename V>
-typename IntervalTree<V>::Node* IntervalTree<V>::InsertInto(Node* root, Node* node) {
-  if (root == nullptr) return node;
-  // max_end on the way down (the new interval is the only one added), so
-  // that a subtree whose root and height did not change leaves everything
-  // above it as it was: most inserts rebalance only the lowest levels.
-  if (node->end > root->max_end) root->max_end = node->end;
-  Node*& child =
-      KeyLess(node->start, node->value, root->start, root->value) ? root->left : root->right;
-  Node* const old = child;
-  const int height = HeightOf(old);
-  child = InsertInto(old, node);
-  if (child == old && HeightOf(child) == height) return root;
-  return Rebalance(root);
+void IntervalTree<V>::Link(Node* node) {
+  Node** path[kMaxHeight];  // the links followed from the root, in order
+  int depth = 0;
+  Node** link = &root_;
+  while (Node* n = *link) {
+    // max_end on the way down: the new interval is the only one added.
+    if (node->end > n->max_end) n->max_end = node->end;
+    path[depth++] = link;
+    link = KeyLess(node->start, node->value, n->start, n->value) ? &n->left : &n->right;
+  }
+  *link = node;
+  // Heights from the new leaf's parent up, until a subtree's height did not
+  // change (nothing above it changes either). A rotation restores the height
+  // the subtree had before the insert, so it ends the walk too.
+  while (depth > 0) {
+    Node** at = path[--depth];
+    Node* n = *at;
+    const int left = HeightOf(n->left);
+    const int right = HeightOf(n->right);
+    if (left - right > 1 || right - left > 1) {
+      *at = Rebalance(n);
+      return;
+    }
+    const int height = 1 + (left > right ? left : right);
+    if (height == n->height) return;
+    n->height = height;
+  }
 }
 
 template <typename V>
 void IntervalTree<V>::Insert(uintptr_t start, uintptr_t end, V value) {
   assert(start < end && "IntervalTree::Insert requires start < end");
-  root_ = InsertInto(root_, new Node(start, end, std::move(value)));
+  Link(new Node(start, end, std::move(value)));
   ++size_;
 }
 
@@ -139,55 +155,72 @@ void IntervalTree<V>::InsertNode(Node* node, uintptr_t start, uintptr_t end, V v
   node->value = std::move(value);
   node->left = node->right = nullptr;
   node->height = 1;
-  root_ = InsertInto(root_, node);
+  Link(node);
   ++size_;
 }
 
 template <typename V>
 typename IntervalTree<V>::Node* IntervalTree<V>::DetachNode(uintptr_t start, V value) {
-  Node* erased = nullptr;
-  root_ = EraseNode(root_, start, value, &erased);
+  Node* erased = Unlink(start, value);
   if (erased != nullptr) --size_;
   return erased;
 }
 
 template <typename V>
-typename IntervalTree<V>::Node* IntervalTree<V>::DetachMin(Node* root, Node** min) {
-  if (root->left == nullptr) {
-    *min = root;
-    return root->right;
+typename IntervalTree<V>::Node* IntervalTree<V>::Unlink(uintptr_t start, const V& value) {
+  Node** path[kMaxHeight];  // the links followed from the root, in order
+  int depth = 0;
+  Node** link = &root_;
+  Node* target;
+  for (;;) {
+    target = *link;
+    if (target == nullptr) return nullptr;
+    const bool left = KeyLess(start, value, target->start, target->value);
+    if (!left && !KeyLess(target->start, target->value, start, value)) break;
+    path[depth++] = link;
+    link = left ? &target->left : &target->right;
   }
-  root->left = DetachMin(root->left, min);
-  return Rebalance(root);
-}
-
-template <typename V>
-typename IntervalTree<V>::Node* IntervalTree<V>::EraseNode(Node* root, uintptr_t start,
-                                                           const V& value, Node** erased) {
-  if (root == nullptr) return nullptr;
-  const bool left = KeyLess(start, value, root->start, root->value);
-  if (left || KeyLess(root->start, root->value, start, value)) {
-    // A subtree whose root, height and max_end did not change leaves root
-    // as it was (the key was absent, or its removal was absorbed below).
-    Node*& child = left ? root->left : root->right;
-    Node* const old = child;
-    const int height = HeightOf(old);
-    const uintptr_t max_end = MaxEndOf(old);
-    child = EraseNode(old, start, value, erased);
-    if (child == old && HeightOf(child) == height && MaxEndOf(child) == max_end) return root;
+  // The walk below may stop early only at or above this level.
+  int settled_from = kMaxHeight;
+  if (target->left == nullptr || target->right == nullptr) {
+    *link = target->left != nullptr ? target->left : target->right;
   } else {
-    *erased = root;
-    if (root->left == nullptr) return root->right;
-    if (root->right == nullptr) return root->left;
-    // Two children: the successor (leftmost of the right subtree) takes
-    // root's place, so no value is copied.
-    Node* successor = nullptr;
-    Node* right = DetachMin(root->right, &successor);
-    successor->left = root->left;
-    successor->right = right;
-    return Rebalance(successor);
+    // Two children: the successor (leftmost of the right subtree) takes the
+    // target's place, so no value is copied. It starts with the target's
+    // height and max_end: those of the subtree before the erase, which the
+    // walk below compares against. Its max_end may still count the target's
+    // own end, so the walk goes up to it at least.
+    const int at_target = depth;
+    settled_from = at_target;
+    path[depth++] = link;
+    Node** successor_link = &target->right;
+    Node* successor = *successor_link;
+    while (successor->left != nullptr) {
+      path[depth++] = successor_link;
+      successor_link = &successor->left;
+      successor = *successor_link;
+    }
+    *successor_link = successor->right;
+    successor->left = target->left;
+    successor->right = target->right;
+    successor->height = target->height;
+    successor->max_end = target->max_end;
+    *link = successor;
+    // The walk passed through the target's right link, now the successor's.
+    if (depth > at_target + 1) path[at_target + 1] = &successor->right;
   }
-  return Rebalance(root);
+  // Heights, max_end and balance from the lowest changed subtree up, until
+  // one ends with the height and max_end it had (nothing above it changes).
+  while (depth > 0) {
+    Node** at = path[--depth];
+    Node* n = *at;
+    const int height = n->height;
+    const uintptr_t max_end = n->max_end;
+    Node* top = Rebalance(n);
+    *at = top;
+    if (depth <= settled_from && top->height == height && top->max_end == max_end) break;
+  }
+  return target;
 }
 
 template <typename V>
