@@ -56,16 +56,13 @@ absl::StatusOr<std::unique_ptr<Cache>> Cache::Create(const Config& config,
 }
 
 absl::StatusOr<RegionRef> Cache::Get(void* addr, size_t length, int access) {
-  auto r = impl_->Acquire(addr, length, access);
+  auto r = Acquire(addr, length, access);
   if (!r.ok()) return r.status();
   return RegionRef(this, *r);
 }
 
-absl::StatusOr<Region*> Cache::Acquire(void* addr, size_t length, int access) {
-  return impl_->Acquire(addr, length, access);
-}
-
-absl::Status Cache::Put(Region* region) { return impl_->Put(region); }
+// Cache::Acquire and Cache::Put are defined in core/cache_impl.cc, where
+// CacheImpl's hit path inlines into them: a get or put is one call.
 absl::Status Cache::Invalidate(void* addr, size_t length) {
   return impl_->Invalidate(addr, length);
 }

@@ -162,6 +162,11 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
 
   absl::StatusOr<Region*> Acquire(void* addr, size_t length, int access);
   absl::Status Put(Region* region);
+  // The same, inlined into their callers, which must be in cache_impl.cc:
+  // Cache::Acquire and Cache::Put, so that a hit is one call from the
+  // application, and a miss returns through one frame fewer.
+  MRCACHE_MISS_INLINE absl::StatusOr<Region*> InlineAcquire(void* addr, size_t length, int access);
+  MRCACHE_MISS_INLINE absl::Status InlinePut(Region* region);
   absl::Status Invalidate(void* addr, size_t length);
   absl::Status Flush();
   absl::Status DeviceWrite(Region* region, size_t offset, const void* src, size_t length);
@@ -686,6 +691,17 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   // Batches of Regions freed so far: a Region named under mu_ by a slot that
   // is not dead cannot be freed before this changes (ThreadCache::displaced).
   uint64_t region_frees_ ABSL_GUARDED_BY(mu_) = 0;
+  // Up to two quarantined batches whose quarantine ended, kept for misses to
+  // reuse instead of freeing them and allocating anew: the one being taken
+  // and a whole one behind it (each linked through next_dead; a Region
+  // holds its old state until ReuseRegion).
+  Region* spare_regions_ ABSL_GUARDED_BY(mu_) = nullptr;
+  Region* spare_batch_ ABSL_GUARDED_BY(mu_) = nullptr;
+  // Under mu_: a Region of spare_regions_, or null if there is none.
+  Region* TakeSpareRegionLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Outside mu_: `spare` (from TakeSpareRegionLocked) as a new Region, or a
+  // newly allocated one if spare is null.
+  static Region* ReuseRegion(Region* spare);
   // Regions put into the index so far (InstallLocked, the only place that
   // does): a miss that saw no covering region and no install since needs no
   // second look for one another thread registered meanwhile.
