@@ -783,8 +783,8 @@ Region* CacheImpl::TakeCoveringLocked(ThreadCache* tc, Miss* miss) {
 }
 
 void CacheImpl::HandOutLocked(ThreadCache* tc, Region* r, const Miss& miss) {
-  TakeRefLocked(tc, r);
-  FillLookupLocked(tc, miss.start, miss.end, miss.user_access, r);
+  ThreadCache::Line* slot = TakeRefLocked(tc, r);
+  FillLookupLocked(tc, miss.start, miss.end, miss.user_access, r, Span{r->start, r->end}, slot);
   TouchLocked(r);
 }
 
@@ -961,9 +961,9 @@ Region* CacheImpl::InstallLocked(ThreadCache* tc, const Miss& miss, const Attemp
   }
   r->parts = parts < UINT16_MAX ? static_cast<uint16_t>(parts) : UINT16_MAX;
   if (evicts_by_size_) unreused_.PushNewest(r, EvictionWeight(r));
-  TakeRefLocked(tc, r);
+  ThreadCache::Line* slot = TakeRefLocked(tc, r);
   if (replaced != nullptr) SettleLocked(replaced, dead);
-  FillLookupLocked(tc, miss.start, miss.end, miss.user_access, r);
+  FillLookupLocked(tc, miss.start, miss.end, miss.user_access, r, Span{r->start, r->end}, slot);
   const size_t max_regions = config_.max_regions;
   const size_t max_bytes = config_.max_bytes;
   EvictLocked(
@@ -1569,10 +1569,11 @@ Region* CacheImpl::FindCoveringLocked(uintptr_t start, uintptr_t end, int access
   return f.found;
 }
 
-void CacheImpl::TakeRefLocked(ThreadCache* tc, Region* r) {
-  if (TakeOwnSlotRefShared(tc, r, r->start) != nullptr) return;
+ThreadCache::Line* CacheImpl::TakeRefLocked(ThreadCache* tc, Region* r) {
+  if (ThreadCache::Line* slot = TakeOwnSlotRefShared(tc, r, r->start)) return slot;
   ++tc->window_displaced;
   ++r->shared_refs;  // every slot of the set counts another live region of ours
+  return nullptr;
 }
 
 ThreadCache::Line* CacheImpl::TakeOwnSlotRefShared(ThreadCache* tc, Region* r, uintptr_t r_start) {
@@ -1600,11 +1601,6 @@ ThreadCache::Line* CacheImpl::TakeOwnSlotRefShared(ThreadCache* tc, Region* r, u
 }
 
 void CacheImpl::FillLookupLocked(ThreadCache* tc, uintptr_t start, uintptr_t end, int access,
-                                 Region* r) {
-  FillLookupLocked(tc, start, end, access, r, Span{r->start, r->end}, tc->FindSlot(r, r->start));
-}
-
-void CacheImpl::FillLookupLocked(ThreadCache* tc, uintptr_t start, uintptr_t end, int access,
                                  Region* r, Span span, ThreadCache::Line* slot) {
   // The entry holds the region's range (so a later get of any part of it
   // hits) and sits in the set of the requested start. Entries of that set
@@ -1619,11 +1615,12 @@ void CacheImpl::FillLookupLocked(ThreadCache* tc, uintptr_t start, uintptr_t end
       line.gen = 0;
       line.start = line.end = 0;
     }
-    const bool stale =
-        line.gen == 0 ||
-        line.gen !=
-            gen + ReleaseGen(line.release_level, line.start).load(std::memory_order_relaxed);
-    if (stale && free == nullptr) free = &line;
+    if (free == nullptr &&
+        (line.gen == 0 ||
+         line.gen !=
+             gen + ReleaseGen(line.release_level, line.start).load(std::memory_order_relaxed))) {
+      free = &line;  // the first empty or stale line
+    }
   }
   // Without a slot of ours (all of its set count references) a hit could
   // not count its reference: no entry.

@@ -451,7 +451,9 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   // range in *span if given.
   Region* FindCoveringLocked(uintptr_t start, uintptr_t end, int access, Span* span = nullptr)
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  void TakeRefLocked(ThreadCache* tc, Region* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Counts a reference to r for tc: in tc's slot for r (returned), or in
+  // r->shared_refs if all of its set count references (nullptr).
+  ThreadCache::Line* TakeRefLocked(ThreadCache* tc, Region* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Counts a reference to r (in the index, starting at r_start) in one of
   // tc's own slots (a claimed one if none names r yet) and returns the slot;
   // nullptr, with nothing changed, if every slot of r's set counts
@@ -465,8 +467,6 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   // entry). Reads no field of r.
   void FillLookupLocked(ThreadCache* tc, uintptr_t start, uintptr_t end, int access, Region* r,
                         Span span, ThreadCache::Line* slot) ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  void FillLookupLocked(ThreadCache* tc, uintptr_t start, uintptr_t end, int access, Region* r)
-      ABSL_SHARED_LOCKS_REQUIRED(mu_);
   void TouchLocked(Region* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The LRU list of cached regions (lru_head_ = most recently used).
   void LruPushFrontLocked(Region* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
