@@ -18,8 +18,9 @@
 namespace mrcache {
 
 // A non-OK Status whose code matches `err` (EINVAL -> kInvalidArgument, ...) and
-// whose payload records `err` itself. `err` must be > 0.
-absl::Status ErrnoStatus(int err, absl::string_view message);
+// whose payload records `err` itself. `err` must be > 0. Cold: the compiler
+// moves every caller's error path out of its hot code.
+__attribute__((cold)) absl::Status ErrnoStatus(int err, absl::string_view message);
 
 // The errno a Status stands for: its payload if ErrnoStatus made it, else a
 // value derived from its code. 0 for OK.

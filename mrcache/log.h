@@ -18,7 +18,7 @@ using LogCallback = void (*)(void* arg, int level, const char* message);
 
 // Delivers `message` (one line, no trailing newline) to the current sink.
 // Thread-safe. The callback, if any, is called with no mrcache lock held.
-void Log(LogLevel level, absl::string_view message);
+__attribute__((cold)) void Log(LogLevel level, absl::string_view message);
 
 // Replaces the sink: `fn` receives every later message; nullptr restores
 // stderr. Thread-safe; a message being delivered concurrently may still reach

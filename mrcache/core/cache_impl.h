@@ -349,11 +349,11 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Without mu_, after the registrar refused `attempt`: OK to try again
   // (narrowed, or after making room), else the error for the caller.
-  absl::Status AfterRefusal(Miss* miss, const Attempt& attempt);
+  __attribute__((cold)) absl::Status AfterRefusal(Miss* miss, const Attempt& attempt);
   // Without mu_, after `attempt` was spoiled by a release (in flight: still
   // under way): OK to try again, else EAGAIN. Only a release of the
   // requested pages themselves can exhaust the attempts.
-  absl::Status AfterSpoil(Miss* miss, const Attempt& attempt, bool in_flight);
+  __attribute__((cold)) absl::Status AfterSpoil(Miss* miss, const Attempt& attempt, bool in_flight);
   // Makes `fresh` the region of a successful attempt: indexed, on the LRU,
   // replacing the compatible regions it contains, handed to the caller; then
   // evicts down to max_regions and max_bytes.
@@ -434,7 +434,8 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   size_t MakeRoom(size_t bytes);
   // The ENOMEM of a request that did not fit, naming the limit and the bytes
   // pinned and in use, with the registrar's own message.
-  absl::Status OutOfPinnedMemory(uintptr_t start, uintptr_t end, const absl::Status& cause);
+  __attribute__((cold)) absl::Status OutOfPinnedMemory(uintptr_t start, uintptr_t end,
+                                                       const absl::Status& cause);
   // True if regions died by invalidation in [start, end) lately: widening a
   // miss over it (merging, bridging) is unlikely to pay off.
   bool InvalidatedLatelyLocked(uintptr_t start, uintptr_t end, uint64_t now) const
