@@ -32,6 +32,11 @@
 //                                   mapping probe (mincore), whose cost varies
 //                                   more between runs than the caches differ
 //
+//   BM_MrcacheMissSyscallTiming /   the miss with a registrar that makes only
+//   BM_UcxMissSyscallTiming         the sim registrar's mincore and times it
+//                                   (counter syscall_ns): the kernel's share
+//                                   of each cache's miss, measured inside it
+//
 //   BM_MrcacheRandomHit /           get+put of a cached region in pseudo-random
 //   BM_UcxRandomHit                 order over 64, 10,000, 100,000 or 1,000,000
 //                                   regions 64 KiB apart (4 KiB gets at +64);
@@ -66,6 +71,7 @@
 #include <sys/mman.h>
 
 #include <time.h>
+#include <x86intrin.h>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -189,6 +195,54 @@ class NullRegistrar final : public mrcache::Registrar {
 
  private:
   uint64_t next_ = 0;  // one thread per benchmark
+};
+
+// The sim registrar's mapping check alone (one mincore over the range, as
+// CheckMapped makes it), timed with the TSC around the system call itself: how
+// long the kernel takes inside each cache's miss. Keys as NullRegistrar.
+class SyscallTimingRegistrar final : public mrcache::Registrar {
+ public:
+  const char* name() const override { return "syscall-timing"; }
+  absl::StatusOr<mrcache::Registration> Register(void* addr, size_t length, int access) override {
+    unsigned char vec[16];  // one byte per page: the benchmarks register one page
+    if (length > sizeof(vec) * kPage) return absl::InvalidArgumentError("more than 16 pages");
+    const uint64_t t0 = __rdtsc();
+    const int rc = mincore(addr, length, vec);
+    ticks_ += __rdtsc() - t0;
+    ++calls_;
+    if (rc != 0) return absl::InvalidArgumentError("mincore failed: not mapped");
+    mrcache::Registration reg;
+    reg.addr = addr;
+    reg.length = length;
+    reg.access = access;
+    reg.handle = ++next_;
+    reg.lkey = reg.rkey = static_cast<uint32_t>(reg.handle);
+    return reg;
+  }
+  absl::Status Deregister(const mrcache::Registration&) override { return absl::OkStatus(); }
+  absl::Status DeviceWrite(const mrcache::Registration&, size_t, const void*, size_t) override {
+    return absl::UnimplementedError("syscall-timing registrar: no device");
+  }
+  bool pins_memory() const override { return false; }
+  // Nanoseconds per timed system call so far, by a TSC rate measured against
+  // steady_clock over 20 ms on first use.
+  double SyscallNs() const { return calls_ == 0 ? 0 : TicksToNs(ticks_) / double(calls_); }
+
+ private:
+  static double TicksToNs(uint64_t ticks) {
+    static const double ns_per_tick = [] {
+      const auto c0 = std::chrono::steady_clock::now();
+      const uint64_t t0 = __rdtsc();
+      while (std::chrono::steady_clock::now() - c0 < std::chrono::milliseconds(20)) {
+      }
+      const double ns =
+          std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - c0).count();
+      return ns / double(__rdtsc() - t0);
+    }();
+    return double(ticks) * ns_per_tick;
+  }
+  uint64_t next_ = 0;  // one thread per benchmark
+  uint64_t ticks_ = 0, calls_ = 0;
 };
 
 // ---- hits: one shared cache per region count, filled before timing ----------
@@ -326,6 +380,33 @@ void BM_UcxMissNullRegistrar(benchmark::State& state) {
     return;
   }
   UcxMissLoop(state, **cache);
+}
+
+// The miss over SyscallTimingRegistrar: `syscall_ns` is the registrar's
+// system call alone, the rest of the time each cache's own work around it.
+void BM_MrcacheMissSyscallTiming(benchmark::State& state) {
+  auto registrar = std::make_unique<SyscallTimingRegistrar>();
+  SyscallTimingRegistrar* timing = registrar.get();
+  auto made =
+      mrcache::Cache::Create(ZeroCostConfig(kMissRegions, DefaultMonitor()), std::move(registrar));
+  if (!made.ok()) {
+    state.SkipWithError("cache creation failed");
+    return;
+  }
+  MissLoop(state, **made);
+  state.counters["syscall_ns"] = timing->SyscallNs();
+}
+void BM_UcxMissSyscallTiming(benchmark::State& state) {
+  SyscallTimingRegistrar registrar;
+  auto api = LoadUcsWithoutHooks();
+  auto cache = api.ok() ? UcxRcache::Create(**api, registrar, kMissRegions, 0, kAccess)
+                        : absl::StatusOr<std::unique_ptr<UcxRcache>>(api.status());
+  if (!cache.ok()) {
+    state.SkipWithError("ucs_rcache creation failed");
+    return;
+  }
+  UcxMissLoop(state, **cache);
+  state.counters["syscall_ns"] = registrar.SyscallNs();
 }
 
 // ---- invalidation drain --------------------------------------------------------
@@ -638,6 +719,8 @@ BENCHMARK(BM_MrcacheMissDefaultMonitor);
 BENCHMARK(BM_UcxMiss);
 BENCHMARK(BM_MrcacheMissNullRegistrar);
 BENCHMARK(BM_UcxMissNullRegistrar);
+BENCHMARK(BM_MrcacheMissSyscallTiming);
+BENCHMARK(BM_UcxMissSyscallTiming);
 BENCHMARK(BM_MrcacheMissAfterInvalidate);
 BENCHMARK(BM_MrcacheFirstMissBesideARegion)->UseManualTime();
 
