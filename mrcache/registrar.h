@@ -58,6 +58,11 @@ constexpr int kAccessRemoteBits = kAccessRemoteWrite | kAccessRemoteRead | kAcce
 // The access rules of ibv_reg_mr(3): OK, or EINVAL with a message naming the
 // offending bits.
 absl::Status ValidateAccess(int access);
+// The same rules as a test, for hot paths: true iff ValidateAccess is OK.
+inline bool AccessValid(int access) {
+  return (access & ~kAccessKnownBits) == 0 &&
+         (!(access & (kAccessRemoteWrite | kAccessRemoteAtomic)) || (access & kAccessLocalWrite));
+}
 
 // What a successful registration produced.
 struct Registration {

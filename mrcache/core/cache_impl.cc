@@ -448,9 +448,8 @@ __attribute__((noinline)) absl::StatusOr<Region*> CacheImpl::AcquireUncached(uin
                                                                              int access) {
   if (length == 0) return ErrnoStatus(EINVAL, "mrc_get: length is 0");
   if (end < start) return ErrnoStatus(EINVAL, "mrc_get: addr + length overflows");
-  absl::Status access_ok = ValidateAccess(access);
-  if (!access_ok.ok()) return access_ok;
-  if (absl::Status child = CheckNotForked("mrc_get"); !child.ok()) return child;
+  if (__builtin_expect(!AccessValid(access), 0)) return ValidateAccess(access);
+  if (__builtin_expect(ForkGeneration() != fork_generation_, 0)) return CheckNotForked("mrc_get");
   if (access & (kAccessMwBind | kAccessZeroBased)) return AcquireBypass(start, end, access);
   if ((access & kAccessRemoteBits) && config_.remote_keys == RemoteKeys::kPrivate) {
     // An rkey of exactly the requested bytes, revoked at put (cache.h).
@@ -1273,14 +1272,16 @@ void CacheImpl::MaintainLocked(DeadList* dead) {
   } drain{this, &candidates};
   // Ranges that found the ring full come last, as their 2 MiB-aligned hull
   // (invalidation_ring.h): releases are never lost, only coarsened.
-  ring_.Drain([&drain](uintptr_t s, uintptr_t e) {
-    drain.self->mu_.AssertHeld();  // drained under mu_ (this function requires it)
-    drain.self->InvalidateRangeLocked(s, e, drain.candidates);
-    drain.self->SpoilPendingLocked(s, e);
-  });
+  if (!ring_.empty()) {
+    ring_.Drain([&drain](uintptr_t s, uintptr_t e) {
+      drain.self->mu_.AssertHeld();  // drained under mu_ (this function requires it)
+      drain.self->InvalidateRangeLocked(s, e, drain.candidates);
+      drain.self->SpoilPendingLocked(s, e);
+    });
+  }
   FoldOrphansLocked();
   if (candidates != nullptr) SettleLocked(candidates, dead);
-  RecheckRetiredLocked(dead);
+  if (retired_ != nullptr) RecheckRetiredLocked(dead);
 }
 
 CacheImpl::MissPlan CacheImpl::PlanMissLocked(uintptr_t start, uintptr_t end, int access) {
