@@ -72,7 +72,8 @@ class IntervalTree {
   static void Update(Node* n);
   static Node* RotateLeft(Node* n);
   static Node* RotateRight(Node* n);
-  // Updates n and restores AVL balance at n; returns the subtree's new root.
+  // Restores AVL balance at n, whose children are up to date, and updates
+  // n's height and max_end; returns the subtree's new root.
   static Node* Rebalance(Node* n);
   // An AVL tree of n nodes is less than 1.45 * log2(n + 2) high: 96 levels
   // hold more nodes than any address space.

@@ -82,7 +82,7 @@ typename IntervalTree<V>::Node* IntervalTree<V>::RotateRight(Node* n) {
 
 template <typename V>
 typename IntervalTree<V>::Node* IntervalTree<V>::Rebalance(Node* n) {
-  Update(n);
+  // The children are up to date; a rotation updates n itself once relinked.
   const int balance = HeightOf(n->left) - HeightOf(n->right);
   if (balance > 1) {
     if (HeightOf(n->left->left) < HeightOf(n->left->right)) {
@@ -96,6 +96,7 @@ typename IntervalTree<V>::Node* IntervalTree<V>::Rebalance(Node* n) {
     }
     return RotateLeft(n);
   }
+  Update(n);
   return n;
 }
 
@@ -175,8 +176,16 @@ typename IntervalTree<V>::Node* IntervalTree<V>::Unlink(uintptr_t start, const V
   for (;;) {
     target = *link;
     if (target == nullptr) return nullptr;
-    const bool left = KeyLess(start, value, target->start, target->value);
-    if (!left && !KeyLess(target->start, target->value, start, value)) break;
+    bool left;
+    if (start != target->start) {
+      left = start < target->start;
+    } else if (std::less<V>()(value, target->value)) {
+      left = true;
+    } else if (std::less<V>()(target->value, value)) {
+      left = false;
+    } else {
+      break;  // the key itself
+    }
     path[depth++] = link;
     link = left ? &target->left : &target->right;
   }
