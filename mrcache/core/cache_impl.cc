@@ -1618,19 +1618,11 @@ void CacheImpl::FillLookupLocked(ThreadCache* tc, uintptr_t start, uintptr_t end
   // that cover the request go first: only one may, or a stale one could
   // hide the new one from the probe (thread_cache.h).
   const size_t home = tc->HomeIndex(start);
-  const uint64_t gen = gen_.load(std::memory_order_relaxed);
-  ThreadCache::Line* free = nullptr;
   for (size_t i = 0; i < ThreadCache::kWays; ++i) {
     ThreadCache::Line& line = tc->lines[ThreadCache::ProbeIndex(home, i)];
     if (line.start <= start && end <= line.end && line.access == access) {
       line.gen = 0;
       line.start = line.end = 0;
-    }
-    if (free == nullptr &&
-        (line.gen == 0 ||
-         line.gen !=
-             gen + ReleaseGen(line.release_level, line.start).load(std::memory_order_relaxed))) {
-      free = &line;  // the first empty or stale line
     }
   }
   // Without a slot of ours (all of its set count references) a hit could
@@ -1646,11 +1638,21 @@ void CacheImpl::FillLookupLocked(ThreadCache* tc, uintptr_t start, uintptr_t end
   // The slot's own line if it is in this set (one line per hit), else a free
   // (empty or stale) line, else one in turn.
   const size_t slot_index = static_cast<size_t>(slot - tc->lines);
-  ThreadCache::Line* e = free;
-  if ((slot_index & ~(ThreadCache::kWays - 1)) == (home & ~(ThreadCache::kWays - 1))) {
-    e = slot;
-  } else if (e == nullptr) {
-    e = &tc->lines[ThreadCache::ProbeIndex(home, tc->window_claims % ThreadCache::kWays)];
+  ThreadCache::Line* e = slot;
+  if ((slot_index & ~(ThreadCache::kWays - 1)) != (home & ~(ThreadCache::kWays - 1))) {
+    e = nullptr;
+    const uint64_t gen = gen_.load(std::memory_order_relaxed);
+    for (size_t i = 0; i < ThreadCache::kWays && e == nullptr; ++i) {
+      ThreadCache::Line& line = tc->lines[ThreadCache::ProbeIndex(home, i)];
+      if (line.gen == 0 ||
+          line.gen !=
+              gen + ReleaseGen(line.release_level, line.start).load(std::memory_order_relaxed)) {
+        e = &line;  // the first empty or stale line
+      }
+    }
+    if (e == nullptr) {
+      e = &tc->lines[ThreadCache::ProbeIndex(home, tc->window_claims % ThreadCache::kWays)];
+    }
   }
   e->gen = drained_gen_ + released;
   e->release_level = static_cast<uint8_t>(level);
