@@ -1265,6 +1265,13 @@ void CacheImpl::MaintainLocked(DeadList* dead) {
   // Before draining: a report whose bump this load misses is pushed after it,
   // and voids every lookup entry filled with this generation.
   drained_gen_ = gen_.load(std::memory_order_acquire);
+  if (__builtin_expect(
+          !ring_.empty() || OrphanEpoch() != folded_orphan_epoch_ || retired_ != nullptr, 0)) {
+    MaintainSlowLocked(dead);
+  }
+}
+
+void CacheImpl::MaintainSlowLocked(DeadList* dead) {
   Region* candidates = nullptr;
   struct Drain {
     CacheImpl* self;
@@ -1961,6 +1968,9 @@ bool CacheImpl::UnusedSincePlacedLocked(const Region* r) const {
 }
 
 void CacheImpl::FoldOrphansLocked() {
+  // Before the walk: an orphan that raises the epoch after this load is
+  // folded by the next maintenance.
+  folded_orphan_epoch_ = OrphanEpoch();
   for (ThreadCache** p = &threads_; *p != nullptr;) {
     ThreadCache* tc = *p;
     if (!tc->orphaned.load(std::memory_order_acquire)) {
@@ -2020,8 +2030,7 @@ void CacheImpl::TimedDeregister(const Registration& reg) {
   }
 }
 
-void CacheImpl::Release(DeadList* dead) {
-  if (dead->head == nullptr) return;
+void CacheImpl::ReleaseDead(DeadList* dead) {
   Cache::RetireCallback cb;
   if (has_retire_cb_.load(std::memory_order_acquire)) {  // else no lock, no copy
     MutexLock lock(&mu_);

@@ -218,7 +218,7 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   struct PendingMiss {
     static constexpr int kExact = 8;
     uintptr_t start = 0, end = 0;
-    uintptr_t seen_start[kExact] = {}, seen_end[kExact] = {};
+    uintptr_t seen_start[kExact], seen_end[kExact];  // the first `seen` are set
     int seen = 0;
     uintptr_t hull_start = UINTPTR_MAX, hull_end = 0;
     PendingMiss* next = nullptr;
@@ -401,7 +401,14 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   void ResizeThreadCache(ThreadCache* tc, size_t lines);
 
   // All *Locked functions require mu_ (checked: ABSL_EXCLUSIVE_LOCKS_REQUIRED).
+  // Every writer's first step: advances the tick, drains the invalidation
+  // ring, folds orphaned threads' counts, and settles retired regions whose
+  // last reference is gone (into `dead`); the last three only when there is
+  // something to do (MaintainSlowLocked).
   void MaintainLocked(DeadList* dead) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void MaintainSlowLocked(DeadList* dead) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // OrphanEpoch() when orphans were last folded (FoldOrphansLocked).
+  uint64_t folded_orphan_epoch_ ABSL_GUARDED_BY(mu_) = 0;
   // Plans a miss of the aligned range [start, end): merging, then bridging.
   MissPlan PlanMissLocked(uintptr_t start, uintptr_t end, int access)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -561,8 +568,12 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   void LinkRetiredLocked(Region* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UnlinkRetiredLocked(Region* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  // Outside mu_: deregisters, reports, and quarantines.
-  void Release(DeadList* dead);
+  // Outside mu_: deregisters, reports, and quarantines the regions of
+  // `dead` (ReleaseDead, not called when the list is empty, as it often is).
+  void Release(DeadList* dead) {
+    if (dead->head != nullptr) ReleaseDead(dead);
+  }
+  void ReleaseDead(DeadList* dead);
   // Outside mu_: keeps the deregistered r from being freed until a batch of
   // kQuarantineBatch is complete, then bumps the generation and frees the
   // batch. A lookup entry may still name r (entries are voided by their

@@ -21,6 +21,7 @@ void OrphanAll(void*) {
   for (ThreadCache*& tc : tl_directory) {
     if (tc == nullptr) continue;
     tc->orphaned.store(true, std::memory_order_release);
+    thread_cache_internal::g_orphan_epoch.fetch_add(1, std::memory_order_release);
     ThreadCache::Unref(tc);
     tc = nullptr;
   }
@@ -43,6 +44,8 @@ namespace thread_cache_internal {
 // (even from libmrcache.so).
 __thread ThreadCache* tl_directory[kDirectoryEntries]
     __attribute__((tls_model("initial-exec"), visibility("hidden")));
+
+std::atomic<uint64_t> g_orphan_epoch{0};
 
 ThreadCache* FindThreadCacheAfterFirst(uint64_t cache_uid) {
   for (int i = 1; i < kDirectoryEntries; ++i) {
@@ -82,6 +85,7 @@ void InstallThreadCache(ThreadCache* tc) {
   tl_directory[0] = tc;
   if (evicted != nullptr) {
     evicted->orphaned.store(true, std::memory_order_release);
+    thread_cache_internal::g_orphan_epoch.fetch_add(1, std::memory_order_release);
     ThreadCache::Unref(evicted);
   }
 }

@@ -272,7 +272,16 @@ constexpr int kDirectoryEntries = 8;
 extern __thread ThreadCache* tl_directory[kDirectoryEntries]
     __attribute__((tls_model("initial-exec"), visibility("hidden")));
 ThreadCache* FindThreadCacheAfterFirst(uint64_t cache_uid);
+// Raised (after the `orphaned` store) every time a ThreadCache is orphaned,
+// in any thread and for any cache.
+extern std::atomic<uint64_t> g_orphan_epoch;
 }  // namespace thread_cache_internal
+
+// Changes after a ThreadCache of any cache was orphaned: a cache that saw
+// the same value at its last fold has no orphan to fold.
+inline uint64_t OrphanEpoch() {
+  return thread_cache_internal::g_orphan_epoch.load(std::memory_order_acquire);
+}
 
 // The calling thread's ThreadCache for the cache with this uid, or nullptr.
 // Hit path: one compare, inline, in the common case.
