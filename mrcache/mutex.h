@@ -11,12 +11,17 @@
 #ifndef MRCACHE_MUTEX_H_
 #define MRCACHE_MUTEX_H_
 
+#include <linux/futex.h>
 #include <sched.h>
+#include <sys/syscall.h>
+
+#include <climits>
 
 #include <atomic>
 #include <mutex>
 
 #include "absl/base/thread_annotations.h"
+#include "mrcache/monitors/raw_syscall.h"
 
 namespace mrcache {
 
@@ -43,16 +48,19 @@ class ABSL_LOCKABLE Mutex {
 // cache's index): any number of readers, or one writer. Writers win: once a
 // writer is waiting, new readers wait behind it, so a stream of lookups
 // cannot starve a miss. Allocates nothing and calls nothing a memory monitor
-// reports from, like Mutex.
+// reports from, like Mutex (its system calls are raw: raw_syscall.h).
 //
-// How: a writer holds `writer_mu_` for its whole critical section, raises
-// `writer_`, then waits until every reader count is 0. A reader adds itself
-// to its slot's count, then checks `writer_`: if it is up, the reader takes
-// itself out again, spins until `writer_` falls, and after kSpinsBeforeBlock
-// rounds waits on `writer_mu_` instead. Both orders are sequentially
-// consistent, so a reader and a writer cannot both miss each other. Readers
-// hold the lock briefly (no registrar call, no allocation), so the writer
-// spins for them, yielding the processor after a few rounds.
+// How: `state_` is the writers' lock and the readers' flag at once: kFree,
+// kHeld, or kHeldAndSleepers (held, and a thread may sleep on it in the
+// kernel: its unlock wakes them all). A writer takes it from kFree with one
+// compare-and-swap, then waits until every reader count is 0. A reader adds
+// itself to its slot's count, then checks `state_`: if it is held, the reader
+// takes itself out again, spins until it is free, and after
+// kSpinsBeforeBlock rounds sleeps on it (futex). Both orders are
+// sequentially consistent, so a reader and a writer cannot both miss each
+// other. Readers hold the lock briefly (no registrar call, no allocation),
+// so the writer spins for them, yielding the processor after a few rounds;
+// a writer that finds another one spins as long, then sleeps.
 //
 // The reader count is split over kReaderSlots cache lines: readers that use
 // different slots (the caller chooses, e.g. one per thread) never write the
@@ -68,8 +76,11 @@ class ABSL_LOCKABLE SharedMutex {
   SharedMutex& operator=(const SharedMutex&) = delete;
 
   void lock() ABSL_EXCLUSIVE_LOCK_FUNCTION() {
-    writer_mu_.lock();
-    writer_.store(true, std::memory_order_seq_cst);
+    int free = kFree;
+    if (!state_.compare_exchange_strong(free, kHeld, std::memory_order_seq_cst,
+                                        std::memory_order_relaxed)) {
+      LockContended();
+    }
     // One look at every slot, without a branch per slot: usually none is
     // held (the miss path takes this lock twice per miss).
     int readers = 0;
@@ -77,24 +88,22 @@ class ABSL_LOCKABLE SharedMutex {
     if (readers != 0) WaitForReaders();
   }
   void unlock() ABSL_UNLOCK_FUNCTION() {
-    writer_.store(false, std::memory_order_release);
-    writer_mu_.unlock();
+    if (state_.exchange(kFree, std::memory_order_release) == kHeldAndSleepers) WakeAll();
   }
   // `slot` in [0, kReaderSlots) (taken modulo); unlock_shared with the same.
   void lock_shared(int slot = 0) ABSL_SHARED_LOCK_FUNCTION() {
     std::atomic<int>& count = readers_[slot & (kReaderSlots - 1)].count;
     for (;;) {
       count.fetch_add(1, std::memory_order_seq_cst);
-      if (!writer_.load(std::memory_order_seq_cst)) return;
+      if (state_.load(std::memory_order_seq_cst) == kFree) return;
       count.fetch_sub(1, std::memory_order_release);
       // Writers hold the lock briefly: spin until this one is done, and
-      // sleep on writer_mu_ only if it takes longer. A reader that slept
-      // costs a futex wake in the writer's unlock and a context switch
-      // here, many times the critical section on a VM.
-      for (int spins = 0; writer_.load(std::memory_order_relaxed); ++spins) {
+      // sleep only if it takes longer. A reader that slept costs a futex
+      // wake in the writer's unlock and a context switch here, many times
+      // the critical section on a VM.
+      for (int spins = 0; state_.load(std::memory_order_relaxed) != kFree; ++spins) {
         if (spins >= kSpinsBeforeBlock) {
-          writer_mu_.lock();  // wait for the writer to finish
-          writer_mu_.unlock();
+          SleepWhileHeld();
           break;
         }
         CpuRelax();
@@ -116,17 +125,10 @@ class ABSL_LOCKABLE SharedMutex {
 
  private:
   static_assert((kReaderSlots & (kReaderSlots - 1)) == 0, "a power of two");
+  static constexpr int kFree = 0, kHeld = 1, kHeldAndSleepers = 2;
   static constexpr int kSpinsBeforeYield = 64;
   // About 10 us of pause instructions (PAUSE takes tens of cycles).
   static constexpr int kSpinsBeforeBlock = 512;
-  // Until every reader count is 0 (a writer, with `writer_` up).
-  __attribute__((noinline, cold)) void WaitForReaders() const {
-    for (const ReaderSlot& slot : readers_) {
-      for (int spins = 0; slot.count.load(std::memory_order_seq_cst) != 0; ++spins) {
-        if (spins >= kSpinsBeforeYield) sched_yield();
-      }
-    }
-  }
   static void CpuRelax() {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();
@@ -134,11 +136,54 @@ class ABSL_LOCKABLE SharedMutex {
     asm volatile("yield" ::: "memory");
 #endif
   }
+  // A writer that found the lock held: spins, then sleeps until it can
+  // take it (marking it kHeldAndSleepers, which it then holds it as).
+  __attribute__((noinline)) void LockContended() {
+    for (int spins = 0; spins < kSpinsBeforeBlock; ++spins) {
+      int free = kFree;
+      if (state_.load(std::memory_order_relaxed) == kFree &&
+          state_.compare_exchange_weak(free, kHeld, std::memory_order_seq_cst,
+                                       std::memory_order_relaxed)) {
+        return;
+      }
+      CpuRelax();
+    }
+    while (state_.exchange(kHeldAndSleepers, std::memory_order_seq_cst) != kFree) {
+      FutexWait(kHeldAndSleepers);
+    }
+  }
+  // A reader: sleeps until the writer holding the lock lets go (or returns
+  // at once if it already has).
+  __attribute__((noinline)) void SleepWhileHeld() {
+    int held = state_.load(std::memory_order_relaxed);
+    if (held == kFree) return;
+    if (held == kHeld &&
+        !state_.compare_exchange_strong(held, kHeldAndSleepers, std::memory_order_relaxed,
+                                        std::memory_order_relaxed)) {
+      if (held == kFree) return;  // else another thread marked it meanwhile
+    }
+    FutexWait(kHeldAndSleepers);
+  }
+  // Until every reader count is 0 (a writer, holding state_).
+  __attribute__((noinline, cold)) void WaitForReaders() const {
+    for (const ReaderSlot& slot : readers_) {
+      for (int spins = 0; slot.count.load(std::memory_order_seq_cst) != 0; ++spins) {
+        if (spins >= kSpinsBeforeYield) sched_yield();
+      }
+    }
+  }
+  // Sleeps while state_ == value (returns at once if it is not).
+  void FutexWait(int value) {
+    RawSyscall(SYS_futex, reinterpret_cast<long>(&state_), FUTEX_WAIT_PRIVATE, value, 0);
+  }
+  __attribute__((noinline)) void WakeAll() {
+    RawSyscall(SYS_futex, reinterpret_cast<long>(&state_), FUTEX_WAKE_PRIVATE, INT_MAX);
+  }
   struct alignas(64) ReaderSlot {
     std::atomic<int> count{0};
   };
-  std::mutex writer_mu_;
-  std::atomic<bool> writer_{false};
+  static_assert(sizeof(std::atomic<int>) == sizeof(int), "futex word");
+  std::atomic<int> state_{kFree};
   ReaderSlot readers_[kReaderSlots];
 };
 

@@ -124,6 +124,27 @@ TEST(SharedMutexTest, AWaitingWriterHoldsBackNewReaders) {
   EXPECT_TRUE(late_reader_in.load());
 }
 
+TEST(SharedMutexTest, ASecondWriterSleepsUntilTheFirstUnlocks) {
+  SharedMutex mu;
+  std::atomic<bool> second_in{false};
+  mu.lock();
+  std::thread other([&] {
+    MutexLock lock(&mu);
+    second_in = true;
+  });
+  // Long past the second writer's spinning: it sleeps on the lock by now.
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_FALSE(second_in.load());
+  mu.unlock();
+  EXPECT_TRUE(Eventually([&] { return second_in.load(); }));
+  other.join();
+  // Free again, for a writer and for a reader.
+  mu.lock();
+  mu.unlock();
+  mu.lock_shared(3);
+  mu.unlock_shared(3);
+}
+
 TEST(SharedMutexTest, ReadersAndWritersNeverOverlap) {
   SharedMutex mu;
   int value = 0;  // guarded by mu; a writer leaves it even
@@ -141,14 +162,15 @@ TEST(SharedMutexTest, ReadersAndWritersNeverOverlap) {
       if (value % 2 != 0) ++odd_seen;
     }
   };
-  // Two readers share a slot, a third has its own.
-  std::thread w1(write), w2(write), r1(read, 0), r2(read, 0), r3(read, 5);
+  // Two readers share a slot, a third has its own; three writers contend.
+  std::thread w1(write), w2(write), w3(write), r1(read, 0), r2(read, 0), r3(read, 5);
   w1.join();
   w2.join();
+  w3.join();
   r1.join();
   r2.join();
   r3.join();
-  EXPECT_EQ(value, 80000);
+  EXPECT_EQ(value, 120000);
   EXPECT_EQ(odd_seen.load(), 0);
 }
 
