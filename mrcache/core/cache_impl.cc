@@ -502,14 +502,11 @@ absl::StatusOr<Region*> CacheImpl::AcquireOversized(uintptr_t start, uintptr_t e
   return r;
 }
 
-void CacheImpl::AdaptThreadCache(ThreadCache* tc) {
+void CacheImpl::EndThreadCacheWindow(ThreadCache* tc) {
   // The policy is stated at ThreadCache::kMaxSlots.
-  ++tc->window_slow;
   const size_t lines = tc->mask + 1;
   const uint64_t hits = tc->hits.load(std::memory_order_relaxed);
-  const uint64_t slow = tc->window_slow;
-  const uint64_t gets = hits - tc->window_hits + slow;
-  if (gets < lines) return;
+  const uint64_t gets = hits - tc->window_hits + tc->window_slow;
   const uint64_t claims = tc->window_claims;
   const uint64_t displaced = tc->window_displaced;
   const uint64_t since = tc->window_tick;
@@ -741,7 +738,7 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
   }
 }
 
-void CacheImpl::GrowHints() {
+void CacheImpl::GrowHintsNow() {
   const size_t want = wanted_hint_lines_.load(std::memory_order_relaxed);
   if (want <= hint_lines_.load(std::memory_order_relaxed)) return;
   CoveringHints fresh(want);  // outside the lock

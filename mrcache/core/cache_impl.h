@@ -318,8 +318,14 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   // get as a slow hit only when it returns a region.
   Region* HitShared(ThreadCache* tc, Miss* miss) ABSL_LOCKS_EXCLUDED(mu_);
   // Outside mu_: grows hints_ to wanted_hint_lines_, allocating and freeing
-  // outside the lock.
-  void GrowHints() ABSL_LOCKS_EXCLUDED(mu_);
+  // outside the lock (GrowHintsNow; no call when it has them already).
+  void GrowHints() ABSL_LOCKS_EXCLUDED(mu_) {
+    if (wanted_hint_lines_.load(std::memory_order_relaxed) >
+        hint_lines_.load(std::memory_order_relaxed)) {
+      GrowHintsNow();
+    }
+  }
+  void GrowHintsNow() ABSL_LOCKS_EXCLUDED(mu_);
   // The slow path of a get: under mu_, a covering region or a plan; outside
   // it, the registration; under it again, the region installed, or the
   // attempt discarded (refused or spoiled) and the next one narrowed.
@@ -394,8 +400,15 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   bool IsImplicit(const Region* r) const;
   ThreadCache* AttachThread();
   // Counts a slow-path get of the calling thread (tc's owner) and, at the
-  // end of a window, resizes its table (ThreadCache::kMaxSlots states when).
-  void AdaptThreadCache(ThreadCache* tc);
+  // end of a window (a table's worth of gets), resizes its table
+  // (ThreadCache::kMaxSlots states when: EndThreadCacheWindow).
+  void AdaptThreadCache(ThreadCache* tc) {
+    ++tc->window_slow;
+    const uint64_t gets =
+        tc->hits.load(std::memory_order_relaxed) - tc->window_hits + tc->window_slow;
+    if (gets >= tc->mask + 1) EndThreadCacheWindow(tc);
+  }
+  void EndThreadCacheWindow(ThreadCache* tc);
   // Replaces tc's table by one of `lines` lines (owner only; takes mu_ to
   // migrate the slots).
   void ResizeThreadCache(ThreadCache* tc, size_t lines);
