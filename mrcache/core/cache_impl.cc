@@ -1733,13 +1733,25 @@ int64_t CacheImpl::TotalRefsLocked(const Region* r, uint64_t* last_use) const {
   return total;
 }
 
-void CacheImpl::UnindexLocked(Region* r, Region** candidates) {
+void CacheImpl::DetachLocked(Region* r) {
   index_.DetachNode(r->start, r);  // the node is part of r, freed with it
   hints_.Void(r);                  // its covering hints
   cached_bytes_ -= r->length();
   LruUnlinkLocked(r);
   unreused_.Remove(r);
   r->state = RegionState::kInvalid;
+}
+
+bool CacheImpl::AloneLocked() const {
+  const ThreadCache* mine = FindThreadCache(uid_);
+  for (const ThreadCache* tc = threads_; tc != nullptr; tc = tc->next) {
+    if (tc != mine && !tc->orphaned.load(std::memory_order_acquire)) return false;
+  }
+  return true;
+}
+
+void CacheImpl::UnindexLocked(Region* r, Region** candidates) {
+  DetachLocked(r);
   // Lock-free hits and puts learn it from their slots (before the fence
   // that SettleLocked does, see Put); only another thread's slot needs it.
   if (MarkSlotsLocked(r, ThreadCache::kRetired)) settle_needs_fence_ = true;
@@ -1755,13 +1767,7 @@ void CacheImpl::BumpGenerationAndFence() {
   // Lock-free hits run only on threads with a live ThreadCache; a thread
   // attaches under mu_ (held here). If the only one is ours, no hit can race
   // with this reclaimer and the asymmetric fence is not needed.
-  const ThreadCache* mine = FindThreadCache(uid_);
-  for (const ThreadCache* tc = threads_; tc != nullptr; tc = tc->next) {
-    if (tc != mine && !tc->orphaned.load(std::memory_order_acquire)) {
-      ReclaimerFence();
-      return;
-    }
-  }
+  if (!AloneLocked()) ReclaimerFence();
 }
 
 void CacheImpl::SettleLocked(Region* candidates, DeadList* dead) {
@@ -1901,6 +1907,10 @@ void CacheImpl::EvictLocked(Pred over, DeadList* dead, EvictionOrder order) {
   // (never deregistered early).
   // This thread's deferred stamps first: its own recent uses count.
   if (ThreadCache* mine = FindThreadCache(uid_)) FoldDisplacedLocked(mine);
+  // With no other live thread attached, no get or put reaches a region
+  // without the lock, so an unused victim is deregistered at once: no
+  // retired mark, no fence, no second count (SettleLocked).
+  const bool alone = AloneLocked();
   Region* candidates = nullptr;
   size_t budget = index_.size() * (Region::kMaxPeriodsUsed + 2) + 1;
   size_t victims = 0;
@@ -1917,12 +1927,17 @@ void CacheImpl::EvictLocked(Pred over, DeadList* dead, EvictionOrder order) {
       continue;
     }
     if (order == EvictionOrder::kLargestUnused) r = LargestUnusedLocked(r);
-    UnindexLocked(r, &candidates);
+    if (alone) {
+      DetachLocked(r);
+      KillLocked(r, dead);
+    } else {
+      UnindexLocked(r, &candidates);
+    }
     ++victims;
   }
-  if (candidates == nullptr) return;
+  if (victims == 0) return;
   evictions_.fetch_add(victims, std::memory_order_relaxed);
-  SettleLocked(candidates, dead);
+  if (candidates != nullptr) SettleLocked(candidates, dead);
 }
 
 Region* CacheImpl::LargestUnusedLocked(Region* tail) {

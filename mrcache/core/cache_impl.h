@@ -61,7 +61,9 @@
 //                          [asymmetric fence: membarrier]; sum the counts.
 // (The fence is skipped when no live thread but the reclaimer's own has a
 // slot naming the region: no other thread can then hit or put it without
-// the lock, since slots are claimed only under it.)
+// the lock, since slots are claimed only under it. When no live thread but
+// the reclaimer's is attached to the cache at all, an eviction, which takes
+// only regions with no reference, kills its victim at once: AloneLocked.)
 // Either T sees the mark and backs off without touching the region, or the
 // reclaimer sees T's increment and keeps the region (it becomes kInvalid and
 // is deregistered after its last put). Lookup entries are only filled under
@@ -512,7 +514,14 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   // Sets the state of every thread's non-dead slot naming r; true if one of
   // them belongs to a live thread other than the caller.
   bool MarkSlotsLocked(const Region* r, uint8_t state) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Removes r from the index and LRU and queues it on `candidates` (via
+  // Removes r from the index, its hints, the LRU and the size classes
+  // (state kInvalid); its slots are untouched.
+  void DetachLocked(Region* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // True if no live thread but the caller has a ThreadCache of this cache:
+  // then no lock-free hit or put can run while the caller holds mu_.
+  bool AloneLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Removes r from the index and LRU (DetachLocked), marks its slots
+  // retired, and queues it on `candidates` (via
   // next_dead); SettleLocked then fences (if another thread has a slot
   // naming one), and sends each
   // candidate to `dead` (no references) or to the retired list.
