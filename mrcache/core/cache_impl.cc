@@ -1565,23 +1565,17 @@ Region* CacheImpl::FindCoveringLocked(uintptr_t start, uintptr_t end, int access
     *span = Span{s, e};
     return last;
   }
-  struct Find {
-    uintptr_t start, end;
-    int access;
-    Region* found;
-  } f{start, end, access, nullptr};
-  Find* fp = &f;
-  index_.ForEachOverlap(start, end, [fp](uintptr_t s, uintptr_t e, Region* r) {
-    if (fp->found == nullptr && s <= fp->start && fp->end <= e &&
-        AccessCompatible(r->reg.access, fp->access)) {
-      fp->found = r;
-    }
+  Region* found = nullptr;
+  index_.FindCovering(start, end, [access, &found](uintptr_t, uintptr_t, Region* r) {
+    if (!AccessCompatible(r->reg.access, access)) return false;
+    found = r;
+    return true;
   });
-  if (f.found != nullptr) {
-    hints_.Fill(start, f.found);
-    *span = Span{f.found->start, f.found->end};
+  if (found != nullptr) {
+    hints_.Fill(start, found);
+    *span = Span{found->start, found->end};
   }
-  return f.found;
+  return found;
 }
 
 ThreadCache::Line* CacheImpl::TakeRefLocked(ThreadCache* tc, Region* r) {

@@ -46,6 +46,13 @@ class IntervalTree {
   // allocated on every call, under the cache lock, on the miss path.)
   template <typename Fn>
   void ForEachOverlap(uintptr_t start, uintptr_t end, Fn&& fn) const;
+  // Calls fn(start, end, value) for the intervals that contain all of
+  // [start, end) (requires start < end), in increasing order of start,
+  // until fn returns true; true if it did. Reads only the nodes that start
+  // at or before `start` in subtrees whose max_end reaches `end`. fn must
+  // not modify the tree.
+  template <typename Fn>
+  bool FindCovering(uintptr_t start, uintptr_t end, Fn&& fn) const;
   // The interval with the greatest start <= `at` (the last in visit order
   // among several with that start): true, with *start, *end and *value set;
   // false if every interval starts after `at`. One root-to-leaf descent that
@@ -85,6 +92,8 @@ class IntervalTree {
   Node* Unlink(uintptr_t start, const V& value);
   template <typename Fn>
   static void VisitOverlap(const Node* n, uintptr_t start, uintptr_t end, Fn& fn);
+  template <typename Fn>
+  static bool VisitCovering(const Node* n, uintptr_t start, uintptr_t end, Fn& fn);
   template <typename Fn>
   static void VisitAll(const Node* n, Fn& fn);
   static void Destroy(Node* n);

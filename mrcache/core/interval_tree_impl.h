@@ -260,6 +260,25 @@ void IntervalTree<V>::ForEachOverlap(uintptr_t start, uintptr_t end, Fn&& fn) co
 }
 
 template <typename V>
+template <typename Fn>
+bool IntervalTree<V>::VisitCovering(const Node* n, uintptr_t start, uintptr_t end, Fn& fn) {
+  // Nothing in this subtree ends late enough to contain the range.
+  if (n == nullptr || n->max_end < end) return false;
+  if (VisitCovering(n->left, start, end, fn)) return true;
+  // n and its whole right subtree start after the range does.
+  if (n->start > start) return false;
+  if (n->end >= end && fn(n->start, n->end, n->value)) return true;
+  return VisitCovering(n->right, start, end, fn);
+}
+
+template <typename V>
+template <typename Fn>
+bool IntervalTree<V>::FindCovering(uintptr_t start, uintptr_t end, Fn&& fn) const {
+  assert(start < end && "IntervalTree::FindCovering requires start < end");
+  return VisitCovering(root_, start, end, fn);
+}
+
+template <typename V>
 bool IntervalTree<V>::FindLastStartingAtOrBefore(uintptr_t at, uintptr_t* start, uintptr_t* end,
                                                  V* value) const {
   const Node* best = nullptr;

@@ -31,6 +31,15 @@ std::vector<Entry> Overlaps(const Tree& tree, uintptr_t start, uintptr_t end) {
   return out;
 }
 
+std::vector<Entry> Covering(const Tree& tree, uintptr_t start, uintptr_t end) {
+  std::vector<Entry> out;
+  tree.FindCovering(start, end, [&](uintptr_t s, uintptr_t e, const int* v) {
+    out.emplace_back(s, e, v);
+    return false;  // all of them
+  });
+  return out;
+}
+
 std::vector<Entry> All(const Tree& tree) {
   std::vector<Entry> out;
   tree.ForEach([&](uintptr_t s, uintptr_t e, const int* v) { out.emplace_back(s, e, v); });
@@ -196,7 +205,7 @@ TEST(IntervalTreeTest, RandomOperationsMatchABruteForceModel) {
     const uintptr_t length = uniform(0, 9) == 0 ? uniform(1, kSpace) : uniform(1, 40);
     return std::make_pair(start, start + length);
   };
-  size_t inserts = 0, erases = 0, absent_erases = 0, hits = 0;
+  size_t inserts = 0, erases = 0, absent_erases = 0, hits = 0, covering_found = 0;
   for (int op = 0; op < kOperations; ++op) {
     const size_t slot = uniform(0, g_slots.size() - 1);
     const uintptr_t kind = uniform(0, 9);
@@ -232,6 +241,13 @@ TEST(IntervalTreeTest, RandomOperationsMatchABruteForceModel) {
     std::sort(expected.begin(), expected.end(), VisitOrder);
     ASSERT_EQ(Overlaps(tree, qstart, qend), expected)
         << "operation " << op << ", query [" << qstart << ", " << qend << ")";
+    std::vector<Entry> covering;
+    for (const Entry& e : expected) {
+      if (std::get<0>(e) <= qstart && qend <= std::get<1>(e)) covering.push_back(e);
+    }
+    ASSERT_EQ(Covering(tree, qstart, qend), covering)
+        << "operation " << op << ", covering [" << qstart << ", " << qend << ")";
+    covering_found += covering.size();
     ASSERT_EQ(tree.size(), model.size()) << "operation " << op;
     ASSERT_TRUE(tree.CheckInvariants()) << "operation " << op;
     hits += expected.size();
@@ -241,8 +257,24 @@ TEST(IntervalTreeTest, RandomOperationsMatchABruteForceModel) {
   EXPECT_GT(erases, 1000u);
   EXPECT_GT(absent_erases, 1000u);
   EXPECT_GT(hits, static_cast<size_t>(kOperations));
+  EXPECT_GT(covering_found, 1000u);
   std::sort(model.begin(), model.end(), VisitOrder);
   EXPECT_EQ(All(tree), model);
+}
+
+TEST(IntervalTreeTest, CoveringQueryStopsWhenTheVisitorSaysSo) {
+  Tree tree;
+  tree.Insert(0, 100, Slot(0));
+  tree.Insert(10, 50, Slot(1));
+  tree.Insert(20, 30, Slot(2));
+  tree.Insert(25, 26, Slot(3));  // inside the query: overlaps, does not cover
+  std::vector<const int*> seen;
+  EXPECT_TRUE(tree.FindCovering(22, 28, [&](uintptr_t, uintptr_t, const int* v) {
+    seen.push_back(v);
+    return v == Slot(1);
+  }));
+  EXPECT_EQ(seen, (std::vector<const int*>{Slot(0), Slot(1)}));
+  EXPECT_FALSE(tree.FindCovering(95, 105, [](uintptr_t, uintptr_t, const int*) { return true; }));
 }
 
 TEST(IntervalTreeTest, FindLastStartingAtOrBeforeFindsThePredecessorByStart) {
