@@ -12,6 +12,8 @@
 //                                   63: below mrcache's admission threshold
 //                                   (64), so that every miss is cached and
 //                                   evicts, as UCX's does
+//   BM_MrcacheMissLocalAccess /     the same with local rights only (default
+//   BM_UcxMissLocalAccess           monitor): a miss that may merge and bridge
 //   BM_MrcacheMissNotAdmitted       the same through 64 regions: each range
 //                                   is new to the full cache, which registers
 //                                   it for the get alone (README, "Admission
@@ -91,7 +93,10 @@ namespace {
 
 constexpr size_t kPage = 4096;
 constexpr size_t kMaxRanges = 4096;
-constexpr int kAccess = 7;
+constexpr int kAccess = 7;  // LOCAL_WRITE | REMOTE_WRITE | REMOTE_READ
+// Local rights alone (send buffers, most of a storage engine's): the miss of
+// such a region may be merged and bridged, which remote rights never are.
+constexpr int kLocalAccess = 1;
 
 // kMaxRanges one-page ranges with a page gap between them (so nothing merges).
 char* Arena() {
@@ -159,11 +164,11 @@ struct Ucx {
   std::unique_ptr<UcxRcache> cache;
 };
 
-Ucx MakeUcx(size_t max_regions) {
+Ucx MakeUcx(size_t max_regions, int access = kAccess) {
   Ucx ucx;
   ucx.registrar = mrcache::MakeSimRegistrar(ZeroCostConfig(max_regions));
   auto api = LoadUcsWithoutHooks();
-  auto cache = api.ok() ? UcxRcache::Create(**api, *ucx.registrar, max_regions, 0, kAccess)
+  auto cache = api.ok() ? UcxRcache::Create(**api, *ucx.registrar, max_regions, 0, access)
                         : absl::StatusOr<std::unique_ptr<UcxRcache>>(api.status());
   if (!cache.ok()) {
     std::fprintf(stderr, "micro_bench: %s\n", cache.status().ToString().c_str());
@@ -316,10 +321,10 @@ void BM_UcxHit(benchmark::State& state) {
 // ---- misses: 4,096 ranges through kMissRegions regions: every get misses ------
 // Below the admission threshold (64): every miss is cached, evicting one region.
 constexpr size_t kMissRegions = 63;
-void MissLoop(benchmark::State& state, mrcache::Cache& cache) {
+void MissLoop(benchmark::State& state, mrcache::Cache& cache, int access = kAccess) {
   size_t i = 0;
   for (auto _ : state) {
-    absl::StatusOr<mrcache::Region*> region = cache.Acquire(Range(i), kPage, kAccess);
+    absl::StatusOr<mrcache::Region*> region = cache.Acquire(Range(i), kPage, access);
     if (!region.ok()) {
       state.SkipWithError("acquire failed");
       break;
@@ -341,6 +346,10 @@ void BM_MrcacheMissNotAdmitted(benchmark::State& state) {
   state.counters["bypassed"] = double(cache->stats().bypassed);
 }
 void BM_MrcacheMissDefaultMonitor(benchmark::State& state) { MrcacheMiss(state, DefaultMonitor()); }
+void BM_MrcacheMissLocalAccess(benchmark::State& state) {
+  std::unique_ptr<mrcache::Cache> cache = MakeCache(kMissRegions, DefaultMonitor());
+  MissLoop(state, *cache, kLocalAccess);
+}
 void BM_MrcacheMissNullRegistrar(benchmark::State& state) {
   mrcache::Config config = ZeroCostConfig(kMissRegions, DefaultMonitor());
   auto made = mrcache::Cache::Create(config, std::make_unique<NullRegistrar>());
@@ -368,6 +377,10 @@ void UcxMissLoop(benchmark::State& state, UcxRcache& cache) {
 }
 void BM_UcxMiss(benchmark::State& state) {
   Ucx ucx = MakeUcx(kMissRegions);
+  UcxMissLoop(state, *ucx.cache);
+}
+void BM_UcxMissLocalAccess(benchmark::State& state) {
+  Ucx ucx = MakeUcx(kMissRegions, kLocalAccess);
   UcxMissLoop(state, *ucx.cache);
 }
 void BM_UcxMissNullRegistrar(benchmark::State& state) {
@@ -717,6 +730,8 @@ BENCHMARK(BM_MrcacheMiss);
 BENCHMARK(BM_MrcacheMissNotAdmitted);
 BENCHMARK(BM_MrcacheMissDefaultMonitor);
 BENCHMARK(BM_UcxMiss);
+BENCHMARK(BM_MrcacheMissLocalAccess);
+BENCHMARK(BM_UcxMissLocalAccess);
 BENCHMARK(BM_MrcacheMissNullRegistrar);
 BENCHMARK(BM_UcxMissNullRegistrar);
 BENCHMARK(BM_MrcacheMissSyscallTiming);

@@ -11,15 +11,22 @@
 //    or bridging found nothing resident to bridge), so it is not retried on
 //    every miss.
 //
-// The address space is cut into 64 KiB granules, hashed into a fixed table of
-// stamps. Time is the cache's miss count: Mark(range, now) stamps the range's
-// granules; Recent(range, now, window) is true if one of them was stamped
-// within the last `window` misses. Hash collisions only make Recent() answer
-// true more often (less widening), never less: the map steers a heuristic,
-// and no correctness decision depends on it.
+// Time is the cache's miss count: Mark(range, now) stamps the range;
+// Recent(range, now, window) is true if a stamp it reads was set within the
+// last `window` misses. The address space is cut into granules at three
+// levels (64 KiB, 2 MiB, 128 MiB), each hashed into a fixed table of stamps.
+// Mark stamps the range's granules at every level (marks are rare: an
+// invalidation, a failed widening); Recent, on every miss that may widen,
+// reads the finest level where the range spans at most kMaxGranules, so a
+// miss's union is judged at 64 KiB, a bridging block (128 MiB by default, and
+// aligned to its size) at 2 MiB or 128 MiB, and no query reads more than
+// kMaxGranules stamps. Coarser granules and hash collisions only make
+// Recent() answer true more often (less widening), never less: the map
+// steers a heuristic, and no correctness decision depends on it.
 //
-// Invariants: fixed size (kSlots stamps), no allocation; touches at most
-// kSlots stamps per call. Not thread-safe: the cache calls it under its lock.
+// Invariants: fixed size, no allocation; a call touches at most the number
+// of stamps of a level per level. Not thread-safe: the cache calls it under
+// its lock.
 #ifndef MRCACHE_ADDRESS_HEAT_H_
 #define MRCACHE_ADDRESS_HEAT_H_
 
@@ -30,19 +37,27 @@ namespace mrcache {
 
 class AddressHeat {
  public:
-  static constexpr int kGranuleShift = 16;  // 64 KiB
-  static constexpr size_t kSlots = 4096;    // power of two
+  static constexpr int kLevels = 3;
+  static constexpr int kGranuleShift[kLevels] = {16, 21, 27};  // 64 KiB, 2 MiB, 128 MiB
+  static constexpr size_t kSlotsShift[kLevels] = {12, 10, 8};  // 4,096, 1,024, 256 stamps
+  static constexpr uintptr_t kMaxGranules = 16;
 
   void Mark(uintptr_t start, uintptr_t end, uint64_t now) {
-    ForEachGranule(stamps_, start, end, [now](uint64_t& stamp) {
-      stamp = now + 1;  // 0 = never
-      return false;
-    });
+    if (end <= start) return;
+    for (int level = 0; level < kLevels; ++level) {
+      ForEachStamp(level, start, end, [now](uint64_t& stamp) {
+        stamp = now + 1;  // 0 = never
+        return false;
+      });
+    }
   }
 
   bool Recent(uintptr_t start, uintptr_t end, uint64_t now, uint64_t window) const {
+    if (end <= start) return false;
+    int level = 0;
+    while (level < kLevels - 1 && Granules(level, start, end) > kMaxGranules) ++level;
     bool recent = false;
-    ForEachGranule(stamps_, start, end, [now, window, &recent](const uint64_t& stamp) {
+    ForEachStamp(level, start, end, [now, window, &recent](uint64_t stamp) {
       recent = stamp != 0 && now + 1 - stamp < window;
       return recent;
     });
@@ -50,31 +65,44 @@ class AddressHeat {
   }
 
  private:
-  // Calls f(stamp) for the stamp of every granule of [start, end) (each slot
-  // at most once when the range has more granules than slots) until f
-  // returns true.
-  template <typename Stamps, typename F>
-  static void ForEachGranule(Stamps& stamps, uintptr_t start, uintptr_t end, F f) {
-    if (end <= start) return;
-    uintptr_t first = start >> kGranuleShift;
-    uintptr_t last = (end - 1) >> kGranuleShift;
-    uintptr_t count = last - first + 1;
-    if (count >= kSlots || count == 0) {
-      for (auto& stamp : stamps) {
-        if (f(stamp)) return;
+  static uintptr_t Granules(int level, uintptr_t start, uintptr_t end) {
+    return ((end - 1) >> kGranuleShift[level]) - (start >> kGranuleShift[level]) + 1;
+  }
+
+  // Calls f(stamp) for the stamp of every granule of [start, end) (end >
+  // start) at `level` (each slot at most once when the range has more
+  // granules than the level has slots) until f returns true.
+  template <typename F>
+  void ForEachStamp(int level, uintptr_t start, uintptr_t end, F f) {
+    uint64_t* const stamps = Stamps(level);
+    const size_t slots = size_t{1} << kSlotsShift[level];
+    const uintptr_t first = start >> kGranuleShift[level];
+    const uintptr_t count = Granules(level, start, end);
+    if (count >= slots) {
+      for (size_t i = 0; i < slots; ++i) {
+        if (f(stamps[i])) return;
       }
       return;
     }
-    for (uintptr_t g = first; g <= last; ++g) {
-      if (f(stamps[Hash(g)])) return;
+    for (uintptr_t g = first; g < first + count; ++g) {
+      if (f(stamps[Hash(level, g)])) return;
     }
   }
-
-  static size_t Hash(uintptr_t granule) {
-    return static_cast<size_t>((granule * 0x9E3779B97F4A7C15ull) >> 52) & (kSlots - 1);
+  template <typename F>
+  void ForEachStamp(int level, uintptr_t start, uintptr_t end, F f) const {
+    const_cast<AddressHeat*>(this)->ForEachStamp(level, start, end,
+                                                 [&f](uint64_t& stamp) { return f(stamp); });
   }
 
-  uint64_t stamps_[kSlots] = {};
+  uint64_t* Stamps(int level) { return level == 0 ? fine_ : level == 1 ? middle_ : coarse_; }
+
+  static size_t Hash(int level, uintptr_t granule) {
+    return static_cast<size_t>((granule * 0x9E3779B97F4A7C15ull) >> (64 - kSlotsShift[level]));
+  }
+
+  uint64_t fine_[size_t{1} << kSlotsShift[0]] = {};
+  uint64_t middle_[size_t{1} << kSlotsShift[1]] = {};
+  uint64_t coarse_[size_t{1} << kSlotsShift[2]] = {};
 };
 
 }  // namespace mrcache
