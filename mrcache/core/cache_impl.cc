@@ -967,7 +967,7 @@ Region* CacheImpl::InstallLocked(ThreadCache* tc, const Miss& miss, const Attemp
   }
   r->parts = parts < UINT16_MAX ? static_cast<uint16_t>(parts) : UINT16_MAX;
   if (evicts_by_size_) unreused_.PushNewest(r, EvictionWeight(r));
-  ThreadCache::Line* slot = TakeRefLocked(tc, r);
+  ThreadCache::Line* slot = TakeFirstRefLocked(tc, r);
   if (replaced != nullptr) SettleLocked(replaced, dead);
   FillLookupLocked(tc, miss.start, miss.end, miss.user_access, r, Span{r->start, r->end}, slot);
   const size_t max_regions = config_.max_regions;
@@ -1585,12 +1585,23 @@ ThreadCache::Line* CacheImpl::TakeRefLocked(ThreadCache* tc, Region* r) {
   return nullptr;
 }
 
+ThreadCache::Line* CacheImpl::TakeFirstRefLocked(ThreadCache* tc, Region* r) {
+  if (ThreadCache::Line* slot = ClaimSlotShared(tc, r, r->start)) return slot;
+  ++tc->window_displaced;
+  ++r->shared_refs;
+  return nullptr;
+}
+
 ThreadCache::Line* CacheImpl::TakeOwnSlotRefShared(ThreadCache* tc, Region* r, uintptr_t r_start) {
   // r is in the index, so a non-dead slot naming it is live (not retired).
   if (ThreadCache::Line* own = tc->FindSlot(r, r_start)) {
     ThreadCache::OwnerAdd(own->ref_count, 1);
     return own;
   }
+  return ClaimSlotShared(tc, r, r_start);
+}
+
+ThreadCache::Line* CacheImpl::ClaimSlotShared(ThreadCache* tc, Region* r, uintptr_t r_start) {
   ++tc->window_claims;
   if (ThreadCache::Line* slot = tc->ClaimableSlot(r_start)) {
     // Claim the slot: its previous region holds no reference from us, and
