@@ -740,7 +740,6 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
 
 void CacheImpl::GrowHintsNow() {
   const size_t want = wanted_hint_lines_.load(std::memory_order_relaxed);
-  if (want <= hint_lines_.load(std::memory_order_relaxed)) return;
   CoveringHints fresh(want);  // outside the lock
   {
     MutexLock lock(&mu_);
@@ -1276,16 +1275,14 @@ void CacheImpl::MaintainSlowLocked(DeadList* dead) {
   } drain{this, &candidates};
   // Ranges that found the ring full come last, as their 2 MiB-aligned hull
   // (invalidation_ring.h): releases are never lost, only coarsened.
-  if (!ring_.empty()) {
-    ring_.Drain([&drain](uintptr_t s, uintptr_t e) {
-      drain.self->mu_.AssertHeld();  // drained under mu_ (this function requires it)
-      drain.self->InvalidateRangeLocked(s, e, drain.candidates);
-      drain.self->SpoilPendingLocked(s, e);
-    });
-  }
+  ring_.Drain([&drain](uintptr_t s, uintptr_t e) {
+    drain.self->mu_.AssertHeld();  // drained under mu_ (this function requires it)
+    drain.self->InvalidateRangeLocked(s, e, drain.candidates);
+    drain.self->SpoilPendingLocked(s, e);
+  });
   FoldOrphansLocked();
   if (candidates != nullptr) SettleLocked(candidates, dead);
-  if (retired_ != nullptr) RecheckRetiredLocked(dead);
+  RecheckRetiredLocked(dead);
 }
 
 CacheImpl::MissPlan CacheImpl::PlanMissLocked(uintptr_t start, uintptr_t end, int access) {
@@ -1579,16 +1576,18 @@ Region* CacheImpl::FindCoveringLocked(uintptr_t start, uintptr_t end, int access
 }
 
 ThreadCache::Line* CacheImpl::TakeRefLocked(ThreadCache* tc, Region* r) {
-  if (ThreadCache::Line* slot = TakeOwnSlotRefShared(tc, r, r->start)) return slot;
-  ++tc->window_displaced;
-  ++r->shared_refs;  // every slot of the set counts another live region of ours
-  return nullptr;
+  ThreadCache::Line* slot = TakeOwnSlotRefShared(tc, r, r->start);
+  return slot != nullptr ? slot : CountSharedRefLocked(tc, r);
 }
 
 ThreadCache::Line* CacheImpl::TakeFirstRefLocked(ThreadCache* tc, Region* r) {
-  if (ThreadCache::Line* slot = ClaimSlotShared(tc, r, r->start)) return slot;
+  ThreadCache::Line* slot = ClaimSlotShared(tc, r, r->start);
+  return slot != nullptr ? slot : CountSharedRefLocked(tc, r);
+}
+
+ThreadCache::Line* CacheImpl::CountSharedRefLocked(ThreadCache* tc, Region* r) {
   ++tc->window_displaced;
-  ++r->shared_refs;
+  ++r->shared_refs;  // every slot of the set counts another live region of ours
   return nullptr;
 }
 
@@ -1912,6 +1911,7 @@ void CacheImpl::EvictLocked(Pred over, DeadList* dead, EvictionOrder order) {
   // (never deregistered early).
   // This thread's deferred stamps first: its own recent uses count.
   if (ThreadCache* mine = FindThreadCache(uid_)) FoldDisplacedLocked(mine);
+  if (!over()) return;  // most installs: nothing to evict
   // With no other live thread attached, no get or put reaches a region
   // without the lock, so an unused victim is deregistered at once: no
   // retired mark, no fence, no second count (SettleLocked).

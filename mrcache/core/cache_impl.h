@@ -482,6 +482,10 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   // so no search for one.
   ThreadCache::Line* TakeFirstRefLocked(ThreadCache* tc, Region* r)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Their fallback when every slot of r's set counts references: the
+  // reference goes to r->shared_refs; returns nullptr (no slot).
+  ThreadCache::Line* CountSharedRefLocked(ThreadCache* tc, Region* r)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Counts a reference to r (in the index, starting at r_start) in one of
   // tc's own slots (a claimed one if none names r yet) and returns the slot;
   // nullptr, with nothing changed, if every slot of r's set counts
