@@ -180,7 +180,7 @@ Ucx MakeUcx(size_t max_regions, int access = kAccess) {
 
 // Keys for any range, and nothing else: no system call, no lock, no map. The
 // miss benchmarks over it measure what each cache adds to a registration.
-class NullRegistrar final : public mrcache::Registrar {
+class NullRegistrar : public mrcache::Registrar {
  public:
   const char* name() const override { return "null"; }
   absl::StatusOr<mrcache::Registration> Register(void* addr, size_t length, int access) override {
@@ -205,7 +205,7 @@ class NullRegistrar final : public mrcache::Registrar {
 // The sim registrar's mapping check alone (one mincore over the range, as
 // CheckMapped makes it), timed with the TSC around the system call itself: how
 // long the kernel takes inside each cache's miss. Keys as NullRegistrar.
-class SyscallTimingRegistrar final : public mrcache::Registrar {
+class SyscallTimingRegistrar final : public NullRegistrar {
  public:
   const char* name() const override { return "syscall-timing"; }
   absl::StatusOr<mrcache::Registration> Register(void* addr, size_t length, int access) override {
@@ -216,19 +216,8 @@ class SyscallTimingRegistrar final : public mrcache::Registrar {
     ticks_ += __rdtsc() - t0;
     ++calls_;
     if (rc != 0) return absl::InvalidArgumentError("mincore failed: not mapped");
-    mrcache::Registration reg;
-    reg.addr = addr;
-    reg.length = length;
-    reg.access = access;
-    reg.handle = ++next_;
-    reg.lkey = reg.rkey = static_cast<uint32_t>(reg.handle);
-    return reg;
+    return NullRegistrar::Register(addr, length, access);
   }
-  absl::Status Deregister(const mrcache::Registration&) override { return absl::OkStatus(); }
-  absl::Status DeviceWrite(const mrcache::Registration&, size_t, const void*, size_t) override {
-    return absl::UnimplementedError("syscall-timing registrar: no device");
-  }
-  bool pins_memory() const override { return false; }
   // Nanoseconds per timed system call so far, by a TSC rate measured against
   // steady_clock over 20 ms on first use.
   double SyscallNs() const { return calls_ == 0 ? 0 : TicksToNs(ticks_) / double(calls_); }
@@ -246,7 +235,6 @@ class SyscallTimingRegistrar final : public mrcache::Registrar {
     }();
     return double(ticks) * ns_per_tick;
   }
-  uint64_t next_ = 0;  // one thread per benchmark
   uint64_t ticks_ = 0, calls_ = 0;
 };
 

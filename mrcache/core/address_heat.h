@@ -45,7 +45,7 @@ class AddressHeat {
   void Mark(uintptr_t start, uintptr_t end, uint64_t now) {
     if (end <= start) return;
     for (int level = 0; level < kLevels; ++level) {
-      ForEachStamp(level, start, end, [now](uint64_t& stamp) {
+      ForEachStamp(Stamps(level), level, start, end, [now](uint64_t& stamp) {
         stamp = now + 1;  // 0 = never
         return false;
       });
@@ -57,7 +57,7 @@ class AddressHeat {
     int level = 0;
     while (level < kLevels - 1 && Granules(level, start, end) > kMaxGranules) ++level;
     bool recent = false;
-    ForEachStamp(level, start, end, [now, window, &recent](uint64_t stamp) {
+    ForEachStamp(Stamps(level), level, start, end, [now, window, &recent](uint64_t stamp) {
       recent = stamp != 0 && now + 1 - stamp < window;
       return recent;
     });
@@ -70,11 +70,10 @@ class AddressHeat {
   }
 
   // Calls f(stamp) for the stamp of every granule of [start, end) (end >
-  // start) at `level` (each slot at most once when the range has more
-  // granules than the level has slots) until f returns true.
-  template <typename F>
-  void ForEachStamp(int level, uintptr_t start, uintptr_t end, F f) {
-    uint64_t* const stamps = Stamps(level);
+  // start) among `stamps`, those of `level` (each slot at most once when the
+  // range has more granules than the level has slots) until f returns true.
+  template <typename Stamp, typename F>
+  static void ForEachStamp(Stamp* stamps, int level, uintptr_t start, uintptr_t end, F f) {
     const size_t slots = size_t{1} << kSlotsShift[level];
     const uintptr_t first = start >> kGranuleShift[level];
     const uintptr_t count = Granules(level, start, end);
@@ -88,13 +87,10 @@ class AddressHeat {
       if (f(stamps[Hash(level, g)])) return;
     }
   }
-  template <typename F>
-  void ForEachStamp(int level, uintptr_t start, uintptr_t end, F f) const {
-    const_cast<AddressHeat*>(this)->ForEachStamp(level, start, end,
-                                                 [&f](uint64_t& stamp) { return f(stamp); });
-  }
-
   uint64_t* Stamps(int level) { return level == 0 ? fine_ : level == 1 ? middle_ : coarse_; }
+  const uint64_t* Stamps(int level) const {
+    return level == 0 ? fine_ : level == 1 ? middle_ : coarse_;
+  }
 
   static size_t Hash(int level, uintptr_t granule) {
     return static_cast<size_t>((granule * 0x9E3779B97F4A7C15ull) >> (64 - kSlotsShift[level]));
