@@ -11,7 +11,8 @@ namespace {
 TEST(AccessRulesTest, AccessValidAgreesWithValidateAccessForEveryCombinationOfBits) {
   // Every combination of the low 20 bits: the known ones and beyond.
   for (int access = 0; access < (1 << 20); ++access) {
-    ASSERT_EQ(AccessValid(access), ValidateAccess(access).ok()) << "access 0x" << std::hex << access;
+    ASSERT_EQ(AccessValid(access), ValidateAccess(access).ok())
+        << "access 0x" << std::hex << access;
   }
   EXPECT_TRUE(AccessValid(kAccessLocalWrite | kAccessRemoteWrite));
   EXPECT_FALSE(AccessValid(kAccessRemoteWrite));
