@@ -38,6 +38,11 @@
 //   BM_UcxMissSyscallTiming         the sim registrar's mincore and times it
 //                                   (counter syscall_ns): the kernel's share
 //                                   of each cache's miss, measured inside it
+//   BM_MrcacheMissPhases /          the default-monitor miss over the zero-cost
+//   BM_UcxMissPhases                sim registrar, split at the registrar call
+//                                   (counters before_registrar_ns,
+//                                   registrar_ns, after_registrar_ns, put_ns;
+//                                   each TSC read adds a few ns to its phase)
 //
 //   BM_MrcacheRandomHit /           get+put of a cached region in pseudo-random
 //   BM_UcxRandomHit                 order over 64, 10,000, 100,000 or 1,000,000
@@ -202,6 +207,21 @@ class NullRegistrar : public mrcache::Registrar {
   uint64_t next_ = 0;  // one thread per benchmark
 };
 
+// Nanoseconds in `ticks` of the TSC, at a rate measured against steady_clock
+// over 20 ms on first use.
+double TscTicksToNs(uint64_t ticks) {
+  static const double ns_per_tick = [] {
+    const auto c0 = std::chrono::steady_clock::now();
+    const uint64_t t0 = __rdtsc();
+    while (std::chrono::steady_clock::now() - c0 < std::chrono::milliseconds(20)) {
+    }
+    const double ns =
+        std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - c0).count();
+    return ns / double(__rdtsc() - t0);
+  }();
+  return double(ticks) * ns_per_tick;
+}
+
 // The sim registrar's mapping check alone (one mincore over the range, as
 // CheckMapped makes it), timed with the TSC around the system call itself: how
 // long the kernel takes inside each cache's miss. Keys as NullRegistrar.
@@ -218,24 +238,43 @@ class SyscallTimingRegistrar final : public NullRegistrar {
     if (rc != 0) return absl::InvalidArgumentError("mincore failed: not mapped");
     return NullRegistrar::Register(addr, length, access);
   }
-  // Nanoseconds per timed system call so far, by a TSC rate measured against
-  // steady_clock over 20 ms on first use.
-  double SyscallNs() const { return calls_ == 0 ? 0 : TicksToNs(ticks_) / double(calls_); }
+  // Nanoseconds per timed system call so far.
+  double SyscallNs() const { return calls_ == 0 ? 0 : TscTicksToNs(ticks_) / double(calls_); }
 
  private:
-  static double TicksToNs(uint64_t ticks) {
-    static const double ns_per_tick = [] {
-      const auto c0 = std::chrono::steady_clock::now();
-      const uint64_t t0 = __rdtsc();
-      while (std::chrono::steady_clock::now() - c0 < std::chrono::milliseconds(20)) {
-      }
-      const double ns =
-          std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - c0).count();
-      return ns / double(__rdtsc() - t0);
-    }();
-    return double(ticks) * ns_per_tick;
-  }
   uint64_t ticks_ = 0, calls_ = 0;
+};
+
+// The zero-cost sim registrar of the miss benchmarks, with the TSC read as
+// each Register call enters and returns: BM_*MissPhases split each cache's
+// miss at the registrar call.
+class PhaseTimingRegistrar final : public mrcache::Registrar {
+ public:
+  PhaseTimingRegistrar() : sim_(mrcache::MakeSimRegistrar(ZeroCostConfig(0))) {}
+  const char* name() const override { return "phase-timing"; }
+  absl::StatusOr<mrcache::Registration> Register(void* addr, size_t length, int access) override {
+    entered_ = __rdtsc();
+    absl::StatusOr<mrcache::Registration> reg = sim_->Register(addr, length, access);
+    returned_ = __rdtsc();
+    ++calls_;
+    return reg;
+  }
+  absl::Status Deregister(const mrcache::Registration& reg) override {
+    return sim_->Deregister(reg);
+  }
+  absl::Status DeviceWrite(const mrcache::Registration& reg, size_t offset, const void* src,
+                           size_t length) override {
+    return sim_->DeviceWrite(reg, offset, src, length);
+  }
+  bool pins_memory() const override { return sim_->pins_memory(); }
+  // TSC at the entry and the return of the latest Register, and the calls.
+  uint64_t entered() const { return entered_; }
+  uint64_t returned() const { return returned_; }
+  uint64_t calls() const { return calls_; }
+
+ private:
+  std::unique_ptr<mrcache::Registrar> sim_;
+  uint64_t entered_ = 0, returned_ = 0, calls_ = 0;
 };
 
 // ---- hits: one shared cache per region count, filled before timing ----------
@@ -338,14 +377,33 @@ void BM_MrcacheMissLocalAccess(benchmark::State& state) {
   std::unique_ptr<mrcache::Cache> cache = MakeCache(kMissRegions, DefaultMonitor());
   MissLoop(state, *cache, kLocalAccess);
 }
-void BM_MrcacheMissNullRegistrar(benchmark::State& state) {
-  mrcache::Config config = ZeroCostConfig(kMissRegions, DefaultMonitor());
-  auto made = mrcache::Cache::Create(config, std::make_unique<NullRegistrar>());
+// A kMissRegions cache of the default configuration over `registrar`, and a
+// UCX rcache of kMissRegions over it (the caller keeps it alive); on error
+// the benchmark is skipped and nullptr returned.
+std::unique_ptr<mrcache::Cache> MissCacheOver(benchmark::State& state,
+                                              std::unique_ptr<mrcache::Registrar> registrar) {
+  auto made =
+      mrcache::Cache::Create(ZeroCostConfig(kMissRegions, DefaultMonitor()), std::move(registrar));
   if (!made.ok()) {
     state.SkipWithError("cache creation failed");
-    return;
+    return nullptr;
   }
-  MissLoop(state, **made);
+  return std::move(*made);
+}
+std::unique_ptr<UcxRcache> UcxMissCacheOver(benchmark::State& state,
+                                            mrcache::Registrar& registrar) {
+  auto api = LoadUcsWithoutHooks();
+  auto made = api.ok() ? UcxRcache::Create(**api, registrar, kMissRegions, 0, kAccess)
+                       : absl::StatusOr<std::unique_ptr<UcxRcache>>(api.status());
+  if (!made.ok()) {
+    state.SkipWithError("ucs_rcache creation failed");
+    return nullptr;
+  }
+  return std::move(*made);
+}
+void BM_MrcacheMissNullRegistrar(benchmark::State& state) {
+  std::unique_ptr<mrcache::Cache> cache = MissCacheOver(state, std::make_unique<NullRegistrar>());
+  if (cache != nullptr) MissLoop(state, *cache);
 }
 
 void UcxMissLoop(benchmark::State& state, UcxRcache& cache) {
@@ -373,41 +431,92 @@ void BM_UcxMissLocalAccess(benchmark::State& state) {
 }
 void BM_UcxMissNullRegistrar(benchmark::State& state) {
   NullRegistrar registrar;
-  auto api = LoadUcsWithoutHooks();
-  auto cache = api.ok() ? UcxRcache::Create(**api, registrar, kMissRegions, 0, kAccess)
-                        : absl::StatusOr<std::unique_ptr<UcxRcache>>(api.status());
-  if (!cache.ok()) {
-    state.SkipWithError("ucs_rcache creation failed");
-    return;
-  }
-  UcxMissLoop(state, **cache);
+  std::unique_ptr<UcxRcache> cache = UcxMissCacheOver(state, registrar);
+  if (cache != nullptr) UcxMissLoop(state, *cache);
 }
 
 // The miss over SyscallTimingRegistrar: `syscall_ns` is the registrar's
 // system call alone, the rest of the time each cache's own work around it.
 void BM_MrcacheMissSyscallTiming(benchmark::State& state) {
   auto registrar = std::make_unique<SyscallTimingRegistrar>();
-  SyscallTimingRegistrar* timing = registrar.get();
-  auto made =
-      mrcache::Cache::Create(ZeroCostConfig(kMissRegions, DefaultMonitor()), std::move(registrar));
-  if (!made.ok()) {
-    state.SkipWithError("cache creation failed");
-    return;
-  }
-  MissLoop(state, **made);
-  state.counters["syscall_ns"] = timing->SyscallNs();
+  const SyscallTimingRegistrar& timing = *registrar;
+  std::unique_ptr<mrcache::Cache> cache = MissCacheOver(state, std::move(registrar));
+  if (cache == nullptr) return;
+  MissLoop(state, *cache);
+  state.counters["syscall_ns"] = timing.SyscallNs();
 }
 void BM_UcxMissSyscallTiming(benchmark::State& state) {
   SyscallTimingRegistrar registrar;
-  auto api = LoadUcsWithoutHooks();
-  auto cache = api.ok() ? UcxRcache::Create(**api, registrar, kMissRegions, 0, kAccess)
-                        : absl::StatusOr<std::unique_ptr<UcxRcache>>(api.status());
-  if (!cache.ok()) {
-    state.SkipWithError("ucs_rcache creation failed");
+  std::unique_ptr<UcxRcache> cache = UcxMissCacheOver(state, registrar);
+  if (cache == nullptr) return;
+  UcxMissLoop(state, *cache);
+  state.counters["syscall_ns"] = registrar.SyscallNs();
+}
+
+// The miss in four phases, each cache over its own PhaseTimingRegistrar:
+// from the get to the registrar call, the registrar call (the sim
+// registrar's checks, its mincore and its table), from its return to the
+// get's, and the put. `get(addr)` gets and keeps the region, false on error;
+// `put()` puts it. Every get must miss (each calls the registrar once).
+template <typename Get, typename Put>
+void MissPhasesLoop(benchmark::State& state, const PhaseTimingRegistrar& timing, Get get, Put put) {
+  uint64_t before = 0, call = 0, after = 0, putting = 0, gets = 0;
+  const uint64_t calls_before = timing.calls();
+  size_t i = 0;
+  for (auto _ : state) {
+    const uint64_t t0 = __rdtsc();
+    if (!get(Range(i))) {
+      state.SkipWithError("get failed");
+      return;
+    }
+    const uint64_t t1 = __rdtsc();
+    put();
+    const uint64_t t2 = __rdtsc();
+    before += timing.entered() - t0;
+    call += timing.returned() - timing.entered();
+    after += t1 - timing.returned();
+    putting += t2 - t1;
+    ++gets;
+    if (++i == kMaxRanges) i = 0;
+  }
+  if (timing.calls() - calls_before != gets) {
+    state.SkipWithError("a get did not call the registrar: the phases would be wrong");
     return;
   }
-  UcxMissLoop(state, **cache);
-  state.counters["syscall_ns"] = registrar.SyscallNs();
+  const double n = gets == 0 ? 1 : double(gets);
+  state.counters["before_registrar_ns"] = TscTicksToNs(before) / n;
+  state.counters["registrar_ns"] = TscTicksToNs(call) / n;
+  state.counters["after_registrar_ns"] = TscTicksToNs(after) / n;
+  state.counters["put_ns"] = TscTicksToNs(putting) / n;
+}
+void BM_MrcacheMissPhases(benchmark::State& state) {
+  auto registrar = std::make_unique<PhaseTimingRegistrar>();
+  const PhaseTimingRegistrar& timing = *registrar;
+  std::unique_ptr<mrcache::Cache> cache = MissCacheOver(state, std::move(registrar));
+  if (cache == nullptr) return;
+  mrcache::Region* region = nullptr;
+  MissPhasesLoop(
+      state, timing,
+      [&](char* addr) {
+        absl::StatusOr<mrcache::Region*> got = cache->Acquire(addr, kPage, kAccess);
+        region = got.ok() ? *got : nullptr;
+        return got.ok();
+      },
+      [&] { (void)cache->Put(region); });
+}
+void BM_UcxMissPhases(benchmark::State& state) {
+  PhaseTimingRegistrar registrar;
+  std::unique_ptr<UcxRcache> cache = UcxMissCacheOver(state, registrar);
+  if (cache == nullptr) return;
+  const UcsApi& ucs = cache->api();
+  ucs_rcache_region_t* region = nullptr;
+  MissPhasesLoop(
+      state, registrar,
+      [&](char* addr) {
+        return ucs.rcache_get(cache->rcache(), addr, kPage, UcxRcache::Prot(), nullptr, &region) ==
+               UCS_OK;
+      },
+      [&] { ucs.rcache_region_put(cache->rcache(), region); });
 }
 
 // ---- invalidation drain --------------------------------------------------------
@@ -724,6 +833,8 @@ BENCHMARK(BM_MrcacheMissNullRegistrar);
 BENCHMARK(BM_UcxMissNullRegistrar);
 BENCHMARK(BM_MrcacheMissSyscallTiming);
 BENCHMARK(BM_UcxMissSyscallTiming);
+BENCHMARK(BM_MrcacheMissPhases);
+BENCHMARK(BM_UcxMissPhases);
 BENCHMARK(BM_MrcacheMissAfterInvalidate);
 BENCHMARK(BM_MrcacheFirstMissBesideARegion)->UseManualTime();
 
