@@ -17,12 +17,18 @@ using thread_cache_internal::tl_directory;
 // A pthread key's destructor orphans the directory's entries at thread exit.
 __thread bool tl_exit_hook_armed __attribute__((tls_model("initial-exec"), visibility("hidden")));
 
+// Gives up this thread's use of tc: orphaned, the orphan epoch raised after
+// (thread_cache_internal::g_orphan_epoch), and the thread's reference dropped.
+void Orphan(ThreadCache* tc) {
+  tc->orphaned.store(true, std::memory_order_release);
+  thread_cache_internal::g_orphan_epoch.fetch_add(1, std::memory_order_release);
+  ThreadCache::Unref(tc);
+}
+
 void OrphanAll(void*) {
   for (ThreadCache*& tc : tl_directory) {
     if (tc == nullptr) continue;
-    tc->orphaned.store(true, std::memory_order_release);
-    thread_cache_internal::g_orphan_epoch.fetch_add(1, std::memory_order_release);
-    ThreadCache::Unref(tc);
+    Orphan(tc);
     tc = nullptr;
   }
 }
@@ -83,11 +89,7 @@ void InstallThreadCache(ThreadCache* tc) {
   ThreadCache* evicted = tl_directory[kDirectoryEntries - 1];
   for (int j = kDirectoryEntries - 1; j > 0; --j) tl_directory[j] = tl_directory[j - 1];
   tl_directory[0] = tc;
-  if (evicted != nullptr) {
-    evicted->orphaned.store(true, std::memory_order_release);
-    thread_cache_internal::g_orphan_epoch.fetch_add(1, std::memory_order_release);
-    ThreadCache::Unref(evicted);
-  }
+  if (evicted != nullptr) Orphan(evicted);
 }
 
 }  // namespace mrcache
