@@ -169,12 +169,19 @@ struct Ucx {
   std::unique_ptr<UcxRcache> cache;
 };
 
+// A UCX rcache of `max_regions` (0 = unlimited) over `registrar`, which the
+// caller keeps alive, for requests with `access`.
+absl::StatusOr<std::unique_ptr<UcxRcache>> CreateUcx(mrcache::Registrar& registrar,
+                                                     size_t max_regions, int access = kAccess) {
+  auto api = LoadUcsWithoutHooks();
+  if (!api.ok()) return api.status();
+  return UcxRcache::Create(**api, registrar, max_regions, 0, access);
+}
+
 Ucx MakeUcx(size_t max_regions, int access = kAccess) {
   Ucx ucx;
   ucx.registrar = mrcache::MakeSimRegistrar(ZeroCostConfig(max_regions));
-  auto api = LoadUcsWithoutHooks();
-  auto cache = api.ok() ? UcxRcache::Create(**api, *ucx.registrar, max_regions, 0, access)
-                        : absl::StatusOr<std::unique_ptr<UcxRcache>>(api.status());
+  auto cache = CreateUcx(*ucx.registrar, max_regions, access);
   if (!cache.ok()) {
     std::fprintf(stderr, "micro_bench: %s\n", cache.status().ToString().c_str());
     std::abort();
@@ -377,9 +384,8 @@ void BM_MrcacheMissLocalAccess(benchmark::State& state) {
   std::unique_ptr<mrcache::Cache> cache = MakeCache(kMissRegions, DefaultMonitor());
   MissLoop(state, *cache, kLocalAccess);
 }
-// A kMissRegions cache of the default configuration over `registrar`, and a
-// UCX rcache of kMissRegions over it (the caller keeps it alive); on error
-// the benchmark is skipped and nullptr returned.
+// A kMissRegions cache of the default configuration over `registrar`; on
+// error the benchmark is skipped and nullptr returned.
 std::unique_ptr<mrcache::Cache> MissCacheOver(benchmark::State& state,
                                               std::unique_ptr<mrcache::Registrar> registrar) {
   auto made =
@@ -390,11 +396,11 @@ std::unique_ptr<mrcache::Cache> MissCacheOver(benchmark::State& state,
   }
   return std::move(*made);
 }
+// The same for UCX: a kMissRegions rcache over `registrar`, which the caller
+// keeps alive.
 std::unique_ptr<UcxRcache> UcxMissCacheOver(benchmark::State& state,
                                             mrcache::Registrar& registrar) {
-  auto api = LoadUcsWithoutHooks();
-  auto made = api.ok() ? UcxRcache::Create(**api, registrar, kMissRegions, 0, kAccess)
-                       : absl::StatusOr<std::unique_ptr<UcxRcache>>(api.status());
+  auto made = CreateUcx(registrar, kMissRegions);
   if (!made.ok()) {
     state.SkipWithError("ucs_rcache creation failed");
     return nullptr;
