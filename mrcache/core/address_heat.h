@@ -87,18 +87,21 @@ class AddressHeat {
       if (f(stamps[Hash(level, g)])) return;
     }
   }
-  uint64_t* Stamps(int level) { return level == 0 ? fine_ : level == 1 ? middle_ : coarse_; }
-  const uint64_t* Stamps(int level) const {
-    return level == 0 ? fine_ : level == 1 ? middle_ : coarse_;
-  }
+  uint64_t* Stamps(int level) { return stamps_ + kFirstSlot[level]; }
+  const uint64_t* Stamps(int level) const { return stamps_ + kFirstSlot[level]; }
 
   static size_t Hash(int level, uintptr_t granule) {
     return static_cast<size_t>((granule * 0x9E3779B97F4A7C15ull) >> (64 - kSlotsShift[level]));
   }
 
-  uint64_t fine_[size_t{1} << kSlotsShift[0]] = {};
-  uint64_t middle_[size_t{1} << kSlotsShift[1]] = {};
-  uint64_t coarse_[size_t{1} << kSlotsShift[2]] = {};
+  // Every level's stamps in one array, level after level: level L's
+  // 1 << kSlotsShift[L] start at kFirstSlot[L].
+  static constexpr size_t kFirstSlot[kLevels] = {
+      0, size_t{1} << kSlotsShift[0],
+      (size_t{1} << kSlotsShift[0]) + (size_t{1} << kSlotsShift[1])};
+  static constexpr size_t kSlots =
+      kFirstSlot[kLevels - 1] + (size_t{1} << kSlotsShift[kLevels - 1]);
+  uint64_t stamps_[kSlots] = {};
 };
 
 }  // namespace mrcache
