@@ -6,8 +6,11 @@
 // becomes the previous one and a cleared one the current. A key is so
 // remembered for at least `window` and at most 2 x `window` calls. Another
 // key may share its bit (a false "seen"); a key set within the last `window`
-// calls is never missed. Allocates only when constructed. Not thread-safe:
-// the owner serialises calls (CacheImpl calls it under its lock).
+// calls is never missed. Keys are mixed before they pick a bit, so false
+// "seen"s come as often as for random keys whatever the keys' structure
+// (page numbers at a stride, say): n distinct keys set in b bits meet about
+// n^2/2b of them. Allocates only when constructed. Not thread-safe: the
+// owner serialises calls (CacheImpl calls it under its lock).
 #ifndef MRCACHE_CORE_SEEN_FILTER_H_
 #define MRCACHE_CORE_SEEN_FILTER_H_
 
