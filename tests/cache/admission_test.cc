@@ -85,12 +85,16 @@ TEST_F(AdmissionTest, PagesAskedForOnceDoNotPushOutRegionsInUse) {
     GetPut(Spot(kFull + i));  // a scan: each page once
     GetPut(Spot(i % kFull));  // the working set keeps hitting
   }
-  // A scanned page whose bit another one set is taken as seen (about 1 in
-  // 40 here: 100 pages in a 2,048-bit filter) and cached, evicting a region
-  // of the working set; no more than that.
+  // Without admission each scanned page would evict a region in use: 100
+  // evictions. A scanned page whose filter bit another page set is taken as
+  // seen (seen_filter.h: about 2.4 of 100 pages in its 2,048 bits, as many
+  // whatever the addresses) and cached, evicting a region of the working
+  // set; that region is registered for itself at its next get and cached
+  // at the one after, evicting the scanned page: about two evictions for
+  // each. The bounds hold up to 15 such pages (P about 1e-8).
   const CacheStats s = cache_->stats();
-  EXPECT_LE(s.evictions, 12u);
-  EXPECT_GE(s.bypassed, 88u);
+  EXPECT_LE(s.evictions, 30u);
+  EXPECT_GE(s.bypassed, 85u);
 }
 
 TEST_F(AdmissionTest, AMissThatMergesIsCachedAtOnce) {
