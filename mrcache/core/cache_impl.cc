@@ -94,22 +94,46 @@ bool InvariantTsc() {
 // Set up on first use (a cache may be created by another library's static
 // initializer): whether ticks are TSC ticks, and nanoseconds per tick,
 // measured against steady_clock over kCalibrationNs (half a millisecond,
-// once per process: the rate is then good to about 1e-4).
+// once per process: the rate is then good to about 1e-4). Each end of the
+// measurement is the narrowest of kEndReadings TSC-clock-TSC readings, so
+// that a thread preempted between two of its reads (a time slice is many
+// times the measurement) does not skew the rate for the process's life.
 struct TickClock {
   static constexpr uint64_t kCalibrationNs = 500'000;
+  static constexpr int kEndReadings = 5;
   bool tsc = InvariantTsc();
   double ns_per_tick = 1.0;
   TickClock() {
     if (!tsc) return;
-    const uint64_t t0 = Read(true), n0 = NowNs();
-    uint64_t n1 = n0;
-    while (n1 - n0 < kCalibrationNs) n1 = NowNs();
-    const uint64_t t1 = Read(true);
-    if (t1 > t0) {
-      ns_per_tick = static_cast<double>(n1 - n0) / static_cast<double>(t1 - t0);
+    const Reading start = Narrowest();
+    while (NowNs() - start.ns < kCalibrationNs) {
+    }
+    const Reading end = Narrowest();
+    if (end.ticks > start.ticks) {
+      ns_per_tick =
+          static_cast<double>(end.ns - start.ns) / static_cast<double>(end.ticks - start.ticks);
     } else {
       tsc = false;  // a counter that does not advance: use the clock itself
     }
+  }
+  // The clock's nanoseconds and the TSC at the middle of the reads around it.
+  struct Reading {
+    uint64_t ticks, ns;
+  };
+  static Reading Narrowest() {
+    Reading best{0, 0};
+    uint64_t best_width = ~uint64_t{0};
+    for (int i = 0; i < kEndReadings; ++i) {
+      const uint64_t before = Read(true);
+      const uint64_t ns = NowNs();
+      const uint64_t after = Read(true);
+      const uint64_t width = after >= before ? after - before : ~uint64_t{0};
+      if (width < best_width) {
+        best_width = width;
+        best = Reading{before + width / 2, ns};
+      }
+    }
+    return best;
   }
   static uint64_t Read(bool tsc) {
 #if defined(__x86_64__) || defined(__i386__)
