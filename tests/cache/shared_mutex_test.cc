@@ -99,17 +99,21 @@ TEST(SharedMutexTest, AWriterExcludesReaders) {
 
 TEST(SharedMutexTest, AWaitingWriterHoldsBackNewReaders) {
   SharedMutex mu;
-  std::atomic<bool> writer_in{false}, late_reader_in{false};
+  std::atomic<bool> writer_started{false}, writer_in{false}, late_reader_in{false};
   std::thread writer, late_reader;
   {
     ReaderMutexLock early(&mu);
     writer = std::thread([&] {
+      writer_started = true;
       MutexLock lock(&mu);
       writer_in = true;
       // Still holding: the late reader must not be in yet.
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
       EXPECT_FALSE(late_reader_in.load());
     });
+    // On a loaded machine the thread may start late: the writer is waiting
+    // once it has started and had time to take the lock's state.
+    EXPECT_TRUE(Eventually([&] { return writer_started.load(); }));
     std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the writer is waiting now
     late_reader = std::thread([&] {
       ReaderMutexLock late(&mu);
