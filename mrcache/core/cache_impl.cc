@@ -17,6 +17,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "mrcache/core/residency.h"
+#include "mrcache/core/tick_rate.h"
 #include "mrcache/errno_status.h"
 #include "mrcache/log.h"
 #include "mrcache/monitors/fork_guard.h"
@@ -94,10 +95,15 @@ bool InvariantTsc() {
 // Set up on first use (a cache may be created by another library's static
 // initializer): whether ticks are TSC ticks, and nanoseconds per tick,
 // measured against steady_clock over kCalibrationNs (half a millisecond,
-// once per process: the rate is then good to about 1e-4). Each end of the
-// measurement is the narrowest of kEndReadings TSC-clock-TSC readings, so
-// that a thread preempted between two of its reads (a time slice is many
-// times the measurement) does not skew the rate for the process's life.
+// once per process: the rate is then good to about 1e-4; tick_rate.h says
+// how a preemption during it is kept out).
+uint64_t ReadTsc() {
+#if defined(__x86_64__) || defined(__i386__)
+  return __rdtsc();
+#else
+  return 0;
+#endif
+}
 struct TickClock {
   static constexpr uint64_t kCalibrationNs = 500'000;
   static constexpr int kEndReadings = 5;
@@ -105,35 +111,11 @@ struct TickClock {
   double ns_per_tick = 1.0;
   TickClock() {
     if (!tsc) return;
-    const Reading start = Narrowest();
-    while (NowNs() - start.ns < kCalibrationNs) {
-    }
-    const Reading end = Narrowest();
-    if (end.ticks > start.ticks) {
-      ns_per_tick =
-          static_cast<double>(end.ns - start.ns) / static_cast<double>(end.ticks - start.ticks);
-    } else {
+    ns_per_tick = MeasureNsPerTick(ReadTsc, NowNs, kCalibrationNs, kEndReadings);
+    if (ns_per_tick == 0) {
       tsc = false;  // a counter that does not advance: use the clock itself
+      ns_per_tick = 1.0;
     }
-  }
-  // The clock's nanoseconds and the TSC at the middle of the reads around it.
-  struct Reading {
-    uint64_t ticks, ns;
-  };
-  static Reading Narrowest() {
-    Reading best{0, 0};
-    uint64_t best_width = ~uint64_t{0};
-    for (int i = 0; i < kEndReadings; ++i) {
-      const uint64_t before = Read(true);
-      const uint64_t ns = NowNs();
-      const uint64_t after = Read(true);
-      const uint64_t width = after >= before ? after - before : ~uint64_t{0};
-      if (width < best_width) {
-        best_width = width;
-        best = Reading{before + width / 2, ns};
-      }
-    }
-    return best;
   }
   static uint64_t Read(bool tsc) {
 #if defined(__x86_64__) || defined(__i386__)
