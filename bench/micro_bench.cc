@@ -91,6 +91,7 @@
 #include "bench/ucx_rcache.h"
 #include "benchmark/benchmark.h"
 #include "mrcache/cache.h"
+#include "mrcache/core/tick_rate.h"
 #include "mrcache/registrars/sim_registrar.h"
 
 namespace mrbench {
@@ -215,17 +216,16 @@ class NullRegistrar : public mrcache::Registrar {
 };
 
 // Nanoseconds in `ticks` of the TSC, at a rate measured against steady_clock
-// over 20 ms on first use.
+// over 20 ms on first use (mrcache/core/tick_rate.h).
 double TscTicksToNs(uint64_t ticks) {
-  static const double ns_per_tick = [] {
-    const auto c0 = std::chrono::steady_clock::now();
-    const uint64_t t0 = __rdtsc();
-    while (std::chrono::steady_clock::now() - c0 < std::chrono::milliseconds(20)) {
-    }
-    const double ns =
-        std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - c0).count();
-    return ns / double(__rdtsc() - t0);
-  }();
+  static const double ns_per_tick = mrcache::MeasureNsPerTick(
+      [] { return uint64_t{__rdtsc()}; },
+      [] {
+        return uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                            std::chrono::steady_clock::now().time_since_epoch())
+                            .count());
+      },
+      20'000'000, 5);
   return double(ticks) * ns_per_tick;
 }
 

@@ -97,13 +97,6 @@ bool InvariantTsc() {
 // measured against steady_clock over kCalibrationNs (half a millisecond,
 // once per process: the rate is then good to about 1e-4; tick_rate.h says
 // how a preemption during it is kept out).
-uint64_t ReadTsc() {
-#if defined(__x86_64__) || defined(__i386__)
-  return __rdtsc();
-#else
-  return 0;
-#endif
-}
 struct TickClock {
   static constexpr uint64_t kCalibrationNs = 500'000;
   static constexpr int kEndReadings = 5;
@@ -111,7 +104,7 @@ struct TickClock {
   double ns_per_tick = 1.0;
   TickClock() {
     if (!tsc) return;
-    ns_per_tick = MeasureNsPerTick(ReadTsc, NowNs, kCalibrationNs, kEndReadings);
+    ns_per_tick = MeasureNsPerTick([] { return Read(true); }, NowNs, kCalibrationNs, kEndReadings);
     if (ns_per_tick == 0) {
       tsc = false;  // a counter that does not advance: use the clock itself
       ns_per_tick = 1.0;
