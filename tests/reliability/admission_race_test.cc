@@ -8,8 +8,8 @@
 // unmaps and maps again whole chunks of 64 regions, hot ones included.
 //
 // Setting: the uring registrar (real kernel pinning) and the default monitor,
-// through the C API. The oracle is mrc_region_device_write, as in
-// release_race_test.cc: it writes through the pinned pages, so a stale
+// through the C API. The oracle is release_race_test.cc's (write_oracle.h):
+// mrc_region_device_write writes through the pinned pages, so a stale
 // registration makes the CPU miss the bytes. A chunk's lock (shared for a
 // get-write-check-put, exclusive for a remap) keeps a remap from falling
 // between one get's steps, where even a correct cache would write to the old
@@ -39,8 +39,13 @@
 #include <infiniband/verbs.h>
 
 #include "mrcache/mrcache.h"
+#include "tests/reliability/write_oracle.h"
 
 namespace {
+
+using mrcache::testing::RaceIterations;
+using mrcache::testing::Tally;
+using mrcache::testing::WriteThroughCache;
 
 constexpr int kRW = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
 const size_t kPage = static_cast<size_t>(sysconf(_SC_PAGESIZE));
@@ -51,12 +56,6 @@ constexpr size_t kPerChunk = 64;
 constexpr size_t kChunks = (kRegions + kPerChunk - 1) / kPerChunk;
 constexpr int kGetters = 2;
 constexpr uint64_t kGetsPerRemap = 32;
-
-int Iterations(int fallback) {
-  const char* env = std::getenv("MRCACHE_RACE_ITERATIONS");
-  int n = env != nullptr ? std::atoi(env) : 0;
-  return n > 0 ? n : fallback;
-}
 
 class AdmissionRaceTest : public ::testing::Test {
  protected:
@@ -97,39 +96,15 @@ class AdmissionRaceTest : public ::testing::Test {
   static size_t AreaBytes() { return 2 * kRegions * kPage; }
   char* Spot(size_t i) const { return area_ + 2 * i * kPage; }
 
-  // Gets region i's page, device-writes a pattern of `seed` over it, checks
-  // it with the CPU and puts. Counts a failed call in `failures`, a pattern
-  // the CPU did not see in `stale`.
-  void WriteThroughCache(size_t i, uint32_t seed, std::atomic<int>* failures,
-                         std::atomic<int>* stale) {
-    mrc_region_t* r = nullptr;
-    int rc = mrc_get(cache_, Spot(i), kPage, kRW, &r);
-    if (rc != 0) {
-      failures->fetch_add(1);
-      return;
-    }
-    mrc_region_info_t info;
-    mrc_region_info(r, &info);
-    std::vector<unsigned char> pattern(kPage);
-    std::mt19937 rng(seed);
-    for (auto& b : pattern) b = static_cast<unsigned char>(rng());
-    const size_t offset = static_cast<size_t>(Spot(i) - static_cast<char*>(info.addr));
-    if (mrc_region_device_write(cache_, r, offset, pattern.data(), kPage) != 0) {
-      failures->fetch_add(1);
-    } else if (std::memcmp(Spot(i), pattern.data(), kPage) != 0) {
-      stale->fetch_add(1);
-    }
-    if (mrc_put(cache_, r) != 0) failures->fetch_add(1);
-  }
-
   mrc_cache_t* cache_ = nullptr;
   char* area_ = nullptr;
 };
 
 TEST_F(AdmissionRaceTest, ScansBesideUnmapsNeverLeaveAStaleRegistration) {
-  const int iterations = Iterations(20000);
+  const int iterations = RaceIterations(20000);
   std::unique_ptr<std::shared_mutex[]> chunk_mu(new std::shared_mutex[kChunks]);
-  std::atomic<int> failures{0}, stale{0}, remap_failures{0}, getters_left{kGetters};
+  Tally tally;
+  std::atomic<int> madvise_failures{0}, remap_failures{0}, getters_left{kGetters};
   std::atomic<uint64_t> remaps{0}, gets_done{0};
 
   auto getter = [&](int id) {
@@ -144,9 +119,10 @@ TEST_F(AdmissionRaceTest, ScansBesideUnmapsNeverLeaveAStaleRegistration) {
       const size_t i = hot ? id * hot_share + rng() % hot_share
                            : kHot + id * cold_share + scanned++ % cold_share;
       std::shared_lock<std::shared_mutex> lock(chunk_mu[i / kPerChunk]);
-      WriteThroughCache(i, static_cast<uint32_t>(id * 1000003 + op), &failures, &stale);
+      WriteThroughCache(cache_, Spot(i), kPage, kRW, static_cast<uint32_t>(id * 1000003 + op),
+                        &tally);
       // A scanned page is given back, as an allocator returns memory.
-      if (!hot && madvise(Spot(i), kPage, MADV_DONTNEED) != 0) failures.fetch_add(1);
+      if (!hot && madvise(Spot(i), kPage, MADV_DONTNEED) != 0) madvise_failures.fetch_add(1);
       gets_done.fetch_add(1);
     }
     getters_left.fetch_sub(1);
@@ -185,8 +161,10 @@ TEST_F(AdmissionRaceTest, ScansBesideUnmapsNeverLeaveAStaleRegistration) {
   threads.emplace_back(remapper);
   for (std::thread& t : threads) t.join();
 
-  EXPECT_EQ(stale.load(), 0) << "a device write missed the CPU: a stale registration";
-  EXPECT_EQ(failures.load(), 0) << "a get, device write, put or madvise failed";
+  EXPECT_EQ(tally.stale.load(), 0u) << "a device write missed the CPU: a stale registration";
+  EXPECT_EQ(tally.failures.load(), 0u) << "a get or device write failed";
+  EXPECT_EQ(tally.writes.load(), static_cast<uint64_t>(kGetters) * iterations);
+  EXPECT_EQ(madvise_failures.load(), 0);
   EXPECT_EQ(remap_failures.load(), 0);
   EXPECT_GT(remaps.load(), 0u);
   mrc_stats_t s;

@@ -38,25 +38,17 @@
 
 #include "mrcache/mrcache.h"
 #include "tests/reliability/process_probes.h"
+#include "tests/reliability/write_oracle.h"
 
 namespace {
 
+using mrcache::testing::RaceIterations;
 using mrcache::testing::ResidentKib;
+using mrcache::testing::Tally;
 using mrcache::testing::UnderSanitizer;
 
 constexpr int kRW = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
 const size_t kPage = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-
-int Iterations(int fallback) {
-  const char* env = std::getenv("MRCACHE_RACE_ITERATIONS");
-  int n = env != nullptr ? std::atoi(env) : 0;
-  return n > 0 ? n : fallback;
-}
-
-// Counts what the oracle saw, across threads.
-struct Tally {
-  std::atomic<uint64_t> writes{0}, stale{0}, corrupted{0}, failures{0};
-};
 
 class ReleaseRaceTest : public ::testing::TestWithParam<std::string> {
  protected:
@@ -80,34 +72,9 @@ class ReleaseRaceTest : public ::testing::TestWithParam<std::string> {
     (void)before;
   }
 
-  // Gets [addr, addr + len), device-writes `len` bytes of `seed`'s pattern at
-  // its start, checks them with the CPU, puts. False if the CPU missed them.
+  // The oracle (write_oracle.h) on this test's cache, with remote write rights.
   bool WriteThroughCache(char* addr, size_t len, uint32_t seed, Tally* tally) {
-    mrc_region_t* r = nullptr;
-    int rc = mrc_get(cache_, addr, len, kRW, &r);
-    if (rc != 0) {
-      ++tally->failures;
-      ADD_FAILURE() << "mrc_get: " << mrc_strerror(rc);
-      return true;
-    }
-    mrc_region_info_t info;
-    mrc_region_info(r, &info);
-    std::vector<unsigned char> pattern(len);
-    std::mt19937 rng(seed);
-    for (auto& b : pattern) b = static_cast<unsigned char>(rng());
-    size_t offset = static_cast<size_t>(addr - static_cast<char*>(info.addr));
-    rc = mrc_region_device_write(cache_, r, offset, pattern.data(), len);
-    bool seen = true;
-    if (rc != 0) {
-      ++tally->failures;
-      ADD_FAILURE() << "device write: " << mrc_strerror(rc);
-    } else {
-      ++tally->writes;
-      seen = std::memcmp(addr, pattern.data(), len) == 0;
-      if (!seen) ++tally->stale;
-    }
-    EXPECT_EQ(mrc_put(cache_, r), 0);
-    return seen;
+    return mrcache::testing::WriteThroughCache(cache_, addr, len, kRW, seed, tally);
   }
 
   void ExpectNoLeak() {
@@ -125,7 +92,7 @@ class ReleaseRaceTest : public ::testing::TestWithParam<std::string> {
 // while the others map fresh memory, which the kernel may place where a moved
 // buffer was.
 TEST_P(ReleaseRaceTest, MremapOntoAnotherBufferNeverLeavesAStaleRegistration) {
-  const int iterations = Iterations(200);
+  const int iterations = RaceIterations(200);
   constexpr int kThreads = 8;
   const size_t len = 2 * kPage;
   Tally tally;
@@ -173,7 +140,7 @@ TEST_P(ReleaseRaceTest, ReallocOfMmappedChunksNeverLeavesAStaleRegistration) {
     GTEST_SKIP() << "libc's own mremap calls bypass interposed symbols (the glibc_free row of "
                     "the invalidation matrix): only patch covers realloc";
   }
-  const int iterations = Iterations(200) / 2;
+  const int iterations = RaceIterations(200) / 2;
   constexpr int kThreads = 8;
   constexpr size_t kSmall = 1 << 20, kLarge = 4 << 20;
   // A fixed threshold: every chunk this size is mmap'ed, and realloc moves it.
@@ -261,7 +228,8 @@ class ReplacementRaceTest : public ReleaseRaceTest {
   // next get must reach the buffer's current pages.
   void RunRounds(Replacement way) {
     // uffd's rounds wait for its reader thread, slow under a sanitizer.
-    const int rounds = Iterations(200) * 5 / 2 / (UnderSanitizer() && GetParam() == "uffd" ? 5 : 1);
+    const int rounds =
+        RaceIterations(200) * 5 / 2 / (UnderSanitizer() && GetParam() == "uffd" ? 5 : 1);
     const size_t len = 16 * kPage;
     char* buf = static_cast<char*>(
         mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
@@ -344,7 +312,7 @@ TEST_P(ReleaseRaceTest, UnrelatedMunmapsFromSeveralThreadsNeverFlushTheCache) {
   constexpr size_t kRegions = 64;
   // 3,000 rounds by default (the unfixed ring flushed about once per 100);
   // a tenth under a sanitizer, whose hand-offs between threads are slow.
-  const int rounds = Iterations(200) * 15 / (UnderSanitizer() ? 10 : 1);
+  const int rounds = RaceIterations(200) * 15 / (UnderSanitizer() ? 10 : 1);
   char* area = static_cast<char*>(mmap(nullptr, 2 * kRegions * kPage, PROT_READ | PROT_WRITE,
                                        MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
   ASSERT_NE(area, MAP_FAILED);
