@@ -43,6 +43,17 @@
 //                                   (counters before_registrar_ns,
 //                                   registrar_ns, after_registrar_ns, put_ns;
 //                                   each TSC read adds a few ns to its phase)
+//   BM_MissPairDefaultMonitor /     the default-monitor miss and UCX's (both
+//   BM_MissPairNullRegistrar        over the zero-cost sim registrar), or both
+//                                   over NullRegistrar, interleaved: blocks of
+//                                   32 misses through each cache in turn, each
+//                                   block timed with the TSC. Counters:
+//                                   mrcache_ns and ucx_ns (medians over the
+//                                   blocks, ns per miss) and ratio (median of
+//                                   each pair of adjacent blocks' mrcache/UCX).
+//                                   A host whose speed drifts between the
+//                                   separate benchmarks above moves both
+//                                   halves of a pair alike
 //
 //   BM_MrcacheRandomHit /           get+put of a cached region in pseudo-random
 //   BM_UcxRandomHit                 order over 64, 10,000, 100,000 or 1,000,000
@@ -79,6 +90,7 @@
 
 #include <time.h>
 #include <x86intrin.h>
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -525,6 +537,92 @@ void BM_UcxMissPhases(benchmark::State& state) {
       [&] { ucs.rcache_region_put(cache->rcache(), region); });
 }
 
+// ---- the miss, mrcache's and UCX's interleaved --------------------------------------
+constexpr int kPairBlock = 32;
+
+// The median of `values` (reordered); 0 if empty.
+double Median(std::vector<double>* values) {
+  if (values->empty()) return 0;
+  auto middle = values->begin() + static_cast<std::ptrdiff_t>(values->size() / 2);
+  std::nth_element(values->begin(), middle, values->end());
+  return *middle;
+}
+
+// Each iteration runs one block of kPairBlock misses through each cache,
+// mrcache's first in even iterations and UCX's first in odd ones (so that
+// neither always follows the other). `mrcache_block(i)` and `ucx_block(i)`
+// each get and put the kPairBlock ranges from Range(i) on, false on error.
+template <typename MrcacheBlock, typename UcxBlock>
+void MissPairLoop(benchmark::State& state, MrcacheBlock mrcache_block, UcxBlock ucx_block) {
+  std::vector<double> mrcache_ticks, ucx_ticks, ratios;
+  size_t i = 0, j = 0;
+  bool mrcache_first = true;
+  for (auto _ : state) {
+    uint64_t mrcache_took = 0, ucx_took = 0;
+    for (int half = 0; half < 2; ++half) {
+      const bool mrcache_now = (half == 0) == mrcache_first;
+      const uint64_t t0 = __rdtsc();
+      const bool ok = mrcache_now ? mrcache_block(i) : ucx_block(j);
+      const uint64_t took = __rdtsc() - t0;
+      if (!ok) {
+        state.SkipWithError("a get failed");
+        return;
+      }
+      (mrcache_now ? mrcache_took : ucx_took) = took;
+    }
+    mrcache_ticks.push_back(double(mrcache_took));
+    ucx_ticks.push_back(double(ucx_took));
+    ratios.push_back(double(mrcache_took) / double(ucx_took == 0 ? 1 : ucx_took));
+    mrcache_first = !mrcache_first;
+    i = (i + kPairBlock) % kMaxRanges;
+    j = (j + kPairBlock) % kMaxRanges;
+  }
+  state.SetItemsProcessed(state.iterations() * 2 * kPairBlock);
+  const double ns_per_tick_per_miss = TscTicksToNs(1'000'000) / 1e6 / kPairBlock;
+  state.counters["mrcache_ns"] = Median(&mrcache_ticks) * ns_per_tick_per_miss;
+  state.counters["ucx_ns"] = Median(&ucx_ticks) * ns_per_tick_per_miss;
+  state.counters["ratio"] = Median(&ratios);
+}
+
+// MissPairLoop over a kMissRegions mrcache cache of the default configuration
+// and a kMissRegions UCX rcache, each over its own registrar.
+void MissPair(benchmark::State& state, std::unique_ptr<mrcache::Registrar> mrcache_registrar,
+              std::unique_ptr<mrcache::Registrar> ucx_registrar) {
+  std::unique_ptr<mrcache::Cache> cache = MissCacheOver(state, std::move(mrcache_registrar));
+  std::unique_ptr<UcxRcache> ucx = UcxMissCacheOver(state, *ucx_registrar);
+  if (cache == nullptr || ucx == nullptr) return;
+  const UcsApi& ucs = ucx->api();
+  MissPairLoop(
+      state,
+      [&](size_t first) {
+        for (size_t k = first; k < first + kPairBlock; ++k) {
+          absl::StatusOr<mrcache::Region*> region = cache->Acquire(Range(k), kPage, kAccess);
+          if (!region.ok()) return false;
+          (void)cache->Put(*region);
+        }
+        return true;
+      },
+      [&](size_t first) {
+        for (size_t k = first; k < first + kPairBlock; ++k) {
+          ucs_rcache_region_t* region;
+          if (ucs.rcache_get(ucx->rcache(), Range(k), kPage, UcxRcache::Prot(), nullptr, &region) !=
+              UCS_OK) {
+            return false;
+          }
+          ucs.rcache_region_put(ucx->rcache(), region);
+        }
+        return true;
+      });
+  if (cache->stats().hits != 0) state.SkipWithError("a get hit: the blocks must only miss");
+}
+void BM_MissPairDefaultMonitor(benchmark::State& state) {
+  MissPair(state, mrcache::MakeSimRegistrar(ZeroCostConfig(0)),
+           mrcache::MakeSimRegistrar(ZeroCostConfig(0)));
+}
+void BM_MissPairNullRegistrar(benchmark::State& state) {
+  MissPair(state, std::make_unique<NullRegistrar>(), std::make_unique<NullRegistrar>());
+}
+
 // ---- invalidation drain --------------------------------------------------------
 void BM_MrcacheMissAfterInvalidate(benchmark::State& state) {
   std::unique_ptr<mrcache::Cache> cache = MakeCache(64);
@@ -841,6 +939,8 @@ BENCHMARK(BM_MrcacheMissSyscallTiming);
 BENCHMARK(BM_UcxMissSyscallTiming);
 BENCHMARK(BM_MrcacheMissPhases);
 BENCHMARK(BM_UcxMissPhases);
+BENCHMARK(BM_MissPairDefaultMonitor);
+BENCHMARK(BM_MissPairNullRegistrar);
 BENCHMARK(BM_MrcacheMissAfterInvalidate);
 BENCHMARK(BM_MrcacheFirstMissBesideARegion)->UseManualTime();
 
