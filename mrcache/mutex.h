@@ -65,8 +65,18 @@ class ABSL_LOCKABLE Mutex {
 // The reader count is split over kReaderSlots cache lines: readers that use
 // different slots (the caller chooses, e.g. one per thread) never write the
 // same line, so read-locked lookups on several CPUs do not bounce one line
-// between them; a writer reads every slot. A reader must unlock the slot it
-// locked.
+// between them. A writer reads the slots in use: slots_in_use_ is one more
+// than the highest slot any reader has used, raised by a reader before its
+// first count in a new slot, so a process whose readers share slot 0 (one
+// thread) costs each writer one slot's line, not kReaderSlots. A reader must
+// unlock the slot it locked.
+//
+// Why a writer that reads only slots_in_use_ slots misses no reader: the
+// reader raises slots_in_use_, then adds its count, then loads state_; the
+// writer takes state_, then loads slots_in_use_, then the counts, all
+// sequentially consistent. A reader that found state_ kFree loaded it before
+// the writer took it, so its raise and its count come before the writer's
+// loads in that one order, and the writer sees both.
 class ABSL_LOCKABLE SharedMutex {
  public:
   static constexpr int kReaderSlots = 8;
@@ -81,10 +91,11 @@ class ABSL_LOCKABLE SharedMutex {
                                         std::memory_order_relaxed)) {
       LockContended();
     }
-    // One look at every slot, without a branch per slot: usually none is
-    // held (the miss path takes this lock twice per miss).
+    // One look at each slot in use, the counts OR-ed together: usually none
+    // is held (the miss path takes this lock twice per miss).
+    const int in_use = slots_in_use_.load(std::memory_order_seq_cst);
     int readers = 0;
-    for (const ReaderSlot& slot : readers_) readers |= slot.count.load(std::memory_order_seq_cst);
+    for (int i = 0; i < in_use; ++i) readers |= readers_[i].count.load(std::memory_order_seq_cst);
     if (readers != 0) WaitForReaders();
   }
   void unlock() ABSL_UNLOCK_FUNCTION() {
@@ -92,7 +103,9 @@ class ABSL_LOCKABLE SharedMutex {
   }
   // `slot` in [0, kReaderSlots) (taken modulo); unlock_shared with the same.
   void lock_shared(int slot = 0) ABSL_SHARED_LOCK_FUNCTION() {
-    std::atomic<int>& count = readers_[slot & (kReaderSlots - 1)].count;
+    const int index = slot & (kReaderSlots - 1);
+    if (index >= slots_in_use_.load(std::memory_order_seq_cst)) UseSlot(index);
+    std::atomic<int>& count = readers_[index].count;
     for (;;) {
       count.fetch_add(1, std::memory_order_seq_cst);
       if (state_.load(std::memory_order_seq_cst) == kFree) return;
@@ -164,6 +177,13 @@ class ABSL_LOCKABLE SharedMutex {
     }
     FutexWait(kHeldAndSleepers);
   }
+  // Raises slots_in_use_ to index + 1 (it never comes down).
+  __attribute__((noinline)) void UseSlot(int index) {
+    int in_use = slots_in_use_.load(std::memory_order_seq_cst);
+    while (in_use <= index &&
+           !slots_in_use_.compare_exchange_weak(in_use, index + 1, std::memory_order_seq_cst)) {
+    }
+  }
   // Until every reader count is 0 (a writer, holding state_).
   __attribute__((noinline, cold)) void WaitForReaders() const {
     for (const ReaderSlot& slot : readers_) {
@@ -184,6 +204,9 @@ class ABSL_LOCKABLE SharedMutex {
   };
   static_assert(sizeof(std::atomic<int>) == sizeof(int), "futex word");
   std::atomic<int> state_{kFree};
+  // Slots [0, slots_in_use_) may hold readers; on state_'s line, which both
+  // readers and writers read anyway.
+  std::atomic<int> slots_in_use_{1};
   ReaderSlot readers_[kReaderSlots];
 };
 

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <chrono>
 #include <thread>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -77,6 +78,42 @@ TEST(SharedMutexTest, AWriterWaitsForAReaderInAnySlot) {
     }
     EXPECT_TRUE(Eventually([&] { return writer_in.load(); })) << "slot " << slot;
     writer.join();
+  }
+}
+
+// A writer reads only the slots readers have used: readers that start using
+// new slots while writers come and go are still excluded, every time.
+TEST(SharedMutexTest, ReadersInSlotsFirstUsedWhileAWriterRunsAreExcluded) {
+  for (int round = 0; round < 40; ++round) {
+    SharedMutex mu;
+    std::atomic<bool> writer_inside{false}, stop{false}, go{false};
+    std::atomic<int> readers_inside{0}, overlaps{0};
+    std::thread writer([&] {
+      while (!stop.load()) {
+        MutexLock lock(&mu);
+        writer_inside = true;
+        if (readers_inside.load() != 0) ++overlaps;
+        writer_inside = false;
+      }
+    });
+    std::vector<std::thread> readers;
+    for (int slot = 1; slot < SharedMutex::kReaderSlots; ++slot) {
+      readers.emplace_back([&, slot] {
+        while (!go.load()) {
+        }
+        for (int i = 0; i < 200; ++i) {
+          ReaderMutexLock lock(&mu, slot);
+          ++readers_inside;
+          if (writer_inside.load()) ++overlaps;
+          --readers_inside;
+        }
+      });
+    }
+    go = true;
+    for (std::thread& r : readers) r.join();
+    stop = true;
+    writer.join();
+    ASSERT_EQ(overlaps.load(), 0) << "round " << round;
   }
 }
 
