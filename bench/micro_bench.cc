@@ -229,7 +229,7 @@ class NullRegistrar : public mrcache::Registrar {
 
 // Nanoseconds in `ticks` of the TSC, at a rate measured against steady_clock
 // over 20 ms on first use (mrcache/core/tick_rate.h).
-double TscTicksToNs(uint64_t ticks) {
+double TscTicksToNs(double ticks) {
   static const double ns_per_tick = mrcache::MeasureNsPerTick(
       [] { return uint64_t{__rdtsc()}; },
       [] {
@@ -238,7 +238,7 @@ double TscTicksToNs(uint64_t ticks) {
                             .count());
       },
       20'000'000, 5);
-  return double(ticks) * ns_per_tick;
+  return ticks * ns_per_tick;
 }
 
 // The sim registrar's mapping check alone (one mincore over the range, as
@@ -367,15 +367,20 @@ void BM_UcxHit(benchmark::State& state) {
 // ---- misses: 4,096 ranges through kMissRegions regions: every get misses ------
 // Below the admission threshold (64): every miss is cached, evicting one region.
 constexpr size_t kMissRegions = 63;
+// Gets and puts the page at `addr` through `cache`; false if the get failed.
+bool MrcacheGetPut(mrcache::Cache& cache, char* addr, int access = kAccess) {
+  absl::StatusOr<mrcache::Region*> region = cache.Acquire(addr, kPage, access);
+  if (!region.ok()) return false;
+  (void)cache.Put(*region);
+  return true;
+}
 void MissLoop(benchmark::State& state, mrcache::Cache& cache, int access = kAccess) {
   size_t i = 0;
   for (auto _ : state) {
-    absl::StatusOr<mrcache::Region*> region = cache.Acquire(Range(i), kPage, access);
-    if (!region.ok()) {
+    if (!MrcacheGetPut(cache, Range(i), access)) {
       state.SkipWithError("acquire failed");
       break;
     }
-    (void)cache.Put(*region);
     if (++i == kMaxRanges) i = 0;
   }
   state.SetItemsProcessed(state.iterations());
@@ -424,17 +429,23 @@ void BM_MrcacheMissNullRegistrar(benchmark::State& state) {
   if (cache != nullptr) MissLoop(state, *cache);
 }
 
-void UcxMissLoop(benchmark::State& state, UcxRcache& cache) {
+// Gets and puts the page at `addr` through `cache`; false if the get failed.
+bool UcxGetPut(UcxRcache& cache, char* addr) {
   const UcsApi& api = cache.api();
+  ucs_rcache_region_t* region;
+  if (api.rcache_get(cache.rcache(), addr, kPage, UcxRcache::Prot(), nullptr, &region) != UCS_OK) {
+    return false;
+  }
+  api.rcache_region_put(cache.rcache(), region);
+  return true;
+}
+void UcxMissLoop(benchmark::State& state, UcxRcache& cache) {
   size_t i = 0;
   for (auto _ : state) {
-    ucs_rcache_region_t* region;
-    if (api.rcache_get(cache.rcache(), Range(i), kPage, UcxRcache::Prot(), nullptr, &region) !=
-        UCS_OK) {
+    if (!UcxGetPut(cache, Range(i))) {
       state.SkipWithError("ucs_rcache_get failed");
       break;
     }
-    api.rcache_region_put(cache.rcache(), region);
     if (++i == kMaxRanges) i = 0;
   }
   state.SetItemsProcessed(state.iterations());
@@ -578,9 +589,8 @@ void MissPairLoop(benchmark::State& state, MrcacheBlock mrcache_block, UcxBlock 
     j = (j + kPairBlock) % kMaxRanges;
   }
   state.SetItemsProcessed(state.iterations() * 2 * kPairBlock);
-  const double ns_per_tick_per_miss = TscTicksToNs(1'000'000) / 1e6 / kPairBlock;
-  state.counters["mrcache_ns"] = Median(&mrcache_ticks) * ns_per_tick_per_miss;
-  state.counters["ucx_ns"] = Median(&ucx_ticks) * ns_per_tick_per_miss;
+  state.counters["mrcache_ns"] = TscTicksToNs(Median(&mrcache_ticks)) / kPairBlock;
+  state.counters["ucx_ns"] = TscTicksToNs(Median(&ucx_ticks)) / kPairBlock;
   state.counters["ratio"] = Median(&ratios);
 }
 
@@ -591,25 +601,17 @@ void MissPair(benchmark::State& state, std::unique_ptr<mrcache::Registrar> mrcac
   std::unique_ptr<mrcache::Cache> cache = MissCacheOver(state, std::move(mrcache_registrar));
   std::unique_ptr<UcxRcache> ucx = UcxMissCacheOver(state, *ucx_registrar);
   if (cache == nullptr || ucx == nullptr) return;
-  const UcsApi& ucs = ucx->api();
   MissPairLoop(
       state,
       [&](size_t first) {
         for (size_t k = first; k < first + kPairBlock; ++k) {
-          absl::StatusOr<mrcache::Region*> region = cache->Acquire(Range(k), kPage, kAccess);
-          if (!region.ok()) return false;
-          (void)cache->Put(*region);
+          if (!MrcacheGetPut(*cache, Range(k))) return false;
         }
         return true;
       },
       [&](size_t first) {
         for (size_t k = first; k < first + kPairBlock; ++k) {
-          ucs_rcache_region_t* region;
-          if (ucs.rcache_get(ucx->rcache(), Range(k), kPage, UcxRcache::Prot(), nullptr, &region) !=
-              UCS_OK) {
-            return false;
-          }
-          ucs.rcache_region_put(ucx->rcache(), region);
+          if (!UcxGetPut(*ucx, Range(k))) return false;
         }
         return true;
       });
