@@ -955,7 +955,14 @@ Region* CacheImpl::InstallLocked(ThreadCache* tc, const Miss& miss, const Attemp
   }
   LruPushFrontLocked(r);
   CountRegistration(r->length());
-  Region* replaced = may_contain ? UnindexContainedLocked(r) : nullptr;
+  // Without may_contain no indexed region overlaps r (InstallLocked's
+  // contract), so r cannot overlap one it does not replace.
+  bool overlaps_others = false;
+  Region* replaced = may_contain ? UnindexContainedLocked(r, &overlaps_others) : nullptr;
+  if (overlaps_others) {
+    r->overlaps_others = true;
+    ++overlapping_regions_;
+  }
   // A union keeps the use its parts had earned (EvictLocked), and counts
   // those whose requested bytes this request does not cover.
   uint32_t parts = 1;
@@ -980,16 +987,22 @@ Region* CacheImpl::InstallLocked(ThreadCache* tc, const Miss& miss, const Attemp
   return r;
 }
 
-Region* CacheImpl::UnindexContainedLocked(Region* r) {
+Region* CacheImpl::UnindexContainedLocked(Region* r, bool* overlaps_others) {
   Region* victims = nullptr;
-  index_.ForEachOverlap(r->start, r->end, [r, &victims](uintptr_t s, uintptr_t e, Region* o) {
-    if (o != r && s >= r->start && e <= r->end && o->remote_access() == r->remote_access() &&
-        (o->reg.access & kAccessOnDemand) == (r->reg.access & kAccessOnDemand) &&
-        AccessCompatible(r->reg.access, o->reg.access)) {
-      o->next_dead = victims;
-      victims = o;
-    }
-  });
+  bool others = false;
+  index_.ForEachOverlap(
+      r->start, r->end, [r, &victims, &others](uintptr_t s, uintptr_t e, Region* o) {
+        if (o == r) return;
+        if (s >= r->start && e <= r->end && o->remote_access() == r->remote_access() &&
+            (o->reg.access & kAccessOnDemand) == (r->reg.access & kAccessOnDemand) &&
+            AccessCompatible(r->reg.access, o->reg.access)) {
+          o->next_dead = victims;
+          victims = o;
+        } else {
+          others = true;
+        }
+      });
+  *overlaps_others = others;
   if (victims == nullptr) return nullptr;
   merges_.fetch_add(1, std::memory_order_relaxed);
   Region* candidates = nullptr;
@@ -1551,8 +1564,9 @@ Region* CacheImpl::FindCoveringLocked(uintptr_t start, uintptr_t end, int access
   // Most indexes hold no overlapping regions, and then only the region that
   // starts last at or before `start` can cover the request: one descent,
   // about half the nodes the overlap search reads (it checks each sibling's
-  // max_end). Overlapping regions (other rights, a merge's neighbours) and
-  // misses take the full search.
+  // max_end), and for a miss the only one. With overlapping regions (other
+  // rights, a merge's neighbours) a request that one of them does not cover
+  // takes the full search.
   uintptr_t s = 0, e = 0;
   Region* last = nullptr;
   if (index_.FindLastStartingAtOrBefore(start, &s, &e, &last) && end <= e &&
@@ -1561,6 +1575,7 @@ Region* CacheImpl::FindCoveringLocked(uintptr_t start, uintptr_t end, int access
     *span = Span{s, e};
     return last;
   }
+  if (overlapping_regions_ == 0) return nullptr;
   Region* found = nullptr;
   index_.FindCovering(start, end, [access, &found](uintptr_t, uintptr_t, Region* r) {
     if (!AccessCompatible(r->reg.access, access)) return false;
@@ -1738,7 +1753,8 @@ int64_t CacheImpl::TotalRefsLocked(const Region* r, uint64_t* last_use) const {
 
 void CacheImpl::DetachLocked(Region* r) {
   index_.DetachNode(r->start, r);  // the node is part of r, freed with it
-  hints_.Void(r);                  // its covering hints
+  if (r->overlaps_others) --overlapping_regions_;
+  hints_.Void(r);  // its covering hints
   cached_bytes_ -= r->length();
   LruUnlinkLocked(r);
   unreused_.Remove(r);

@@ -365,13 +365,15 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   // Makes `fresh` the region of a successful attempt: indexed, on the LRU,
   // replacing the compatible regions it contains, handed to the caller; then
   // evicts down to max_regions and max_bytes.
-  // `may_contain` false: no region can lie inside the attempt's range (see
+  // `may_contain` false: no indexed region overlaps the attempt's range (see
   // MissPlan::overlapped), and the index is not searched for any.
   Region* InstallLocked(ThreadCache* tc, const Miss& miss, const Attempt& attempt, Region* fresh,
                         bool may_contain, DeadList* dead) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Unindexes the compatible regions r contains (r takes over their used
-  // bytes); returns them linked by next_dead, for SettleLocked.
-  Region* UnindexContainedLocked(Region* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // bytes); returns them linked by next_dead, for SettleLocked. Sets
+  // *overlaps_others if r overlaps an indexed region it does not replace.
+  Region* UnindexContainedLocked(Region* r, bool* overlaps_others)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Why a get bypasses the cache: MW_BIND/ZERO_BASED (counted as bypassed),
   // remote rights under remote_keys=private (remote_private), or a miss too
   // large for the pin budget (bypassed; a refusal is not counted as a
@@ -724,7 +726,11 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   // The most releases waiting in the ring that a shared hit checks for
   // overlap with its region before it leaves the get to a writer.
   static constexpr uint64_t kPendingScan = 8;
-  size_t cached_bytes_ ABSL_GUARDED_BY(mu_) = 0;               // bytes of regions in the index
+  size_t cached_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // bytes of regions in the index
+  // Regions in the index with overlaps_others set. Invariant: while it is 0,
+  // no two indexed regions overlap (of two that do, the later one was
+  // installed over the other), so at most one region holds any address.
+  size_t overlapping_regions_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t folded_hits_ ABSL_GUARDED_BY(mu_) = 0;              // hits of orphaned threads
   uint64_t folded_read_locked_hits_ ABSL_GUARDED_BY(mu_) = 0;  // their read-locked hits
   // The read-locked hits of every thread, orphaned ones included.

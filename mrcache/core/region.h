@@ -74,6 +74,9 @@ class Region {
   // placed at the LRU head since it was installed.
   int16_t size_class = -1;
   bool on_retired_list = false;
+  // When it was indexed it overlapped a region it did not replace (other
+  // rights); counted in CacheImpl::overlapping_regions_ while indexed.
+  bool overlaps_others = false;
   Region* lru_prev = nullptr;  // LRU list of cached regions (head = most recent)
   Region* lru_next = nullptr;
   Region* size_prev = nullptr;  // CacheImpl::unreused_'s links (size_class)

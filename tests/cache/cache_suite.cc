@@ -206,6 +206,19 @@ TEST_P(CacheCoreTest, NoMergeAcrossDifferentRemoteRights) {
   Put(b);
 }
 
+TEST_P(CacheCoreTest, AGetOnlyAnOverlappedRegionCoversHitsIt) {
+  // b overlaps a (other remote rights: no merge) and starts after a, so b is
+  // the region that starts last before page 5, which only a covers.
+  Region* a = Get(0, 8 * kPage, kAccessLocalWrite | kAccessRemoteRead);
+  Region* b = Get(2 * kPage, 2 * kPage, kAccessLocalWrite | kAccessRemoteWrite);
+  Region* c = Get(5 * kPage, kPage, kAccessLocalWrite | kAccessRemoteRead);
+  EXPECT_EQ(c, a);
+  EXPECT_EQ(state_->registrations.load(), 2);
+  Put(a);
+  Put(b);
+  Put(c);
+}
+
 TEST_P(CacheCoreTest, HitNeverWidensRemoteRights) {
   Put(Get(0, kPage, kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead));
   Region* r = Get(0, kPage, kAccessLocalWrite | kAccessRemoteRead);
