@@ -141,7 +141,10 @@ inline uint64_t NowTicks(bool tsc) { return TickClock::Read(tsc); }
 // counter reads behind).
 inline void AddTicksSince(std::atomic<uint64_t>& sum, uint64_t t0, bool tsc) {
   const uint64_t t1 = NowTicks(tsc);
-  if (t1 > t0) sum.fetch_add(t1 - t0, std::memory_order_relaxed);
+  // Expected: GCC otherwise places the add out of line, two taken jumps on
+  // every registrar call (bench/RESULTS.md, "Code after the registrar's
+  // system call").
+  if (__builtin_expect(t1 > t0, 1)) sum.fetch_add(t1 - t0, std::memory_order_relaxed);
 }
 
 // Nanoseconds in `ticks` of NowTicks().
