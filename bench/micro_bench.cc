@@ -561,19 +561,20 @@ double Median(std::vector<double>* values) {
 
 // Each iteration runs one block of kPairBlock misses through each cache,
 // mrcache's first in even iterations and UCX's first in odd ones (so that
-// neither always follows the other). `mrcache_block(i)` and `ucx_block(i)`
-// each get and put the kPairBlock ranges from Range(i) on, false on error.
+// neither always follows the other). `mrcache_block(first)` and
+// `ucx_block(first)` each get and put the kPairBlock ranges from
+// Range(first) on, false on error; both caches walk the same ranges.
 template <typename MrcacheBlock, typename UcxBlock>
 void MissPairLoop(benchmark::State& state, MrcacheBlock mrcache_block, UcxBlock ucx_block) {
   std::vector<double> mrcache_ticks, ucx_ticks, ratios;
-  size_t i = 0, j = 0;
+  size_t first = 0;
   bool mrcache_first = true;
   for (auto _ : state) {
     uint64_t mrcache_took = 0, ucx_took = 0;
     for (int half = 0; half < 2; ++half) {
       const bool mrcache_now = (half == 0) == mrcache_first;
       const uint64_t t0 = __rdtsc();
-      const bool ok = mrcache_now ? mrcache_block(i) : ucx_block(j);
+      const bool ok = mrcache_now ? mrcache_block(first) : ucx_block(first);
       const uint64_t took = __rdtsc() - t0;
       if (!ok) {
         state.SkipWithError("a get failed");
@@ -585,8 +586,7 @@ void MissPairLoop(benchmark::State& state, MrcacheBlock mrcache_block, UcxBlock 
     ucx_ticks.push_back(double(ucx_took));
     ratios.push_back(double(mrcache_took) / double(ucx_took == 0 ? 1 : ucx_took));
     mrcache_first = !mrcache_first;
-    i = (i + kPairBlock) % kMaxRanges;
-    j = (j + kPairBlock) % kMaxRanges;
+    first = (first + kPairBlock) % kMaxRanges;
   }
   state.SetItemsProcessed(state.iterations() * 2 * kPairBlock);
   state.counters["mrcache_ns"] = TscTicksToNs(Median(&mrcache_ticks)) / kPairBlock;
