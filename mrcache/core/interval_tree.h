@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 
 namespace mrcache {
 
@@ -32,7 +33,17 @@ class IntervalTree {
   // Allocation-free variants, for callers that must not allocate or free
   // while holding a lock: AllocateNode() before locking, InsertNode() under
   // the lock; DetachNode() under the lock, FreeNode() after unlocking.
-  struct Node;
+  // A Node's fields belong to the tree while it is linked.
+  struct Node {
+    Node(uintptr_t s, uintptr_t e, V v) : start(s), end(e), max_end(e), value(std::move(v)) {}
+    uintptr_t start;
+    uintptr_t end;
+    uintptr_t max_end;
+    V value;
+    Node* left = nullptr;
+    Node* right = nullptr;
+    int height = 1;  // 0 only for the tree's sentinel (nil_)
+  };
   static Node* AllocateNode();
   static void FreeNode(Node* node);
   // Takes ownership of `node` (from AllocateNode). Requires start < end.
@@ -71,10 +82,15 @@ class IntervalTree {
   bool CheckInvariants() const;
 
  private:
+  // The sentinel that stands for every absent child (and an empty tree's
+  // root): height 0, max_end 0, never written. Reading its fields instead of
+  // testing for null keeps the balancing arithmetic free of branches, and
+  // makes every subtree test on max_end reject it (a real node's end is at
+  // least 1).
+  static Node MakeNil();
+  static bool IsNil(const Node* n) { return n->height == 0; }
   // Order of nodes: by start, then by value (std::less<V>).
   static bool KeyLess(uintptr_t a_start, const V& a_value, uintptr_t b_start, const V& b_value);
-  static int HeightOf(const Node* n);
-  static uintptr_t MaxEndOf(const Node* n);
   // Recomputes n's height and max_end from its own interval and children.
   static void Update(Node* n);
   static Node* RotateLeft(Node* n);
@@ -99,10 +115,11 @@ class IntervalTree {
   static void Destroy(Node* n);
   // Checks the subtree at n, whose keys must lie within (lo, hi) (null: no
   // bound); on success stores its height and node count.
-  static bool CheckSubtree(const Node* n, const Node* lo, const Node* hi, int* height,
-                           size_t* count);
+  bool CheckSubtree(const Node* n, const Node* lo, const Node* hi, int* height,
+                    size_t* count) const;
 
-  Node* root_ = nullptr;
+  Node nil_ = MakeNil();
+  Node* root_ = &nil_;
   size_t size_ = 0;
 };
 

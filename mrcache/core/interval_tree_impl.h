@@ -5,7 +5,8 @@
 //  - order: every key in n->left is less than n's key, every key in n->right
 //    greater, where a key is (start, value) compared by start, then by
 //    std::less<V> on the value;
-//  - balance: n->height == 1 + max(child heights) (a null child has height 0)
+//  - balance: n->height == 1 + max(child heights) (an absent child is the
+//    sentinel nil_, of height 0 and max_end 0)
 //    and the two child heights differ by at most one;
 //  - augmentation: n->max_end is the largest `end` in n's subtree.
 // The in-order walk therefore yields intervals by increasing start, and any
@@ -26,16 +27,11 @@
 namespace mrcache {
 
 template <typename V>
-struct IntervalTree<V>::Node {
-  Node(uintptr_t s, uintptr_t e, V v) : start(s), end(e), max_end(e), value(std::move(v)) {}
-  uintptr_t start;
-  uintptr_t end;
-  uintptr_t max_end;
-  V value;
-  Node* left = nullptr;
-  Node* right = nullptr;
-  int height = 1;
-};
+typename IntervalTree<V>::Node IntervalTree<V>::MakeNil() {
+  Node nil(0, 0, V());
+  nil.height = 0;
+  return nil;
+}
 
 template <typename V>
 bool IntervalTree<V>::KeyLess(uintptr_t a_start, const V& a_value, uintptr_t b_start,
@@ -45,19 +41,9 @@ bool IntervalTree<V>::KeyLess(uintptr_t a_start, const V& a_value, uintptr_t b_s
 }
 
 template <typename V>
-int IntervalTree<V>::HeightOf(const Node* n) {
-  return n == nullptr ? 0 : n->height;
-}
-
-template <typename V>
-uintptr_t IntervalTree<V>::MaxEndOf(const Node* n) {
-  return n == nullptr ? 0 : n->max_end;
-}
-
-template <typename V>
-void IntervalTree<V>::Update(Node* n) {
-  n->height = 1 + std::max(HeightOf(n->left), HeightOf(n->right));
-  n->max_end = std::max({n->end, MaxEndOf(n->left), MaxEndOf(n->right)});
+inline __attribute__((always_inline)) void IntervalTree<V>::Update(Node* n) {
+  n->height = 1 + std::max(n->left->height, n->right->height);
+  n->max_end = std::max({n->end, n->left->max_end, n->right->max_end});
 }
 
 template <typename V>
@@ -83,15 +69,15 @@ typename IntervalTree<V>::Node* IntervalTree<V>::RotateRight(Node* n) {
 template <typename V>
 typename IntervalTree<V>::Node* IntervalTree<V>::Rebalance(Node* n) {
   // The children are up to date; a rotation updates n itself once relinked.
-  const int balance = HeightOf(n->left) - HeightOf(n->right);
+  const int balance = n->left->height - n->right->height;
   if (balance > 1) {
-    if (HeightOf(n->left->left) < HeightOf(n->left->right)) {
+    if (n->left->left->height < n->left->right->height) {
       n->left = RotateLeft(n->left);
     }
     return RotateRight(n);
   }
   if (balance < -1) {
-    if (HeightOf(n->right->right) < HeightOf(n->right->left)) {
+    if (n->right->right->height < n->right->left->height) {
       n->right = RotateRight(n->right);
     }
     return RotateLeft(n);
@@ -105,7 +91,7 @@ void IntervalTree<V>::Link(Node* node) {
   Node** path[kMaxHeight];  // the links followed from the root, in order
   int depth = 0;
   Node** link = &root_;
-  while (Node* n = *link) {
+  for (Node* n = *link; !IsNil(n); n = *link) {
     // max_end on the way down: the new interval is the only one added.
     if (node->end > n->max_end) n->max_end = node->end;
     path[depth++] = link;
@@ -118,8 +104,8 @@ void IntervalTree<V>::Link(Node* node) {
   while (depth > 0) {
     Node** at = path[--depth];
     Node* n = *at;
-    const int left = HeightOf(n->left);
-    const int right = HeightOf(n->right);
+    const int left = n->left->height;
+    const int right = n->right->height;
     if (left - right > 1 || right - left > 1) {
       *at = Rebalance(n);
       return;
@@ -133,7 +119,9 @@ void IntervalTree<V>::Link(Node* node) {
 template <typename V>
 void IntervalTree<V>::Insert(uintptr_t start, uintptr_t end, V value) {
   assert(start < end && "IntervalTree::Insert requires start < end");
-  Link(new Node(start, end, std::move(value)));
+  Node* node = new Node(start, end, std::move(value));
+  node->left = node->right = &nil_;
+  Link(node);
   ++size_;
 }
 
@@ -154,7 +142,7 @@ void IntervalTree<V>::InsertNode(Node* node, uintptr_t start, uintptr_t end, V v
   node->end = end;
   node->max_end = end;
   node->value = std::move(value);
-  node->left = node->right = nullptr;
+  node->left = node->right = &nil_;
   node->height = 1;
   Link(node);
   ++size_;
@@ -175,7 +163,7 @@ typename IntervalTree<V>::Node* IntervalTree<V>::Unlink(uintptr_t start, const V
   Node* target;
   for (;;) {
     target = *link;
-    if (target == nullptr) return nullptr;
+    if (IsNil(target)) return nullptr;
     bool left;
     if (start != target->start) {
       left = start < target->start;
@@ -191,8 +179,8 @@ typename IntervalTree<V>::Node* IntervalTree<V>::Unlink(uintptr_t start, const V
   }
   // The walk below may stop early only at or above this level.
   int settled_from = kMaxHeight;
-  if (target->left == nullptr || target->right == nullptr) {
-    *link = target->left != nullptr ? target->left : target->right;
+  if (IsNil(target->left) || IsNil(target->right)) {
+    *link = IsNil(target->left) ? target->right : target->left;
   } else {
     // Two children: the successor (leftmost of the right subtree) takes the
     // target's place, so no value is copied. It starts with the target's
@@ -204,7 +192,7 @@ typename IntervalTree<V>::Node* IntervalTree<V>::Unlink(uintptr_t start, const V
     path[depth++] = link;
     Node** successor_link = &target->right;
     Node* successor = *successor_link;
-    while (successor->left != nullptr) {
+    while (!IsNil(successor->left)) {
       path[depth++] = successor_link;
       successor_link = &successor->left;
       successor = *successor_link;
@@ -243,8 +231,9 @@ bool IntervalTree<V>::Erase(uintptr_t start, V value) {
 template <typename V>
 template <typename Fn>
 void IntervalTree<V>::VisitOverlap(const Node* n, uintptr_t start, uintptr_t end, Fn& fn) {
-  // Nothing in this subtree ends after the query starts.
-  if (n == nullptr || n->max_end <= start) return;
+  // Nothing in this subtree ends after the query starts (nor in the
+  // sentinel's: its max_end is 0).
+  if (n->max_end <= start) return;
   VisitOverlap(n->left, start, end, fn);
   // n and its whole right subtree start at or after the query's end.
   if (n->start >= end) return;
@@ -262,8 +251,9 @@ void IntervalTree<V>::ForEachOverlap(uintptr_t start, uintptr_t end, Fn&& fn) co
 template <typename V>
 template <typename Fn>
 bool IntervalTree<V>::VisitCovering(const Node* n, uintptr_t start, uintptr_t end, Fn& fn) {
-  // Nothing in this subtree ends late enough to contain the range.
-  if (n == nullptr || n->max_end < end) return false;
+  // Nothing in this subtree ends late enough to contain the range (nor in
+  // the sentinel's: its max_end is 0, and end is at least 1).
+  if (n->max_end < end) return false;
   if (VisitCovering(n->left, start, end, fn)) return true;
   // n and its whole right subtree start after the range does.
   if (n->start > start) return false;
@@ -282,7 +272,7 @@ template <typename V>
 bool IntervalTree<V>::FindLastStartingAtOrBefore(uintptr_t at, uintptr_t* start, uintptr_t* end,
                                                  V* value) const {
   const Node* best = nullptr;
-  for (const Node* n = root_; n != nullptr;) {
+  for (const Node* n = root_; !IsNil(n);) {
     if (n->start <= at) {
       best = n;  // a later one, if any, is on the right
       n = n->right;
@@ -300,7 +290,7 @@ bool IntervalTree<V>::FindLastStartingAtOrBefore(uintptr_t at, uintptr_t* start,
 template <typename V>
 template <typename Fn>
 void IntervalTree<V>::VisitAll(const Node* n, Fn& fn) {
-  if (n == nullptr) return;
+  if (IsNil(n)) return;
   VisitAll(n->left, fn);
   fn(n->start, n->end, n->value);
   VisitAll(n->right, fn);
@@ -314,7 +304,7 @@ void IntervalTree<V>::ForEach(Fn&& fn) const {
 
 template <typename V>
 void IntervalTree<V>::Destroy(Node* n) {
-  if (n == nullptr) return;
+  if (IsNil(n)) return;
   Destroy(n->left);
   Destroy(n->right);
   delete n;
@@ -323,19 +313,19 @@ void IntervalTree<V>::Destroy(Node* n) {
 template <typename V>
 void IntervalTree<V>::Clear() {
   Destroy(root_);
-  root_ = nullptr;
+  root_ = &nil_;
   size_ = 0;
 }
 
 template <typename V>
 bool IntervalTree<V>::CheckSubtree(const Node* n, const Node* lo, const Node* hi, int* height,
-                                   size_t* count) {
-  if (n == nullptr) {
+                                   size_t* count) const {
+  if (n == &nil_) {
     *height = 0;
     *count = 0;
     return true;
   }
-  if (!(n->start < n->end)) return false;
+  if (n == nullptr || !(n->start < n->end)) return false;
   if (lo != nullptr && !KeyLess(lo->start, lo->value, n->start, n->value)) {
     return false;
   }
@@ -354,7 +344,7 @@ bool IntervalTree<V>::CheckSubtree(const Node* n, const Node* lo, const Node* hi
   if (left_height - right_height > 1 || right_height - left_height > 1) {
     return false;
   }
-  if (n->max_end != std::max({n->end, MaxEndOf(n->left), MaxEndOf(n->right)})) {
+  if (n->max_end != std::max({n->end, n->left->max_end, n->right->max_end})) {
     return false;
   }
   *height = n->height;
@@ -366,6 +356,8 @@ template <typename V>
 bool IntervalTree<V>::CheckInvariants() const {
   int height = 0;
   size_t count = 0;
+  // The sentinel is never written.
+  if (nil_.height != 0 || nil_.max_end != 0) return false;
   return CheckSubtree(root_, nullptr, nullptr, &height, &count) && count == size_;
 }
 
