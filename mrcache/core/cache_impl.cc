@@ -814,6 +814,8 @@ size_t CacheImpl::PlanAttemptLocked(Miss* miss, MissPlan* plan, PendingMiss* pen
       plan->has_block() && plan->block_start < plan->start ? plan->block_start : plan->start;
   pending->end = plan->has_block() && plan->block_end > plan->end ? plan->block_end : plan->end;
   pending->next = pending_;
+  pending->prev = nullptr;
+  if (pending_ != nullptr) pending_->prev = pending;
   pending_ = pending;
   return shortfall;
 }
@@ -849,12 +851,13 @@ void CacheImpl::EndAttemptLocked(const MissPlan& plan, const Attempt& attempt,
     const int err = StatusToErrno(attempt.reg.status());
     if (err == EFAULT || err == EINVAL) bridge_failed_.Mark(attempt.start, attempt.end, now);
   }
-  for (PendingMiss** p = &pending_; *p != nullptr; p = &(*p)->next) {
-    if (*p == pending) {
-      *p = pending->next;
-      break;
-    }
+  // Usually the latest miss to start, at the head.
+  if (__builtin_expect(pending->prev == nullptr, 1)) {
+    pending_ = pending->next;
+  } else {
+    pending->prev->next = pending->next;
   }
+  if (pending->next != nullptr) pending->next->prev = pending->prev;
 }
 
 absl::Status CacheImpl::AfterRefusal(Miss* miss, const Attempt& attempt) {

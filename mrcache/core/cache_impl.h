@@ -210,7 +210,8 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
       head = r;
     }
   };
-  // A miss registering outside the lock (linked in pending_ under mu_).
+  // A miss registering outside the lock (linked in pending_ under mu_, both
+  // ways, so that it leaves the list without walking it).
   // [start, end) is everything it may register (a bridging plan's whole
   // block); the invalidations that overlap it meanwhile are recorded, the
   // first kExact of them exactly and the rest as their hull. Once the miss
@@ -224,6 +225,7 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
     int seen = 0;
     uintptr_t hull_start = UINTPTR_MAX, hull_end = 0;
     PendingMiss* next = nullptr;
+    PendingMiss* prev = nullptr;  // toward pending_ (null at the head)
     void Record(uintptr_t s, uintptr_t e) {
       if (seen < kExact) {
         seen_start[seen] = s;
