@@ -796,7 +796,10 @@ void CacheImpl::HandOutLocked(ThreadCache* tc, Region* r, const Miss& miss) {
 }
 
 CacheImpl::MissPlan CacheImpl::PlanForLocked(const Miss& miss) {
-  if (miss.allow_merge) return PlanMissLocked(miss.plan_start, miss.plan_end, miss.access);
+  // Merging is on by default (config.h: max_merge_bytes).
+  if (__builtin_expect(miss.allow_merge, 1)) {
+    return PlanMissLocked(miss.plan_start, miss.plan_end, miss.access);
+  }
   MissPlan plan{miss.plan_start, miss.plan_end, 0};
   bool overlapped = false;
   index_.ForEachOverlap(miss.plan_start, miss.plan_end,
@@ -821,21 +824,24 @@ size_t CacheImpl::PlanAttemptLocked(Miss* miss, MissPlan* plan, PendingMiss* pen
 }
 
 CacheImpl::Attempt CacheImpl::RegisterOutsideLock(const Miss& miss, const MissPlan& plan) {
-  Attempt a;
-  a.start = plan.start;
-  a.end = plan.end;
-  a.access = miss.access | plan.local;
-  a.bridged = plan.has_block() && BridgeOutsideLock(plan, &a.start, &a.end);
-  if (a.bridged) a.access |= plan.bridge_local;
-  a.widened_range = a.start != miss.page_start || a.end != miss.page_end;
-  a.widened = a.widened_range || a.access != miss.access;
+  uintptr_t start = plan.start, end = plan.end;
+  int access = miss.access | plan.local;
+  const bool bridged = plan.has_block() && BridgeOutsideLock(plan, &start, &end);
+  if (bridged) access |= plan.bridge_local;
+  // Bitwise, without branches: GCC would otherwise lay out the unwidened
+  // case, the usual one, as a jump away and back.
+  const bool widened_range = (start != miss.page_start) | (end != miss.page_end);
+  const bool widened = widened_range | (access != miss.access);
   // Monitors that watch ranges learn of the registration first, so an unmap
   // during it is reported. A range that was not all mapped when the monitor
   // looked may have been replaced since, unseen: such a registration is
   // spoiled like one an invalidation overlapped.
-  a.watched = !watch_ranges_ || monitor_->Watch(reinterpret_cast<void*>(a.start), a.length());
-  a.reg = TimedRegister(a.start, a.end, a.access);
-  return a;
+  const bool watched =
+      !watch_ranges_ || monitor_->Watch(reinterpret_cast<void*>(start), end - start);
+  // `reg` constructed from the registrar's answer rather than assigned: the
+  // assignment's out-of-line path cost every miss two taken jumps.
+  return Attempt{start,         end,     access,  bridged,
+                 widened_range, widened, watched, TimedRegister(start, end, access)};
 }
 
 void CacheImpl::EndAttemptLocked(const MissPlan& plan, const Attempt& attempt,
@@ -942,7 +948,7 @@ Region* CacheImpl::InstallLocked(ThreadCache* tc, const Miss& miss, const Attemp
   r->cache = this;
   // Alignment coarser than a page, or bridging, adds whole pages that no
   // request touched; then the region counts as used everywhere.
-  const bool whole = (align_ > page_ && !miss.remote) || attempt.bridged;
+  const bool whole = attempt.bridged | ((align_ > page_) & !miss.remote);
   r->used_start = whole ? r->start : miss.start;
   r->used_end = whole ? r->end : miss.end;
   r->lru_stamp = tick_.load(std::memory_order_relaxed);
@@ -951,13 +957,18 @@ Region* CacheImpl::InstallLocked(ThreadCache* tc, const Miss& miss, const Attemp
   index_.InsertNode(&r->index_node, r->start, r->end, r);
   ++installs_;
   cached_bytes_ += r->length();
+  // The tables sized by the index grow only when it outgrows them: rarely.
   const size_t slots = wanted_thread_slots_.load(std::memory_order_relaxed);
-  if (index_.size() * 2 > slots && slots < ThreadCache::kMaxSlots) {
+  if (__builtin_expect(index_.size() * 2 > slots && slots < ThreadCache::kMaxSlots, 0)) {
     wanted_thread_slots_.store(slots * 2, std::memory_order_relaxed);
   }
-  const size_t hint_lines = CoveringHints::LinesFor(index_.size());
-  if (hint_lines > wanted_hint_lines_.load(std::memory_order_relaxed)) {
-    wanted_hint_lines_.store(hint_lines, std::memory_order_relaxed);
+  // LinesFor(n) exceeds the lines wanted so far only once n does (or, with
+  // none wanted yet, once n reaches kMinLines).
+  const size_t hint_lines = wanted_hint_lines_.load(std::memory_order_relaxed);
+  if (__builtin_expect(
+          index_.size() >= hint_lines + (hint_lines == 0 ? CoveringHints::kMinLines : 1), 0)) {
+    const size_t want = CoveringHints::LinesFor(index_.size());
+    if (want > hint_lines) wanted_hint_lines_.store(want, std::memory_order_relaxed);
   }
   LruPushFrontLocked(r);
   CountRegistration(r->length());
@@ -1736,10 +1747,13 @@ void CacheImpl::LruPushFrontLocked(Region* r) {
 }
 
 void CacheImpl::LruUnlinkLocked(Region* r) {
-  if (r->lru_prev != nullptr) r->lru_prev->lru_next = r->lru_next;
-  if (r->lru_next != nullptr) r->lru_next->lru_prev = r->lru_prev;
-  if (lru_head_ == r) lru_head_ = r->lru_next;
-  if (lru_tail_ == r) lru_tail_ = r->lru_prev;
+  Region* const prev = r->lru_prev;
+  Region* const next = r->lru_next;
+  if (prev != nullptr) prev->lru_next = next;
+  if (next != nullptr) next->lru_prev = prev;
+  // Selects rather than branches: an eviction unlinks the tail.
+  lru_head_ = lru_head_ == r ? next : lru_head_;
+  lru_tail_ = lru_tail_ == r ? prev : lru_tail_;
   r->lru_prev = r->lru_next = nullptr;
 }
 
@@ -2074,7 +2088,9 @@ void CacheImpl::ReleaseDead(DeadList* dead) {
     MutexLock lock(&mu_);
     cb = retire_cb_;
   }
-  for (Region* r = dead->head; r != nullptr;) {
+  // Release calls this with a region on the list: no test before the first.
+  Region* r = dead->head;
+  do {
     Region* next = r->next_dead;
     TimedDeregister(r->reg);
     if (watch_ranges_ && !IsImplicit(r)) {
@@ -2083,7 +2099,7 @@ void CacheImpl::ReleaseDead(DeadList* dead) {
     if (cb) cb(reinterpret_cast<void*>(r->start), r->length(), r->reg.handle);
     Quarantine(r);
     r = next;
-  }
+  } while (r != nullptr);
   dead->head = nullptr;
 }
 
