@@ -777,7 +777,8 @@ Region* CacheImpl::HitShared(ThreadCache* tc, Miss* miss) {
 Region* CacheImpl::TakeCoveringLocked(ThreadCache* tc, Miss* miss) {
   Region* hit = FindCoveringLocked(miss->start, miss->end, miss->access);
   tc->slow_hit_expected = hit != nullptr;
-  if (hit == nullptr) {
+  // Usually a miss: the hits a thread expects go to HitShared first.
+  if (__builtin_expect(hit == nullptr, 1)) {
     // One get, one count: a retry was counted already.
     if (!miss->counted) misses_.fetch_add(1, std::memory_order_relaxed);
     miss->counted = true;
@@ -846,16 +847,18 @@ CacheImpl::Attempt CacheImpl::RegisterOutsideLock(const Miss& miss, const MissPl
 
 void CacheImpl::EndAttemptLocked(const MissPlan& plan, const Attempt& attempt,
                                  PendingMiss* pending) {
-  const uint64_t now = misses_.load(std::memory_order_relaxed);
-  if (plan.has_block() && !attempt.bridged) {
-    // Nothing resident to bridge here: do not look again on every miss.
-    // (Merging does not consult this: only invalidations cool it.)
-    bridge_failed_.Mark(plan.block_start, plan.block_end, now);
-  }
-  if (!attempt.reg.ok() && attempt.bridged) {
-    // Memory that cannot be registered: do not widen into it again soon.
-    const int err = StatusToErrno(attempt.reg.status());
-    if (err == EFAULT || err == EINVAL) bridge_failed_.Mark(attempt.start, attempt.end, now);
+  // Only a plan with a bridge block can have bridged; most have none.
+  if (__builtin_expect(plan.has_block(), 0)) {
+    const uint64_t now = misses_.load(std::memory_order_relaxed);
+    if (!attempt.bridged) {
+      // Nothing resident to bridge here: do not look again on every miss.
+      // (Merging does not consult this: only invalidations cool it.)
+      bridge_failed_.Mark(plan.block_start, plan.block_end, now);
+    } else if (!attempt.reg.ok()) {
+      // Memory that cannot be registered: do not widen into it again soon.
+      const int err = StatusToErrno(attempt.reg.status());
+      if (err == EFAULT || err == EINVAL) bridge_failed_.Mark(attempt.start, attempt.end, now);
+    }
   }
   // Usually the latest miss to start, at the head.
   if (__builtin_expect(pending->prev == nullptr, 1)) {
