@@ -2086,24 +2086,41 @@ void CacheImpl::TimedDeregister(const Registration& reg) {
 }
 
 void CacheImpl::ReleaseDead(DeadList* dead) {
-  Cache::RetireCallback cb;
-  if (has_retire_cb_.load(std::memory_order_acquire)) {  // else no lock, no copy
-    MutexLock lock(&mu_);
-    cb = retire_cb_;
+  if (__builtin_expect(has_retire_cb_.load(std::memory_order_acquire), 0)) {
+    ReleaseDeadReporting(dead);
+    return;
   }
   // Release calls this with a region on the list: no test before the first.
   Region* r = dead->head;
   do {
     Region* next = r->next_dead;
-    TimedDeregister(r->reg);
-    if (watch_ranges_ && !IsImplicit(r)) {
-      monitor_->Unwatch(reinterpret_cast<void*>(r->start), r->length());
-    }
-    if (cb) cb(reinterpret_cast<void*>(r->start), r->length(), r->reg.handle);
-    Quarantine(r);
+    ReleaseRegion(r, nullptr);
     r = next;
   } while (r != nullptr);
   dead->head = nullptr;
+}
+
+void CacheImpl::ReleaseDeadReporting(DeadList* dead) {
+  Cache::RetireCallback cb;
+  {
+    MutexLock lock(&mu_);
+    cb = retire_cb_;
+  }
+  for (Region* r = dead->head; r != nullptr;) {
+    Region* next = r->next_dead;
+    ReleaseRegion(r, cb ? &cb : nullptr);
+    r = next;
+  }
+  dead->head = nullptr;
+}
+
+void CacheImpl::ReleaseRegion(Region* r, const Cache::RetireCallback* cb) {
+  TimedDeregister(r->reg);
+  if (watch_ranges_ && !IsImplicit(r)) {
+    monitor_->Unwatch(reinterpret_cast<void*>(r->start), r->length());
+  }
+  if (cb != nullptr) (*cb)(reinterpret_cast<void*>(r->start), r->length(), r->reg.handle);
+  Quarantine(r);
 }
 
 void CacheImpl::Quarantine(Region* r) {

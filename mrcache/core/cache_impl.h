@@ -613,6 +613,12 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
     if (dead->head != nullptr) ReleaseDead(dead);
   }
   void ReleaseDead(DeadList* dead);
+  // ReleaseDead's loop when a retire callback is set: each region is
+  // reported to it (a copy taken under mu_) after its deregistration.
+  __attribute__((noinline)) void ReleaseDeadReporting(DeadList* dead);
+  // Deregisters r, stops watching it, reports it to `cb` (if any) and
+  // quarantines it.
+  inline void ReleaseRegion(Region* r, const Cache::RetireCallback* cb);
   // Outside mu_: keeps the deregistered r from being freed until a batch of
   // kQuarantineBatch is complete, then bumps the generation and frees the
   // batch. A lookup entry may still name r (entries are voided by their
