@@ -236,6 +236,7 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
       if (e > hull_end) hull_end = e;
     }
     bool Spoils(uintptr_t s, uintptr_t e) const {
+      if (__builtin_expect(seen == 0, 1)) return false;  // the hull grows after kExact
       for (int i = 0; i < seen; ++i) {
         if (seen_start[i] < e && s < seen_end[i]) return true;
       }
