@@ -118,6 +118,8 @@ class IntervalTree {
   bool CheckSubtree(const Node* n, const Node* lo, const Node* hi, int* height,
                     size_t* count) const;
 
+  // Every absent child and an empty root point at nil_: the tree cannot be
+  // moved (nor copied).
   Node nil_ = MakeNil();
   Node* root_ = &nil_;
   size_t size_ = 0;
