@@ -965,13 +965,9 @@ Region* CacheImpl::InstallLocked(ThreadCache* tc, const Miss& miss, const Attemp
   if (__builtin_expect(index_.size() * 2 > slots && slots < ThreadCache::kMaxSlots, 0)) {
     wanted_thread_slots_.store(slots * 2, std::memory_order_relaxed);
   }
-  // LinesFor(n) exceeds the lines wanted so far only once n does (or, with
-  // none wanted yet, once n reaches kMinLines).
   const size_t hint_lines = wanted_hint_lines_.load(std::memory_order_relaxed);
-  if (__builtin_expect(
-          index_.size() >= hint_lines + (hint_lines == 0 ? CoveringHints::kMinLines : 1), 0)) {
-    const size_t want = CoveringHints::LinesFor(index_.size());
-    if (want > hint_lines) wanted_hint_lines_.store(want, std::memory_order_relaxed);
+  if (__builtin_expect(index_.size() >= CoveringHints::RegionsToOutgrow(hint_lines), 0)) {
+    wanted_hint_lines_.store(CoveringHints::LinesFor(index_.size()), std::memory_order_relaxed);
   }
   LruPushFrontLocked(r);
   CountRegistration(r->length());

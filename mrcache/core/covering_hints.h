@@ -66,6 +66,13 @@ class CoveringHints {
     while (lines < regions && lines < kMaxLines) lines *= 2;
     return lines;
   }
+  // The fewest regions for which LinesFor asks for more than `lines` (a
+  // value LinesFor returned); SIZE_MAX once at kMaxLines. Lets a cache call
+  // LinesFor only when its index has outgrown what it last asked for.
+  static size_t RegionsToOutgrow(size_t lines) {
+    const size_t next = lines == 0 ? kMinLines : lines + 1;
+    return lines < kMaxLines ? next : SIZE_MAX;
+  }
 
   CoveringHints() = default;
   // A table of `lines` empty lines (a power of two); aborts if memory is

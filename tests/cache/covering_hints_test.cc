@@ -130,6 +130,19 @@ TEST(CoveringHintsTest, TheTableFollowsTheRegionCountWithinItsBounds) {
   EXPECT_EQ(CoveringHints::LinesFor(100000000), CoveringHints::kMaxLines);
 }
 
+TEST(CoveringHintsTest, AnIndexOutgrowsItsLinesExactlyWhenLinesForAsksForMore) {
+  size_t lines = 0;
+  for (int step = 0; step < 64 && CoveringHints::RegionsToOutgrow(lines) != SIZE_MAX; ++step) {
+    const size_t outgrow = CoveringHints::RegionsToOutgrow(lines);
+    EXPECT_EQ(CoveringHints::LinesFor(outgrow - 1), lines) << "lines " << lines;
+    ASSERT_GT(CoveringHints::LinesFor(outgrow), lines) << "lines " << lines;
+    lines = CoveringHints::LinesFor(outgrow);
+  }
+  EXPECT_EQ(lines, CoveringHints::kMaxLines);
+  EXPECT_EQ(CoveringHints::RegionsToOutgrow(lines), SIZE_MAX);
+  EXPECT_EQ(CoveringHints::LinesFor(SIZE_MAX / 2), lines) << "no more past kMaxLines";
+}
+
 // In a cache: enough regions that it keeps a table of hints.
 class CacheHintsTest : public testing::SpacedRegionsTest {
  protected:
