@@ -2086,14 +2086,7 @@ void CacheImpl::ReleaseDead(DeadList* dead) {
     ReleaseDeadReporting(dead);
     return;
   }
-  // Release calls this with a region on the list: no test before the first.
-  Region* r = dead->head;
-  do {
-    Region* next = r->next_dead;
-    ReleaseRegion(r, nullptr);
-    r = next;
-  } while (r != nullptr);
-  dead->head = nullptr;
+  ReleaseEach(dead, nullptr);
 }
 
 void CacheImpl::ReleaseDeadReporting(DeadList* dead) {
@@ -2102,21 +2095,23 @@ void CacheImpl::ReleaseDeadReporting(DeadList* dead) {
     MutexLock lock(&mu_);
     cb = retire_cb_;
   }
-  for (Region* r = dead->head; r != nullptr;) {
-    Region* next = r->next_dead;
-    ReleaseRegion(r, cb ? &cb : nullptr);
-    r = next;
-  }
-  dead->head = nullptr;
+  ReleaseEach(dead, cb ? &cb : nullptr);
 }
 
-void CacheImpl::ReleaseRegion(Region* r, const Cache::RetireCallback* cb) {
-  TimedDeregister(r->reg);
-  if (watch_ranges_ && !IsImplicit(r)) {
-    monitor_->Unwatch(reinterpret_cast<void*>(r->start), r->length());
-  }
-  if (cb != nullptr) (*cb)(reinterpret_cast<void*>(r->start), r->length(), r->reg.handle);
-  Quarantine(r);
+void CacheImpl::ReleaseEach(DeadList* dead, const Cache::RetireCallback* cb) {
+  // Release calls this with a region on the list: no test before the first.
+  Region* r = dead->head;
+  do {
+    Region* next = r->next_dead;
+    TimedDeregister(r->reg);
+    if (watch_ranges_ && !IsImplicit(r)) {
+      monitor_->Unwatch(reinterpret_cast<void*>(r->start), r->length());
+    }
+    if (cb != nullptr) (*cb)(reinterpret_cast<void*>(r->start), r->length(), r->reg.handle);
+    Quarantine(r);
+    r = next;
+  } while (r != nullptr);
+  dead->head = nullptr;
 }
 
 void CacheImpl::Quarantine(Region* r) {

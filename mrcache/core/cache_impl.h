@@ -614,12 +614,12 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
     if (dead->head != nullptr) ReleaseDead(dead);
   }
   void ReleaseDead(DeadList* dead);
-  // ReleaseDead's loop when a retire callback is set: each region is
-  // reported to it (a copy taken under mu_) after its deregistration.
+  // ReleaseDead when a retire callback is set: ReleaseEach with a copy of
+  // it taken under mu_.
   __attribute__((noinline)) void ReleaseDeadReporting(DeadList* dead);
-  // Deregisters r, stops watching it, reports it to `cb` (if any) and
-  // quarantines it.
-  inline void ReleaseRegion(Region* r, const Cache::RetireCallback* cb);
+  // Deregisters, stops watching, reports to `cb` (if not null) and
+  // quarantines each region of `dead`, which is not empty.
+  inline void ReleaseEach(DeadList* dead, const Cache::RetireCallback* cb);
   // Outside mu_: keeps the deregistered r from being freed until a batch of
   // kQuarantineBatch is complete, then bumps the generation and frees the
   // batch. A lookup entry may still name r (entries are voided by their
