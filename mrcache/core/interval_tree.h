@@ -101,7 +101,8 @@ class IntervalTree {
   // An AVL tree of n nodes is less than 1.45 * log2(n + 2) high: 96 levels
   // hold more nodes than any address space.
   static constexpr int kMaxHeight = 96;
-  // Links `node` (a leaf, its interval and value set) and rebalances.
+  // Links `node` (its interval, value and height 1 set) as a leaf and
+  // rebalances.
   void Link(Node* node);
   // Unlinks the node keyed (start, value) and rebalances; returns it, or
   // null if absent.

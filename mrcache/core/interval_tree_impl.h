@@ -90,6 +90,7 @@ template <typename V>
 void IntervalTree<V>::Link(Node* node) {
   Node** path[kMaxHeight];  // the links followed from the root, in order
   int depth = 0;
+  node->left = node->right = &nil_;
   Node** link = &root_;
   for (Node* n = *link; !IsNil(n); n = *link) {
     // max_end on the way down: the new interval is the only one added.
@@ -119,9 +120,7 @@ void IntervalTree<V>::Link(Node* node) {
 template <typename V>
 void IntervalTree<V>::Insert(uintptr_t start, uintptr_t end, V value) {
   assert(start < end && "IntervalTree::Insert requires start < end");
-  Node* node = new Node(start, end, std::move(value));
-  node->left = node->right = &nil_;
-  Link(node);
+  Link(new Node(start, end, std::move(value)));
   ++size_;
 }
 
@@ -142,7 +141,6 @@ void IntervalTree<V>::InsertNode(Node* node, uintptr_t start, uintptr_t end, V v
   node->end = end;
   node->max_end = end;
   node->value = std::move(value);
-  node->left = node->right = &nil_;
   node->height = 1;
   Link(node);
   ++size_;
