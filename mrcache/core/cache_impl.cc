@@ -619,8 +619,8 @@ CacheImpl::Miss CacheImpl::StartMiss(uintptr_t start, uintptr_t end, int user_ac
   m.end = end;
   m.user_access = user_access;
   // Explicit ODP registers every region on demand; lookups stay keyed by
-  // what the caller asked for.
-  m.access = odp_ == OdpMode::kExplicit ? (user_access | kAccessOnDemand) : user_access;
+  // what the caller asked for. (An or rather than a choice: no jump.)
+  m.access = user_access | (odp_ == OdpMode::kExplicit ? kAccessOnDemand : 0);
   // The smallest range ever registered: the request rounded to the region
   // granularity, or to pages if the granularity is coarser.
   const size_t fine = align_ < page_ ? align_ : page_;
@@ -718,7 +718,8 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
       Region* r = InstallLocked(tc, miss, attempt, fresh, may_contain, &dead);
       lock.Unlock();
       Release(&dead);
-      if (odp_ == OdpMode::kExplicit && config_.odp_prefetch_bytes &&
+      // Prefetching is opt-in (odp_prefetch_bytes, explicit ODP only).
+      if (__builtin_expect(odp_ == OdpMode::kExplicit, 0) && config_.odp_prefetch_bytes &&
           end - start >= config_.odp_prefetch_bytes) {
         // Fault the range in now rather than on the device's first access; a
         // failed prefetch only costs the device a fault later.
@@ -780,7 +781,7 @@ Region* CacheImpl::TakeCoveringLocked(ThreadCache* tc, Miss* miss) {
   // Usually a miss: the hits a thread expects go to HitShared first.
   if (__builtin_expect(hit == nullptr, 1)) {
     // One get, one count: a retry was counted already.
-    if (!miss->counted) misses_.fetch_add(1, std::memory_order_relaxed);
+    if (__builtin_expect(!miss->counted, 1)) misses_.fetch_add(1, std::memory_order_relaxed);
     miss->counted = true;
     return nullptr;
   }
@@ -1772,7 +1773,8 @@ int64_t CacheImpl::TotalRefsLocked(const Region* r, uint64_t* last_use) const {
 
 void CacheImpl::DetachLocked(Region* r) {
   index_.DetachNode(r->start, r);  // the node is part of r, freed with it
-  if (r->overlaps_others) --overlapping_regions_;
+  // Overlapping another region (other rights) is rare.
+  if (__builtin_expect(r->overlaps_others, 0)) --overlapping_regions_;
   hints_.Void(r);  // its covering hints
   cached_bytes_ -= r->length();
   LruUnlinkLocked(r);
@@ -1943,8 +1945,12 @@ void CacheImpl::EvictLocked(Pred over, DeadList* dead, EvictionOrder order) {
   // The reference counts are re-checked after the fence in SettleLocked; a
   // region that turned out to be in use stays retired until its last put
   // (never deregistered early).
-  // This thread's deferred stamps first: its own recent uses count.
-  if (ThreadCache* mine = FindThreadCache(uid_)) FoldDisplacedLocked(mine);
+  // This thread's deferred stamps first: its own recent uses count. Tested
+  // here, as FoldDisplacedLocked would: usually there is nothing to fold.
+  ThreadCache* mine = FindThreadCache(uid_);
+  if (mine != nullptr && (mine->displaced_count != 0 || mine->displaced_frees != region_frees_)) {
+    FoldDisplacedLocked(mine);
+  }
   if (!over()) return;  // most installs: nothing to evict
   // With no other live thread attached, no get or put reaches a region
   // without the lock, so an unused victim is deregistered at once: no
@@ -2100,17 +2106,21 @@ void CacheImpl::ReleaseDeadReporting(DeadList* dead) {
 
 void CacheImpl::ReleaseEach(DeadList* dead, const Cache::RetireCallback* cb) {
   // Release calls this with a region on the list: no test before the first.
+  // Usually one region (an eviction), no watched ranges (only uffd watches)
+  // and no retire callback.
   Region* r = dead->head;
   do {
     Region* next = r->next_dead;
     TimedDeregister(r->reg);
-    if (watch_ranges_ && !IsImplicit(r)) {
+    if (__builtin_expect(watch_ranges_, 0) && !IsImplicit(r)) {
       monitor_->Unwatch(reinterpret_cast<void*>(r->start), r->length());
     }
-    if (cb != nullptr) (*cb)(reinterpret_cast<void*>(r->start), r->length(), r->reg.handle);
+    if (__builtin_expect(cb != nullptr, 0)) {
+      (*cb)(reinterpret_cast<void*>(r->start), r->length(), r->reg.handle);
+    }
     Quarantine(r);
     r = next;
-  } while (r != nullptr);
+  } while (__builtin_expect(r != nullptr, 0));
   dead->head = nullptr;
 }
 

@@ -94,14 +94,10 @@ class CoveringHints {
   // nullptr. The caller holds the cache lock (for reading at least).
   Region* Find(uintptr_t start, uintptr_t end, int access, uintptr_t* region_start = nullptr,
                uintptr_t* region_end = nullptr) const {
+    // Inline, so that a cache too small for a table (the usual one) pays a
+    // test rather than a call.
     if (lines_ == nullptr) return nullptr;
-    const uintptr_t page = start >> 12;
-    for (Line* line : {&lines_[First(page)], &lines_[Second(page)]}) {
-      for (const Hint& h : line->hints) {
-        if (Region* r = Check(h, start, end, access, region_start, region_end)) return r;
-      }
-    }
-    return nullptr;
+    return FindInTable(start, end, access, region_start, region_end);
   }
 
   // Remembers that r, which is in the index, answered a get starting at
@@ -206,6 +202,18 @@ class CoveringHints {
     if (region_start != nullptr) *region_start = s;
     if (region_end != nullptr) *region_end = e;
     return r;
+  }
+  // Find's search of an existing table: the get's two lines.
+  __attribute__((noinline)) Region* FindInTable(uintptr_t start, uintptr_t end, int access,
+                                                uintptr_t* region_start,
+                                                uintptr_t* region_end) const {
+    const uintptr_t page = start >> 12;
+    for (Line* line : {&lines_[First(page)], &lines_[Second(page)]}) {
+      for (const Hint& h : line->hints) {
+        if (Region* r = Check(h, start, end, access, region_start, region_end)) return r;
+      }
+    }
+    return nullptr;
   }
 
   // A new epoch; at the wrap, every hint emptied.
