@@ -512,10 +512,12 @@ void CacheImpl::EndThreadCacheWindow(ThreadCache* tc) {
   const uint64_t claims = tc->window_claims;
   const uint64_t displaced = tc->window_displaced;
   const uint64_t since = tc->window_tick;
+  tc->streaming = hits == tc->window_hits && tc->window_locked_hits == 0;
   tc->window_hits = hits;
   tc->window_slow = 0;
   tc->window_claims = 0;
   tc->window_displaced = 0;
+  tc->window_locked_hits = 0;
   tc->window_tick = tick_.load(std::memory_order_relaxed);
   size_t want = lines;
   if (displaced * ThreadCache::kGrowShare > gets) {
@@ -771,6 +773,7 @@ Region* CacheImpl::HitShared(ThreadCache* tc, Miss* miss) {
   // both): the region gets its second chance, and the hit reads no Region.
   slot->ref_last_use.store(tick_.load(std::memory_order_relaxed), std::memory_order_relaxed);
   ThreadCache::OwnerAdd(tc->read_locked_hits, 1);
+  CountLockedHit(tc);
   miss->counted = true;
   return hit;
 }
@@ -787,6 +790,7 @@ Region* CacheImpl::TakeCoveringLocked(ThreadCache* tc, Miss* miss) {
   }
   HandOutLocked(tc, hit, *miss);
   if (!miss->counted) slow_hits_.fetch_add(1, std::memory_order_relaxed);
+  CountLockedHit(tc);
   miss->counted = true;
   return hit;
 }
@@ -991,7 +995,10 @@ Region* CacheImpl::InstallLocked(ThreadCache* tc, const Miss& miss, const Attemp
   if (evicts_by_size_) unreused_.PushNewest(r, EvictionWeight(r));
   ThreadCache::Line* slot = TakeFirstRefLocked(tc, r);
   if (replaced != nullptr) SettleLocked(replaced, dead);
-  FillLookupLocked(tc, miss.start, miss.end, miss.user_access, r, Span{r->start, r->end}, slot);
+  // A streaming thread's new region gets no lookup entry (thread_cache.h).
+  if (!tc->streaming) {
+    FillLookupLocked(tc, miss.start, miss.end, miss.user_access, r, Span{r->start, r->end}, slot);
+  }
   const size_t max_regions = config_.max_regions;
   const size_t max_bytes = config_.max_bytes;
   EvictLocked(

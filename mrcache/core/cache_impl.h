@@ -416,6 +416,12 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
     if (gets >= tc->mask + 1) EndThreadCacheWindow(tc);
   }
   void EndThreadCacheWindow(ThreadCache* tc);
+  // Notes a locked hit of tc's thread: the window saw a hit, and the thread
+  // is not streaming (ThreadCache::streaming).
+  static void CountLockedHit(ThreadCache* tc) {
+    ++tc->window_locked_hits;
+    tc->streaming = false;
+  }
   // Replaces tc's table by one of `lines` lines (owner only; takes mu_ to
   // migrate the slots).
   void ResizeThreadCache(ThreadCache* tc, size_t lines);

@@ -223,6 +223,14 @@ struct alignas(64) ThreadCache {
   uint64_t window_claims = 0;
   uint64_t window_displaced = 0;
   uint64_t window_tick = 0;
+  // Owner only. The window's slow-path gets that a cached region answered
+  // (locked hits). `streaming`: the last window's gets all missed, and no
+  // get has hit since. While it is set, a region this thread installs gets
+  // its reference slot but no lookup entry: a thread streaming through new
+  // memory does not fill entries it never uses, and its first get of such
+  // a region again is a locked hit (which fills one, and clears the flag).
+  uint64_t window_locked_hits = 0;
+  bool streaming = false;
   Region* last_region = nullptr;  // owner only: last fast-path hit ...
   Line* last_slot = nullptr;      // ... and its slot in `lines`
   // Owner only: whether this thread's last slow-path get found a covering

@@ -5,6 +5,8 @@
 // and ThreadCache::kMaxSlots; shrinking once the thread uses a few regions);
 // a resize keeps every reference while other threads invalidate; and a
 // region whose slot another region takes over keeps the recency it had there.
+// A thread whose last window of gets only missed (streaming) installs regions
+// without lookup entries until a get hits.
 // Everything is observed through counters -- locked_hits(), stats() and
 // thread_table_lines() -- never through timing. Runs on CacheImpl with the sim
 // registrar at zero cost and no monitor; every test ends with registrations
@@ -88,6 +90,45 @@ TEST_F(ThreadTableTest, RegionsSharingAHomeLineAllStayInTheTable) {
   EXPECT_EQ(cache_->locked_hits() - locked, 0u) << "alternating gets of one home line stay hits";
   EXPECT_EQ(cache_->stats().misses, misses);
   EXPECT_EQ(cache_->thread_table_lines(), lines) << "no slow path, no resize";
+}
+
+TEST_F(ThreadTableTest, AFreshThreadInstallsRegionsWithLookupEntries) {
+  GetPut(Spot(0));  // a miss
+  const uint64_t locked = cache_->locked_hits();
+  GetPut(Spot(0));
+  EXPECT_EQ(cache_->locked_hits(), locked) << "the second get is a lock-free hit";
+}
+
+TEST_F(ThreadTableTest, AThreadThatOnlyMissesInstallsRegionsWithoutLookupEntries) {
+  Fill(ThreadCache::kMinSlots * 2);  // two windows of misses alone: streaming
+  GetPut(Spot(ThreadCache::kMinSlots * 2));
+  const uint64_t locked = cache_->locked_hits();
+  const uint64_t hits = cache_->stats().hits;
+  GetPut(Spot(ThreadCache::kMinSlots * 2));
+  EXPECT_EQ(cache_->locked_hits(), locked + 1) << "no entry: the next get takes the lock";
+  GetPut(Spot(ThreadCache::kMinSlots * 2));
+  EXPECT_EQ(cache_->locked_hits(), locked + 1) << "which filled one: the third is lock-free";
+  EXPECT_EQ(cache_->stats().hits, hits + 2);
+}
+
+TEST_F(ThreadTableTest, AHitEndsStreaming) {
+  Fill(ThreadCache::kMinSlots * 2);
+  GetPut(Spot(0));  // a locked hit: no longer streaming
+  const size_t fresh = ThreadCache::kMinSlots * 2;
+  GetPut(Spot(fresh));  // a miss, installed with its entry
+  const uint64_t locked = cache_->locked_hits();
+  GetPut(Spot(fresh));
+  EXPECT_EQ(cache_->locked_hits(), locked);
+}
+
+TEST_F(ThreadTableTest, RegionsEachUsedTwiceHitWithoutTheLockTheSecondTime) {
+  // A window never passes without hits, so the thread never streams.
+  for (size_t i = 0; i < ThreadCache::kMinSlots * 8; ++i) {
+    GetPut(Spot(i));
+    GetPut(Spot(i));
+  }
+  EXPECT_EQ(cache_->locked_hits(), 0u);
+  EXPECT_EQ(cache_->stats().hits, ThreadCache::kMinSlots * 8);
 }
 
 TEST_F(ThreadTableTest, RandomHitsOverTenThousandRegionsStayInTheTable) {
