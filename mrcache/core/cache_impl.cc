@@ -816,7 +816,9 @@ CacheImpl::MissPlan CacheImpl::PlanForLocked(const Miss& miss) {
 
 size_t CacheImpl::PlanAttemptLocked(Miss* miss, MissPlan* plan, PendingMiss* pending,
                                     DeadList* dead) {
-  const size_t shortfall = FitPlanLocked(plan, miss->page_start, miss->page_end, dead);
+  // Without a budget (a privileged process) every plan fits.
+  const size_t shortfall =
+      budget_ != nullptr ? FitPlanLocked(plan, miss->page_start, miss->page_end, dead) : 0;
   // A pending miss records every change to what it may register; once the
   // registered range is known, only changes that overlap it spoil it.
   pending->start =
