@@ -356,7 +356,8 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   // Without mu_: bridges, tells the monitor, registers.
   MRCACHE_MISS_INLINE Attempt RegisterOutsideLock(const Miss& miss, const MissPlan& plan);
   // Unlinks `pending` and remembers ranges not worth widening into again.
-  void EndAttemptLocked(const MissPlan& plan, const Attempt& attempt, PendingMiss* pending)
+  MRCACHE_MISS_INLINE void EndAttemptLocked(const MissPlan& plan, const Attempt& attempt,
+                                            PendingMiss* pending)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Without mu_, after the registrar refused `attempt`: OK to try again
   // (narrowed, or after making room), else the error for the caller.
