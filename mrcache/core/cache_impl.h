@@ -538,13 +538,14 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Sets the state of every thread's non-dead slot naming r; true if one of
   // them belongs to a live thread other than the caller.
-  bool MarkSlotsLocked(const Region* r, uint8_t state) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  MRCACHE_MISS_INLINE bool MarkSlotsLocked(const Region* r, uint8_t state)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Removes r from the index, its hints, the LRU and the size classes
   // (state kInvalid); its slots are untouched.
-  void DetachLocked(Region* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  MRCACHE_MISS_INLINE void DetachLocked(Region* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // True if no live thread but the caller has a ThreadCache of this cache:
   // then no lock-free hit or put can run while the caller holds mu_.
-  bool AloneLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  MRCACHE_MISS_INLINE bool AloneLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Removes r from the index and LRU (DetachLocked), marks its slots
   // retired, and queues it on `candidates` (via
   // next_dead); SettleLocked then fences (if another thread has a slot
