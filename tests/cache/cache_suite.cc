@@ -600,6 +600,11 @@ TEST_P(CacheCoreTest, TwoThreadStressOfGetPutInvalidate) {
   cache();  // created before the threads start
   std::atomic<bool> stop{false};
   std::atomic<int> errors{0};
+  // Gets whose own pages kept being invalidated while they registered: the
+  // EAGAIN the contract allows after kMaxMissAttempts spoils in a row
+  // (docs/ARCHITECTURE.md). The invalidator here does nothing else, so a
+  // worker descheduled in its registrar call on a loaded machine can meet it.
+  std::atomic<int> spoiled{0};
   std::mutex first_error_mu;
   std::string first_error;  // guarded by first_error_mu
   auto fail = [&](const std::string& what) {
@@ -616,6 +621,10 @@ TEST_P(CacheCoreTest, TwoThreadStressOfGetPutInvalidate) {
       size_t page = rng() % 48;
       size_t len = (1 + rng() % 4) * kPage;
       auto r = cache().Acquire(buf_ + page * kPage, len, kRW);
+      if (!r.ok() && StatusToErrno(r.status()) == EAGAIN) {
+        ++spoiled;
+        continue;
+      }
       if (!r.ok()) {
         fail(r.status().ToString());
         continue;
@@ -643,6 +652,7 @@ TEST_P(CacheCoreTest, TwoThreadStressOfGetPutInvalidate) {
   inval.join();
   std::lock_guard<std::mutex> lock(first_error_mu);
   EXPECT_EQ(errors.load(), 0) << "the first: " << first_error;
+  EXPECT_LE(spoiled.load(), iterations / 1000) << "at most 0.1% of the gets";
   CacheStats s = cache().stats();
   EXPECT_EQ(s.hits + s.misses, 2u * static_cast<uint64_t>(iterations));
 }
