@@ -11,7 +11,7 @@ set -euo pipefail
 fail() { echo "FAIL: $*" >&2; exit 1; }
 for tool in dpkg-deb dpkg-shlibdeps dpkg-architecture; do
   if ! command -v "$tool" >/dev/null; then
-    echo "SKIP: $tool is not installed (dpkg-dev), scripts/package needs it"
+    echo "SKIPPED: $tool is not installed (dpkg-dev), scripts/package needs it"
     exit 0
   fi
 done
