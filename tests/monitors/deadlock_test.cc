@@ -78,11 +78,16 @@ class DeadlockTest : public ::testing::TestWithParam<std::string> {
     EXPECT_EQ(registrar_.live.load(), 0u) << "registrations made != deregistrations";
     alarm(0);
   }
+  // Maps `len` fresh bytes and touches them; nullptr (and a failure) if
+  // mmap fails.
   static char* MapTouched(size_t len) {
-    char* p = static_cast<char*>(
-        mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+    void* p = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) {
+      ADD_FAILURE() << "mmap: " << strerror(errno);
+      return nullptr;
+    }
     memset(p, 1, len);
-    return p;
+    return static_cast<char*>(p);
   }
   NoisyRegistrar registrar_;
   mrc_cache_t* cache_ = nullptr;
@@ -91,65 +96,85 @@ class DeadlockTest : public ::testing::TestWithParam<std::string> {
 TEST_P(DeadlockTest, RegistrarThatAllocatesAndUnmapsDoesNotDeadlock) {
   for (int i = 0; i < 200; ++i) {
     char* p = MapTouched(64 << 10);
+    ASSERT_NE(p, nullptr);
     mrc_region_t* region = nullptr;
     ASSERT_EQ(mrc_get(cache_, p, 64 << 10, 1, &region), 0);
-    mrc_put(cache_, region);
-    munmap(p, 64 << 10);  // invalidates; the next get deregisters (Dereg is noisy too)
+    ASSERT_EQ(mrc_put(cache_, region), 0);
+    ASSERT_EQ(munmap(p, 64 << 10), 0);  // invalidates; the next get deregisters (Dereg too)
   }
 }
 
 TEST_P(DeadlockTest, HookFiringInsideGetSlowPathForACachedRangeDoesNotDeadlock) {
   for (int i = 0; i < 100; ++i) {
     char* cached = MapTouched(16 << 10);
+    ASSERT_NE(cached, nullptr);
     mrc_region_t* region = nullptr;
     ASSERT_EQ(mrc_get(cache_, cached, 16 << 10, 1, &region), 0);
-    mrc_put(cache_, region);
+    ASSERT_EQ(mrc_put(cache_, region), 0);
     // The next miss's registrar call unmaps `cached` on the same thread.
     registrar_.victim_len = 16 << 10;
     registrar_.victim.store(cached);
     char* other = MapTouched(16 << 10);
+    ASSERT_NE(other, nullptr);
     ASSERT_EQ(mrc_get(cache_, other, 16 << 10, 1, &region), 0);
-    mrc_put(cache_, region);
+    ASSERT_EQ(mrc_put(cache_, region), 0);
     char* left = registrar_.victim.exchange(nullptr);
-    if (left != nullptr) munmap(left, 16 << 10);
-    munmap(other, 16 << 10);
+    if (left != nullptr) {
+      ASSERT_EQ(munmap(left, 16 << 10), 0);
+    }
+    ASSERT_EQ(munmap(other, 16 << 10), 0);
   }
   // Drain by one more get, then the unmaps done inside Reg must have retired regions.
   char* last = MapTouched(4096);
+  ASSERT_NE(last, nullptr);
   mrc_region_t* region = nullptr;
   ASSERT_EQ(mrc_get(cache_, last, 4096, 1, &region), 0);
-  mrc_put(cache_, region);
+  ASSERT_EQ(mrc_put(cache_, region), 0);
   mrc_stats_t stats;
-  mrc_stats(cache_, &stats);
+  ASSERT_EQ(mrc_stats(cache_, &stats), 0);
   EXPECT_GE(stats.invalidations, 100u);
-  munmap(last, 4096);
+  ASSERT_EQ(munmap(last, 4096), 0);
 }
 
 TEST_P(DeadlockTest, ConcurrentUnmapsWhileOtherThreadsGetDoNotDeadlock) {
   std::atomic<bool> stop{false};
-  std::thread unmapper([&stop] {
+  std::atomic<int> failures{0};
+  std::thread unmapper([&stop, &failures] {
     while (!stop.load()) {
       char* p = MapTouched(8192);
-      munmap(p, 8192);
+      if (p == nullptr || munmap(p, 8192) != 0) ++failures;
     }
   });
+  // Each getter releases only its own memory, after its put: no get may fail
+  // (not even EAGAIN, which needs the requested pages released meanwhile).
   std::vector<std::thread> getters;
   for (int t = 0; t < 2; ++t) {
-    getters.emplace_back([this] {
+    getters.emplace_back([this, &failures] {
       for (int i = 0; i < 300; ++i) {
         char* p = MapTouched(32 << 10);
+        if (p == nullptr) {
+          ++failures;
+          continue;
+        }
         mrc_region_t* region = nullptr;
-        if (mrc_get(cache_, p, 32 << 10, 1, &region) == 0) mrc_put(cache_, region);
-        munmap(p, 32 << 10);
+        const int rc = mrc_get(cache_, p, 32 << 10, 1, &region);
+        if (rc != 0) {
+          ++failures;
+          ADD_FAILURE() << "mrc_get: " << mrc_strerror(rc);
+        } else if (mrc_put(cache_, region) != 0) {
+          ++failures;
+        }
+        if (munmap(p, 32 << 10) != 0) ++failures;
       }
     });
   }
   for (auto& g : getters) g.join();
   stop.store(true);
   unmapper.join();
+  EXPECT_EQ(failures.load(), 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Monitors, DeadlockTest,
-                         ::testing::Values("symbols", "patch", "uffd", "auto"));
+                         ::testing::Values("symbols", "patch", "symbols+uffd", "auto"));
 
 }  // namespace

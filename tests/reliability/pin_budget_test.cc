@@ -564,7 +564,13 @@ ChurningThreadsOutcome RunThreadsMappingAndUnmappingWhileJoining() {
           const size_t off = next(len);
           const int err = c.Touch(buf + off, 1 + next(len - off));
           gets.fetch_add(1);
-          if (err != 0 && err != ENOMEM && err != EAGAIN) unexpected.fetch_add(1);
+          // Neither ENOMEM nor EAGAIN can happen: each thread releases only
+          // its own buffer, and the regions in use (one per thread, at most
+          // a quarter of the budget each once widened) fit the budget.
+          if (err != 0) {
+            unexpected.fetch_add(1);
+            std::fprintf(stderr, "a get failed: %s\n", std::strerror(err));
+          }
           if (t == 0 && op % 64 == 0) {
             const size_t now = c.pinned();
             if (now > peak.load()) peak.store(now);
@@ -591,7 +597,7 @@ TEST(PinBudgetTest, ThreadsMappingAndUnmappingWhileUnionsJoinLeakNothing) {
   const ChurningThreadsOutcome o =
       RunLimited<ChurningThreadsOutcome>(RunThreadsMappingAndUnmappingWhileJoining);
   ASSERT_EQ(o.setup_errno, 0) << std::strerror(o.setup_errno);
-  EXPECT_EQ(o.unexpected_errors, 0) << "a get failed with something other than ENOMEM/EAGAIN";
+  EXPECT_EQ(o.unexpected_errors, 0) << "a get failed";
   EXPECT_EQ(o.gets, 4 * 3000);
   EXPECT_GT(o.merges, 0u) << "unions joined while the regions lived";
   EXPECT_LE(o.peak_pinned, kBudget);

@@ -15,7 +15,10 @@
 // pages), read it back with the CPU, put. A stale registration (pages that are
 // no longer mapped there) makes the CPU miss the pattern: a stale write.
 //
-// Checked: zero stale writes, no failed operation, registrations ==
+// Checked: zero stale writes, no failed operation (EAGAIN included: it needs
+// the requested pages themselves released while they were registered, and a
+// worker holds the slots it requests, so the unmapper cannot release them),
+// registrations ==
 // deregistrations after the cache is destroyed, RSS growth bounded.
 // Prints "RELIABILITY soak seconds=S gets=N device_writes=N remaps=N
 // stale_writes=0 leaked=0 rss_growth_kib=N".
@@ -76,7 +79,7 @@ TEST(SoakTest, WorkersAndAnUnmapperRunWithoutStaleWritesLeaksOrGrowth) {
 
   std::vector<std::shared_mutex> slot_mu(kSlots);
   std::atomic<bool> stop{false};
-  std::atomic<uint64_t> gets{0}, writes{0}, remaps{0}, stale{0}, failures{0}, eagain{0};
+  std::atomic<uint64_t> gets{0}, writes{0}, remaps{0}, stale{0}, failures{0};
   std::atomic<long> rss_start{-1};
   const auto t0 = std::chrono::steady_clock::now();
   auto elapsed = [t0] {
@@ -106,13 +109,8 @@ TEST(SoakTest, WorkersAndAnUnmapperRunWithoutStaleWritesLeaksOrGrowth) {
       auto r = cache->Acquire(addr, length, kAccessLocalWrite | kAccessRemoteWrite);
       ++gets;
       if (!r.ok()) {
-        // EAGAIN: the memory kept changing while it was registered (allowed).
-        if (StatusToErrno(r.status()) == EAGAIN) {
-          ++eagain;
-        } else {
-          ++failures;
-          ADD_FAILURE() << r.status();
-        }
+        ++failures;
+        ADD_FAILURE() << r.status();
         continue;
       }
       RegionInfo info = GetRegionInfo(*r);
@@ -174,12 +172,11 @@ TEST(SoakTest, WorkersAndAnUnmapperRunWithoutStaleWritesLeaksOrGrowth) {
   EXPECT_LT(growth, 32 * 1024) << "RSS grew by " << growth << " KiB";
   std::printf(
       "RELIABILITY soak seconds=%.1f gets=%llu device_writes=%llu remaps=%llu stale_writes=%llu "
-      "leaked=%ld rss_growth_kib=%ld registrations=%d eagain=%llu\n",
+      "leaked=%ld rss_growth_kib=%ld registrations=%d\n",
       seconds, static_cast<unsigned long long>(gets.load()),
       static_cast<unsigned long long>(writes.load()),
       static_cast<unsigned long long>(remaps.load()), static_cast<unsigned long long>(stale.load()),
-      leaked, growth, counters->registrations.load(),
-      static_cast<unsigned long long>(eagain.load()));
+      leaked, growth, counters->registrations.load());
 }
 
 }  // namespace
