@@ -9,6 +9,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -16,6 +17,7 @@
 #include <gtest/gtest.h>
 
 #include "mrcache/cache.h"
+#include "mrcache/errno_status.h"
 #include "mrcache/monitors/monitor.h"
 #include "mrcache/registrars/sim_registrar.h"
 #include "mrcache/registrars/uring_registrar.h"
@@ -51,11 +53,16 @@ char* MapWithinOneBridgeBlock(size_t len) {
 }
 
 // A monitor that reports every release (bridging needs one), or "" if none
-// can be installed in this process.
+// can exist in this build (ENOTSUP); any other failure to install one is a
+// test failure.
 std::string CompleteMonitor() {
-  for (const char* name : {"patch", "uffd"}) {
+  for (const char* name : {"patch", "symbols+uffd"}) {
     auto lease = AcquireMonitor(name);
     if (lease.ok()) return name;
+    if (StatusToErrno(lease.status()) != ENOTSUP) {
+      ADD_FAILURE() << name << ": " << lease.status();
+      return "";
+    }
   }
   return "";
 }
@@ -64,7 +71,7 @@ class BridgingTest : public ::testing::Test {
  protected:
   void SetUp() override {
     monitor_ = CompleteMonitor();
-    if (monitor_.empty()) GTEST_SKIP() << "neither the patch nor the uffd monitor installs here";
+    if (monitor_.empty()) GTEST_SKIP() << "neither patch nor symbols+uffd can exist in this build";
     config_.monitor = monitor_;
     area_ = MapWithinOneBridgeBlock(kPages * kPage);
     ASSERT_NE(area_, MAP_FAILED);

@@ -9,6 +9,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -17,6 +18,7 @@
 #include <gtest/gtest.h>
 
 #include "mrcache/core/cache_impl.h"
+#include "mrcache/errno_status.h"
 #include "mrcache/monitors/monitor.h"
 #include "mrcache/registrars/sim_registrar.h"
 
@@ -33,8 +35,11 @@ class ReleaseGenerationsTest : public ::testing::Test {
   void SetUp() override {
     Config config;
     config.monitor = "patch";
-    if (!AcquireMonitor(config.monitor).ok())
-      GTEST_SKIP() << "the patch monitor cannot install here";
+    auto patch = AcquireMonitor(config.monitor);
+    if (!patch.ok() && StatusToErrno(patch.status()) == ENOTSUP) {
+      GTEST_SKIP() << "the patch monitor cannot exist in this build: " << patch.status();
+    }
+    ASSERT_TRUE(patch.ok()) << patch.status();
     config.sim_base_ns = config.sim_page_ns = 0;
     auto cache = CacheImpl::Create(config, MakeSimRegistrar(config));
     ASSERT_TRUE(cache.ok()) << cache.status();

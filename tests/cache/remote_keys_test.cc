@@ -63,14 +63,21 @@ class RemoteKeysTest : public ::testing::Test {
     if (raw_ != nullptr && raw_ != MAP_FAILED) munmap(raw_, 2 * kBlock);
   }
 
+  static constexpr const char* kNoCompleteMonitor =
+      "neither patch nor symbols+uffd can exist in this build (ENOTSUP)";
+
   // A cache with remote_keys=`mode` and a monitor that reports every release
-  // (patch, else uffd); false if neither installs here.
+  // (patch, else symbols+uffd); false if neither can exist in this build
+  // (ENOTSUP). Any other failure to create the cache is a test failure.
   bool Create(const char* mode) {
     EXPECT_EQ(mrc_config_set(cfg_, "remote_keys", mode), 0);
-    for (const char* monitor : {"patch", "uffd"}) {
-      if (mrc_config_set(cfg_, "monitor", monitor) == 0 &&
-          mrc_cache_create(cfg_, nullptr, &cache_) == 0) {
-        return true;
+    for (const char* monitor : {"patch", "symbols+uffd"}) {
+      EXPECT_EQ(mrc_config_set(cfg_, "monitor", monitor), 0);
+      const int rc = mrc_cache_create(cfg_, nullptr, &cache_);
+      if (rc == 0) return true;
+      if (rc != ENOTSUP) {
+        ADD_FAILURE() << "monitor " << monitor << ": " << mrc_strerror(rc);
+        return false;
       }
     }
     return false;
@@ -99,7 +106,7 @@ class RemoteKeysTest : public ::testing::Test {
 };
 
 TEST_F(RemoteKeysTest, SharedRemoteRegionCoversOnlyTheRequestedPagesOfAResidentBlock) {
-  if (!Create("shared")) GTEST_SKIP() << "neither the patch nor the uffd monitor installs here";
+  if (!Create("shared")) GTEST_SKIP() << kNoCompleteMonitor;
   char* a = block_ + 4 * kMiB;
   char* b = a + kGap;  // same block, same mapping
   mrc_region_info_t first = GetPut(a, 4096, kRemote);
@@ -112,7 +119,7 @@ TEST_F(RemoteKeysTest, SharedRemoteRegionCoversOnlyTheRequestedPagesOfAResidentB
 }
 
 TEST_F(RemoteKeysTest, SharedLocalOnlyRequestsStillBridgeTheResidentBlock) {
-  if (!Create("shared")) GTEST_SKIP() << "neither the patch nor the uffd monitor installs here";
+  if (!Create("shared")) GTEST_SKIP() << kNoCompleteMonitor;
   char* a = block_ + 4 * kMiB;
   char* b = a + kGap;
   GetPut(a, 4096, kLocalWrite);
@@ -123,7 +130,7 @@ TEST_F(RemoteKeysTest, SharedLocalOnlyRequestsStillBridgeTheResidentBlock) {
 }
 
 TEST_F(RemoteKeysTest, SharedRemoteRegionIsReusedByLaterRemoteRequests) {
-  if (!Create("shared")) GTEST_SKIP() << "neither the patch nor the uffd monitor installs here";
+  if (!Create("shared")) GTEST_SKIP() << kNoCompleteMonitor;
   GetPut(block_, 8 * kPage, kRemote);
   GetPut(block_ + kPage, 100, kRemote);
   EXPECT_EQ(Stats().registrations, 1u);
@@ -131,7 +138,7 @@ TEST_F(RemoteKeysTest, SharedRemoteRegionIsReusedByLaterRemoteRequests) {
 }
 
 TEST_F(RemoteKeysTest, PrivateRemoteRequestIsExactDeregisteredAtPutAndCounted) {
-  if (!Create("private")) GTEST_SKIP() << "neither the patch nor the uffd monitor installs here";
+  if (!Create("private")) GTEST_SKIP() << kNoCompleteMonitor;
   char* addr = block_ + 4 * kMiB + 100;
   mrc_region_t* r = nullptr;
   ASSERT_EQ(mrc_get(cache_, addr, 300, kLocalWrite | kRemoteRead, &r), 0);
@@ -151,7 +158,7 @@ TEST_F(RemoteKeysTest, PrivateRemoteRequestIsExactDeregisteredAtPutAndCounted) {
 }
 
 TEST_F(RemoteKeysTest, PrivateModeStillBridgesLocalOnlyRequests) {
-  if (!Create("private")) GTEST_SKIP() << "neither the patch nor the uffd monitor installs here";
+  if (!Create("private")) GTEST_SKIP() << kNoCompleteMonitor;
   GetPut(block_ + 4 * kMiB, 4096, kLocalWrite);
   mrc_region_info_t second = GetPut(block_ + 4 * kMiB + kGap, 4096, kLocalWrite);
   EXPECT_GT(second.length, kGap);
