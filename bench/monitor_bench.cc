@@ -30,7 +30,8 @@
 
 namespace {
 
-const char* const kMonitors[] = {"none", "symbols", "patch", "uffd", "auto"};
+// uffd only with a monitor that reports releases first: a cache refuses it alone.
+const char* const kMonitors[] = {"none", "symbols", "patch", "symbols+uffd", "auto"};
 
 void BM_MmapMunmap4K(benchmark::State& state) {
   const char* monitor = kMonitors[state.range(0)];

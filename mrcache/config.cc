@@ -199,7 +199,7 @@ const std::vector<KeyRow>& Rows() {
       {{"monitor",
         "`none`, `symbols`, `patch`, `uffd`, `jemalloc`, `auto` (adds `uffd` where a "
         "sanitizer runtime is loaded), or a `+`-joined list (`auto+uffd`: also an inline "
-        "`syscall` instruction)",
+        "`syscall` instruction); `uffd` only with `symbols`, `patch` or `auto`",
         "`auto`"},
        "none|symbols|patch|uffd|jemalloc|auto, '+'-joined",
        [](Config& c, absl::string_view v) {
@@ -335,9 +335,39 @@ absl::StatusOr<Config> Config::FromEnvironment(Config defaults) {
   return defaults;
 }
 
+namespace {
+// True if the '+'-joined `monitor` list has `uffd` but no part that reports
+// releases before they happen (`symbols`, `patch`, `auto`).
+bool UffdWithoutAFence(absl::string_view monitor) {
+  bool uffd = false, fence = false;
+  while (true) {
+    const size_t plus = monitor.find('+');
+    const absl::string_view part = monitor.substr(0, plus);
+    uffd |= part == "uffd";
+    fence |= part == "symbols" || part == "patch" || part == "auto";
+    if (plus == absl::string_view::npos) return uffd && !fence;
+    monitor.remove_prefix(plus + 1);
+  }
+}
+}  // namespace
+
 absl::Status Config::Validate() const {
   if (alignment != 0 && (!IsPowerOfTwo(alignment) || alignment < kMinAlignment)) {
     return ErrnoStatus(EINVAL, "alignment must be a power of two >= 8 (0 = the page size)");
+  }
+  // userfaultfd reports an unmap or mremap only after the kernel let go of
+  // the addresses (another thread may map them and hit the old registration
+  // first) and madvise(DONTNEED) before the pages go (a miss in between pins
+  // the old ones): alone it serves stale registrations under concurrent
+  // release (tests/monitors/README.md, "Concurrent release and reuse").
+  if (UffdWithoutAFence(monitor)) {
+    return ErrnoStatus(
+        EINVAL, "monitor '" + monitor +
+                    "': uffd alone cannot keep registrations fresh when threads release and map "
+                    "memory concurrently (the kernel reports munmap and mremap after other "
+                    "threads can map the addresses again, madvise(DONTNEED) before its pages "
+                    "go); use 'auto+uffd' (or 'patch+uffd', 'symbols+uffd'), which reports "
+                    "releases before they happen and adds uffd's events");
   }
   return absl::OkStatus();
 }

@@ -93,7 +93,10 @@ struct Config {
   // All keys with their documentation, in the same order. The one table Set,
   // Get and Keys are made from.
   static const std::vector<ConfigKeyInfo>& KeyTable();
-  // Cross-key checks (alignment 0 or a power of two >= kMinAlignment, ...).
+  // Cross-key checks (alignment 0 or a power of two >= kMinAlignment, ...),
+  // and EINVAL for a monitor list whose only part is `uffd` (with `none` or
+  // `jemalloc` at most): it cannot keep registrations fresh under concurrent
+  // release.
   absl::Status Validate() const;
 };
 

@@ -16,7 +16,7 @@ ROWS = ["munmap", "mremap_move", "mremap_shrink", "madvise_dontneed", "madvise_f
         "memfd_ftruncate", "shm_open_ftruncate", "shm_open_truncate", "memfd_punch_hole",
         "mremap_onto_target", "madvise_dontneed_thp", "glibc_free", "jemalloc_purge",
         "syscall_munmap", "raw_munmap"]
-COLUMNS = ["none", "symbols", "patch", "uffd", "jemalloc", "auto", "auto+uffd"]
+COLUMNS = ["none", "symbols", "patch", "jemalloc", "auto", "auto+uffd"]
 LINE = re.compile(r"^matrix (\S+) (\S+) (covered|stale) (\d+)$")
 
 

@@ -1,4 +1,6 @@
-// The uffd monitor through a cache: it watches whole mappings, so it never
+// The uffd monitor through a cache (with `symbols`: a cache refuses uffd
+// alone, and symbols installs nothing into the mappings and reports only the
+// libc calls, which the unmap test below bypasses): it watches whole mappings, so it never
 // fragments the application's address space nor changes what the
 // application's own memory calls do (mmap, mprotect, mremap), it stays below
 // the map-count limit, and every range it cannot watch is counted in
@@ -23,6 +25,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "mrcache/monitors/raw_syscall.h"
 #include "mrcache/monitors/uffd_monitor.h"
 #include "mrcache/mrcache.h"
 #include "tests/monitors/map_count.h"
@@ -32,6 +35,7 @@ namespace testing {
 namespace {
 
 constexpr int kLocalWrite = 1;  // IBV_ACCESS_LOCAL_WRITE
+constexpr const char* kUffd = "symbols+uffd";
 const size_t kPage = static_cast<size_t>(sysconf(_SC_PAGESIZE));
 
 char* MapAnonymous(size_t len, int prot = PROT_READ | PROT_WRITE) {
@@ -124,7 +128,7 @@ class UffdMappingsTest : public ::testing::Test {
 };
 
 TEST_F(UffdMappingsTest, FortyThousandPageSeparatedRegionsInOneMappingAddAtMostAThousandMappings) {
-  if (!Open("uffd", "sim")) return;
+  if (!Open(kUffd, "sim")) return;
   constexpr size_t kRegions = 40000;
   char* area = MapAnonymous(2 * kRegions * kPage);
   ASSERT_NE(area, nullptr);
@@ -159,7 +163,7 @@ TEST_F(UffdMappingsTest, FortyThousandPageSeparatedRegionsInOneMappingAddAtMostA
 }
 
 TEST_F(UffdMappingsTest, MremapMovesTheWholeMappingAfterAGetInItsMiddle) {
-  if (!Open("uffd", "sim")) return;
+  if (!Open(kUffd, "sim")) return;
   const size_t len = 256 * 1024;
   char* p = MapAnonymous(len);
   ASSERT_NE(p, nullptr);
@@ -180,7 +184,7 @@ TEST_F(UffdMappingsTest, MremapMovesTheWholeMappingAfterAGetInItsMiddle) {
 }
 
 TEST_F(UffdMappingsTest, MremapGrowsTheMappingInPlaceAfterAGetInItsMiddle) {
-  if (!Open("uffd", "sim")) return;
+  if (!Open(kUffd, "sim")) return;
   const size_t len = 256 * 1024;
   // The room to grow into is freed just before the mremap. Another mapping
   // may still land in it meanwhile (a sanitizer's allocator maps memory at
@@ -217,7 +221,7 @@ TEST_F(UffdMappingsTest, MremapGrowsTheMappingInPlaceAfterAGetInItsMiddle) {
 }
 
 TEST_F(UffdMappingsTest, UnmapAndRemapOfTheSameAddressIsSeenEveryTime) {
-  if (!Open("uffd", "uring")) return;
+  if (!Open(kUffd, "uring")) return;
   const size_t len = 16 * kPage;
   char* p = MapAnonymous(len);
   ASSERT_NE(p, nullptr);
@@ -226,7 +230,8 @@ TEST_F(UffdMappingsTest, UnmapAndRemapOfTheSameAddressIsSeenEveryTime) {
     memset(p, 0, len);
     ASSERT_TRUE(DeviceWriteReachesTheCpu(p, len, static_cast<uint8_t>(round + 1)))
         << "round " << round << ": the cache kept a region of unmapped pages";
-    ASSERT_EQ(munmap(p, len), 0);
+    // Past libc (and so past symbols): only uffd can see this unmap.
+    ASSERT_EQ(RawSyscall(SYS_munmap, reinterpret_cast<long>(p), static_cast<long>(len)), 0);
     bool same = false;
     p = MapAgain(p, len, &same);
     ASSERT_NE(p, nullptr) << strerror(errno);
@@ -335,7 +340,7 @@ TEST_F(UffdMappingsTest, ApplicationsOwnUserfaultfdKeepsWorkingAndTheWatchFailur
 }
 
 TEST_F(UffdMappingsTest, WatchStopsBelowTheMapCountLimitAndCountsWhy) {
-  if (!Open("uffd", "sim")) return;
+  if (!Open(kUffd, "sim")) return;
   const uffd_monitor::MapCountInfo limits = uffd_monitor::MapCount();
   ASSERT_GT(limits.limit, limits.map_count);
   // Split one mapping (page by page, alternating protections) until the
@@ -369,7 +374,7 @@ TEST_F(UffdMappingsTest, WatchStopsBelowTheMapCountLimitAndCountsWhy) {
 }
 
 TEST_F(UffdMappingsTest, RangeSpanningAFileMappingIsCountedAsEinval) {
-  if (!Open("uffd", "sim")) return;
+  if (!Open(kUffd, "sim")) return;
   char path[] = "/tmp/uffd_mappings_testXXXXXX";
   int fd = mkstemp(path);
   ASSERT_GE(fd, 0);

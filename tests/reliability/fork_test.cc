@@ -402,11 +402,14 @@ TEST_P(ForkTest, ChildFollowsTheReadmeSequence) {
 }
 
 INSTANTIATE_TEST_SUITE_P(MonitorsAndRegistrars, ForkTest,
-                         ::testing::Combine(::testing::Values("auto", "patch", "symbols", "uffd",
-                                                              "none"),
+                         ::testing::Combine(::testing::Values("auto", "patch", "symbols",
+                                                              "symbols+uffd", "none"),
                                             ::testing::Values("uring", "sim")),
                          [](const ::testing::TestParamInfo<Param>& info) {
-                           return std::get<0>(info.param) + "_" + std::get<1>(info.param);
+                           std::string monitor = std::get<0>(info.param);
+                           const size_t plus = monitor.find('+');
+                           if (plus != std::string::npos) monitor.replace(plus, 1, "_and_");
+                           return monitor + "_" + std::get<1>(info.param);
                          });
 
 }  // namespace
