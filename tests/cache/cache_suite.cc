@@ -927,5 +927,109 @@ TEST_P(HitPathTest, PutToAnotherCacheIsEinvalEvenAfterAHit) {
 INSTANTIATE_TEST_SUITE_P(Registrars, HitPathTest, ::testing::ValuesIn(testing::SuiteRegistrars()),
                          testing::RegistrarParamName);
 
+// ---- device writes: what a device writing through a region would see ----
+//
+// The key behaviours again, checked the way that matters: a device write
+// through the region the cache returns lands in the memory the CPU sees now.
+// uring and verbs (over softverbs) write through the registration's pinned
+// pages, so a stale registration would make the CPU miss the bytes; sim
+// copies through the CPU mapping and cannot go stale (its control is skipped).
+class DeviceWriteTest : public CacheCoreTest {
+ protected:
+  // Whether DeviceWrite goes through the pinned pages (see above).
+  bool WritesThroughPinnedPages() const { return GetParam().name != "sim"; }
+
+  // Writes 64 bytes of `pattern` through `r` at buffer offset `offset` as a
+  // device would and expects the CPU to read them there (`seen`) or not.
+  // Skips the test where the registrar cannot write as a device (ENOTSUP:
+  // verbs on real hardware).
+  void ExpectDeviceWrite(Region* r, size_t offset, uint8_t pattern, bool seen) {
+    RegionInfo info = GetRegionInfo(r);
+    char* at = buf_ + offset;
+    EXPECT_GE(at, static_cast<char*>(info.addr));
+    EXPECT_LE(at + 64, static_cast<char*>(info.addr) + info.length);
+    std::vector<char> data(64, static_cast<char>(pattern));
+    std::memset(at, 0, data.size());
+    absl::Status w = cache().DeviceWrite(r, static_cast<size_t>(at - static_cast<char*>(info.addr)),
+                                         data.data(), data.size());
+    if (StatusToErrno(w) == ENOTSUP) {
+      GTEST_SKIP() << GetParam().name << " cannot write as a device here: " << w;
+    }
+    ASSERT_TRUE(w.ok()) << w;
+    EXPECT_EQ(std::memcmp(at, data.data(), data.size()) == 0, seen)
+        << "offset " << offset
+        << (seen ? ": the CPU missed the device write"
+                 : ": the device write reached the replaced pages");
+  }
+
+  // Maps fresh pages over [buf_ + offset, + length) without telling the
+  // cache (monitor none): a release that replaces the pages.
+  void ReplacePages(size_t offset, size_t length) {
+    ASSERT_EQ(mmap(buf_ + offset, length, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0),
+              buf_ + offset);
+  }
+};
+
+TEST_P(DeviceWriteTest, AHitWritesTheRegisteredMemory) {
+  Put(Get(0, 4 * kPage));
+  Region* r = Get(kPage, kPage);
+  EXPECT_EQ(state_->registrations.load(), 1) << "a hit";
+  ExpectDeviceWrite(r, kPage + 100, 0x11, true);
+  Put(r);
+}
+
+// The negative control of the next test: the oracle sees a stale region.
+TEST_P(DeviceWriteTest, ARegionOfReplacedPagesNobodyInvalidatedIsStale) {
+  if (!WritesThroughPinnedPages()) {
+    GTEST_SKIP() << GetParam().name << " writes through the CPU mapping: nothing can be stale";
+  }
+  Put(Get(0, kPage));
+  ReplacePages(0, kPage);
+  Region* r = Get(0, kPage);
+  EXPECT_EQ(state_->registrations.load(), 1) << "the stale region was hit";
+  ExpectDeviceWrite(r, 0, 0x22, false);
+  Put(r);
+  ASSERT_TRUE(cache().Invalidate(buf_, kPage).ok());
+}
+
+TEST_P(DeviceWriteTest, AGetAfterInvalidateWritesTheReplacedPages) {
+  Put(Get(0, kPage));
+  ReplacePages(0, kPage);
+  ASSERT_TRUE(cache().Invalidate(buf_, kPage).ok());  // as a monitor would
+  Region* r = Get(0, kPage);
+  EXPECT_EQ(state_->registrations.load(), 2) << "registered again";
+  ExpectDeviceWrite(r, 0, 0x33, true);
+  Put(r);
+}
+
+TEST_P(DeviceWriteTest, AMergedRegionWritesBothRequestsMemory) {
+  LetRegionsLiveAWindow();
+  Region* a = Get(0, 4 * kPage);
+  Region* b = Get(2 * kPage, 4 * kPage);
+  ASSERT_EQ(cache().stats().merges, 1u);
+  ExpectDeviceWrite(b, 0, 0x44, true);               // the first request's pages
+  ExpectDeviceWrite(b, 6 * kPage - 64, 0x45, true);  // the second request's pages
+  Put(a);
+  Put(b);
+}
+
+TEST_P(DeviceWriteTest, AnEvictedRangeIsRegisteredAgainOverItsCurrentPages) {
+  config_.max_regions = 1;
+  config_.max_merge_bytes = 0;
+  Put(Get(0, kPage));
+  Put(Get(2 * kPage, kPage));  // evicts the first
+  ASSERT_EQ(cache().stats().evictions, 1u);
+  ReplacePages(0, kPage);  // the evicted registration's pages go (no report needed)
+  Region* r = Get(0, kPage);
+  EXPECT_EQ(state_->registrations.load(), 3) << "registered again";
+  ExpectDeviceWrite(r, 0, 0x55, true);
+  Put(r);
+}
+
+INSTANTIATE_TEST_SUITE_P(Registrars, DeviceWriteTest,
+                         ::testing::ValuesIn(testing::SuiteRegistrars()),
+                         testing::RegistrarParamName);
+
 }  // namespace
 }  // namespace mrcache
