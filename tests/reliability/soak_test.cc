@@ -56,6 +56,17 @@ using testing::ResidentKib;
 double g_duration_seconds = 3;
 const size_t kPage = static_cast<size_t>(sysconf(_SC_PAGESIZE));
 constexpr size_t kSlots = 16;
+// The RSS growth allowed: about 4x the most measured in each build (3 s runs
+// of this test, root and unprivileged; docs/RELIABILITY.md): plain 88-196
+// KiB, AddressSanitizer 2.7-6.1 MiB (its quarantine and shadow), ThreadSanitizer
+// 0.6-1.6 MiB (its shadow and per-thread state).
+#if defined(__SANITIZE_ADDRESS__)
+constexpr long kRssGrowthBoundKib = 24 * 1024;
+#elif defined(__SANITIZE_THREAD__)
+constexpr long kRssGrowthBoundKib = 6 * 1024;
+#else
+constexpr long kRssGrowthBoundKib = 768;
+#endif
 constexpr size_t kSlotPages = 4;
 
 TEST(SoakTest, WorkersAndAnUnmapperRunWithoutStaleWritesLeaksOrGrowth) {
@@ -168,8 +179,8 @@ TEST(SoakTest, WorkersAndAnUnmapperRunWithoutStaleWritesLeaksOrGrowth) {
   EXPECT_GT(writes.load(), 0u);
   EXPECT_GT(stats.invalidations, 0u);
   // Bounded: the cache keeps at most max_regions unused regions plus its
-  // per-thread tables; 32 MiB leaves room for allocator noise (and sanitizers).
-  EXPECT_LT(growth, 32 * 1024) << "RSS grew by " << growth << " KiB";
+  // per-thread tables (kRssGrowthBoundKib says what was measured).
+  EXPECT_LT(growth, kRssGrowthBoundKib) << "RSS grew by " << growth << " KiB";
   std::printf(
       "RELIABILITY soak seconds=%.1f gets=%llu device_writes=%llu remaps=%llu stale_writes=%llu "
       "leaked=%ld rss_growth_kib=%ld registrations=%d\n",

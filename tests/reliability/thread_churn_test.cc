@@ -85,8 +85,10 @@ TEST(ThreadChurnTest, ShortLivedThreadsAfterAnInvalidationKeepResidentMemoryBoun
       "rss_after_destroy_kib=%ld\n",
       kThreads, kRegions, growth, after);
   EXPECT_EQ(stats.registrations, stats.deregistrations + stats.regions);
-  EXPECT_LE(growth, 64 * 1024) << "RSS grew by " << growth << " KiB over the thread churn";
-  EXPECT_LE(after, 16 * 1024) << "RSS stayed " << after << " KiB above its start after destroy";
+  // About 4x the most measured (root and unprivileged, docs/RELIABILITY.md):
+  // growth 1.2-1.7 MiB, at most 1,160 KiB left after destroy.
+  EXPECT_LE(growth, 6 * 1024) << "RSS grew by " << growth << " KiB over the thread churn";
+  EXPECT_LE(after, 4 * 1024) << "RSS stayed " << after << " KiB above its start after destroy";
 }
 
 }  // namespace
