@@ -53,6 +53,10 @@ case "$FAKE_BAZEL_MODE" in
     gtest_log $logs/gtest_test/test.log 3 0 2
     echo "//t:gtest_test                        FAILED in 0.1s"
     ;;
+  no_cases)
+    gtest_log $logs/gtest_test/test.log 0 0 0
+    echo "//t:gtest_test                        PASSED in 0.1s"
+    ;;
   no_targets)
     echo "ERROR: No test targets were found, yet testing was requested"
     ;;
@@ -93,6 +97,12 @@ run_script failing_case 3
 [ "$status" != 0 ] || { cat "$out"; fail "failing cases but scripts/test exited 0"; }
 [ "$(closing_line)" = "tests: 12 passed, 6 failed, 0 skipped" ] ||
   { cat "$out"; fail "failing cases closed with '$(closing_line)'"; }
+
+# A GoogleTest target that ran no case (a filter that matches nothing) fails.
+run_script no_cases 0
+[ "$status" != 0 ] || { cat "$out"; fail "a target ran no test case but scripts/test exited 0"; }
+[ "$(closing_line)" = "tests: 3 passed, 3 failed, 0 skipped" ] ||
+  { cat "$out"; fail "no cases closed with '$(closing_line)'"; }
 
 # No test target found, whether bazel says so and exits 4 or exits 0 silently.
 run_script no_targets 4
