@@ -57,7 +57,7 @@ double g_duration_seconds = 3;
 const size_t kPage = static_cast<size_t>(sysconf(_SC_PAGESIZE));
 constexpr size_t kSlots = 16;
 // The RSS growth allowed: about 4x the most measured in each build (3 s runs
-// of this test, root and unprivileged; docs/RELIABILITY.md): plain 88-196
+// of this test, root and unprivileged; docs/RELIABILITY.md): plain 88-216
 // KiB, AddressSanitizer 2.7-6.1 MiB (its quarantine and shadow), ThreadSanitizer
 // 0.6-1.6 MiB (its shadow and per-thread state).
 #if defined(__SANITIZE_ADDRESS__)
