@@ -44,6 +44,13 @@ struct PoolChunk {
   // Changes whenever the object is released or reused for another chunk, so
   // that a thread's remembered lookup (pool.cc) can tell it is stale.
   std::atomic<uint64_t> incarnation{0};
+  // Per 4 KiB page: the pool's magazine bin of the buffers that start there,
+  // learnt at their first free (jemalloc gives every buffer starting on one
+  // page the same size class: a slab has one class, a larger buffer its own
+  // extent). The pool resets a page's entry when its extent comes back to it.
+  // Null for chunks too large to be worth a table.
+  std::unique_ptr<std::atomic<uint8_t>[]> page_bins;
+  size_t page_bin_count = 0;
 };
 
 class ChunkMap {

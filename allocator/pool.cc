@@ -22,6 +22,10 @@ namespace mrcache {
 namespace {
 
 constexpr size_t kMinBuffer = 64;  // smallest buffer and its alignment
+// PoolChunk::page_bins: one entry per 4 KiB (jemalloc's pages are no smaller),
+// for chunks of up to 8,192 pages (32 MiB).
+constexpr int kBinPageShift = 12;
+constexpr size_t kMaxBinPages = 8192;
 constexpr size_t kMaxRequest = size_t{1} << 62;
 
 // Set by the alloc hook when it refuses, read by Alloc in the same thread:
@@ -251,6 +255,8 @@ bool Pool::FreeExtent(void* addr, size_t size) {
   if (chunk == nullptr) return true;
   free_.Add(reinterpret_cast<uintptr_t>(addr), size, chunk);
   chunk->free_bytes += size;
+  // No buffer of this extent is live: its pages may next hold another class.
+  ForgetBins(chunk, reinterpret_cast<uintptr_t>(addr) - chunk->start, size);
   if (chunk->free_bytes == chunk->length) {
     if (stats_.retained_bytes + chunk->length <= retain_bytes_) {
       stats_.retained_bytes += chunk->length;
@@ -307,6 +313,15 @@ PoolChunk* Pool::MapChunkLocked(size_t size, size_t alignment) {
   chunk->hugepages = huge;
   chunk->registration = *reg;
   chunk->free_bytes = length;
+  const size_t pages = length >> kBinPageShift;
+  if (pages > kMaxBinPages) {
+    chunk->page_bins.reset();
+    chunk->page_bin_count = 0;
+  } else if (chunk->page_bin_count != pages) {
+    chunk->page_bins.reset(new std::atomic<uint8_t>[pages]);
+    chunk->page_bin_count = pages;
+  }
+  ForgetBins(chunk, 0, length);
   chunk->incarnation.fetch_add(1, std::memory_order_release);
   ++stats_.registrations;
   absl::Status inserted = map_.Insert(chunk);
@@ -326,6 +341,14 @@ PoolChunk* Pool::MapChunkLocked(size_t size, size_t alignment) {
   stats_.hugepage_chunks += huge ? 1 : 0;
   free_.Add(chunk->start, length, chunk);
   return chunk;
+}
+
+void Pool::ForgetBins(PoolChunk* chunk, size_t offset, size_t length) {
+  if (chunk->page_bins == nullptr) return;
+  const size_t end = std::min(chunk->page_bin_count, (offset + length) >> kBinPageShift);
+  for (size_t page = offset >> kBinPageShift; page < end; ++page) {
+    chunk->page_bins[page].store(kBinUnknown, std::memory_order_relaxed);
+  }
 }
 
 void Pool::ReleaseChunkLocked(PoolChunk* chunk) {
@@ -459,8 +482,9 @@ absl::StatusOr<Registration> Pool::ChunkRegistration(const void* ptr) const {
 
 absl::Status Pool::Free(void* ptr) {
   if (ptr == nullptr) return absl::OkStatus();
+  const PoolChunk* chunk = FindChunk(ptr);
   if (ABSL_PREDICT_FALSE((reinterpret_cast<uintptr_t>(ptr) & (kMinBuffer - 1)) != 0 ||
-                         FindChunk(ptr) == nullptr)) {
+                         chunk == nullptr)) {
     return ForeignFree(ptr);
   }
   if (!options_.thread_caches) {
@@ -470,20 +494,34 @@ absl::Status Pool::Free(void* ptr) {
   pool_internal::TcacheSlot& slot = pool_internal::ThreadSlot(id_);
   pool_internal::Magazine* magazine = slot.magazine;
   if (magazine != nullptr) {
-    const size_t usize = mrcache_je_sallocx(ptr, 0);
-    const uint8_t bin = usize <= kMagazineMaxBytes ? bin_of_[usize >> 6] : kNoBin;
+    const uint8_t bin = BinOfFreed(*chunk, ptr);
     if (bin != kNoBin && magazine->count[bin] < bin_depth_[bin]) {
       magazine->slots[bin][magazine->count[bin]++] = ptr;
       return absl::OkStatus();
     }
-    if (bin == kNoBin && usize <= chunk_bytes_ && magazine->large == nullptr) {
-      magazine->large = ptr;
-      magazine->large_usize = usize;
-      return absl::OkStatus();
+    if (bin == kNoBin && magazine->large == nullptr) {
+      const size_t usize = mrcache_je_sallocx(ptr, 0);
+      if (usize <= chunk_bytes_) {
+        magazine->large = ptr;
+        magazine->large_usize = usize;
+        return absl::OkStatus();
+      }
     }
   }
   mrcache_je_dallocx(ptr, slot.flags);
   return absl::OkStatus();
+}
+
+uint8_t Pool::BinOfFreed(const PoolChunk& chunk, void* ptr) const {
+  const size_t page = (reinterpret_cast<uintptr_t>(ptr) - chunk.start) >> kBinPageShift;
+  if (chunk.page_bins != nullptr) {
+    const uint8_t bin = chunk.page_bins[page].load(std::memory_order_relaxed);
+    if (ABSL_PREDICT_TRUE(bin != kBinUnknown)) return bin;
+  }
+  const size_t usize = mrcache_je_sallocx(ptr, 0);
+  const uint8_t bin = usize <= kMagazineMaxBytes ? bin_of_[usize >> 6] : kNoBin;
+  if (chunk.page_bins != nullptr) chunk.page_bins[page].store(bin, std::memory_order_relaxed);
+  return bin;
 }
 
 absl::Status Pool::ForeignFree(const void* ptr) const {

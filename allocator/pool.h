@@ -162,9 +162,15 @@ class Pool {
   // Under mu_: a new registered chunk for an extent of `size`, its whole
   // range free; null (and the hook error set) if it cannot be had.
   PoolChunk* MapChunkLocked(size_t size, size_t alignment);
+  // Under mu_: marks the pages of [offset, offset + length) of the chunk
+  // as holding buffers of no known class.
+  static void ForgetBins(PoolChunk* chunk, size_t offset, size_t length);
   // Under mu_: deregisters and unmaps an empty chunk.
   void ReleaseChunkLocked(PoolChunk* chunk);
   bool SameChunk(const void* a, const void* b) const;
+  // The magazine bin of a buffer being freed (kNoBin: none), from its page's
+  // entry in the chunk, or from jemalloc the first time.
+  uint8_t BinOfFreed(const PoolChunk& chunk, void* ptr) const;
   void* MapAligned(size_t length, size_t alignment, bool hugepages, size_t* map_length);
   void ReleaseAll();
 
@@ -184,6 +190,7 @@ class Pool {
   // the bin (kNoBin: not cached), and each bin's depth.
   static constexpr size_t kMagazineMaxBytes = 65536;
   static constexpr uint8_t kNoBin = 0xff;
+  static constexpr uint8_t kBinUnknown = 0xfe;  // PoolChunk::page_bins: not learnt yet
   uint8_t bin_of_[kMagazineMaxBytes / 64 + 1];
   uint8_t bin_depth_[64];
 

@@ -31,11 +31,13 @@
 // history. Registrations == deregistrations after the pool is destroyed.
 //
 // Rounds: CI runs the counts below; POOL_REUSE_ROUNDS=10000 (with
-// --test_env) runs every round-based pattern 10,000 rounds.
+// --test_env) runs every round-based pattern 10,000 rounds, and
+// POOL_REUSE_SOAK_OPS the soak's operations (20,000 in CI).
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstdlib>
+#include <cstring>
 #include <deque>
 #include <mutex>
 #include <random>
@@ -75,7 +77,8 @@ unsigned ReadUnsigned(const char* name) {
 std::vector<size_t> SizeClasses() {
   std::vector<size_t> sizes;
   const unsigned bins = ReadUnsigned("arenas.nbins");
-  for (unsigned i = 0; i < bins; ++i) sizes.push_back(ReadSize(absl::StrCat("arenas.bin.", i, ".size")));
+  for (unsigned i = 0; i < bins; ++i)
+    sizes.push_back(ReadSize(absl::StrCat("arenas.bin.", i, ".size")));
   const unsigned large = ReadUnsigned("arenas.nlextents");
   for (unsigned i = 0; i < large; ++i) {
     const size_t size = ReadSize(absl::StrCat("arenas.lextent.", i, ".size"));
@@ -247,6 +250,49 @@ TEST_F(PoolReuseTest, RandomInterleavingReusesEverySizeClass) {
   }
 }
 
+// Allocates n buffers of `size`, checks that each is at least that large
+// (jemalloc's usable size) and that they own disjoint bytes, and frees them.
+void AllocCheckFree(PoolReuseTest* test, size_t size, size_t n) {
+  std::vector<unsigned char*> buffers;
+  for (size_t i = 0; i < n; ++i) {
+    auto* p = static_cast<unsigned char*>(test->Alloc(size));
+    ASSERT_NE(p, nullptr);
+    ASSERT_GE(mrcache_je_sallocx(p, 0), size) << "a smaller buffer for " << size << " B";
+    std::memset(p, static_cast<int>(i + 1), size);
+    buffers.push_back(p);
+  }
+  for (size_t i = 0; i < n; ++i) {
+    const unsigned char want = static_cast<unsigned char>(i + 1);
+    ASSERT_EQ(buffers[i][0], want) << size << " B buffer " << i << " was overwritten";
+    ASSERT_EQ(buffers[i][size - 1], want) << size << " B buffer " << i << " was overwritten";
+  }
+  std::sort(buffers.begin(), buffers.end());
+  for (size_t i = 1; i < n; ++i) {
+    ASSERT_LE(buffers[i - 1] + size, buffers[i]) << size << " B buffers overlap";
+  }
+  for (unsigned char* p : buffers) test->Free(p);
+}
+
+TEST_F(PoolReuseTest, PagesReusedByAnotherSizeClassServeOnlyThatClass) {
+  // The pages of a larger class's buffers go back to the pool (trimmed), a
+  // smaller class gets them and frees its buffers into the thread's cache;
+  // the larger class's next buffers must still be its own size. Classes up
+  // to 128 KiB: the per-thread caches sort buffers by class up to 64 KiB.
+  std::vector<size_t> sizes = SizeClasses();
+  sizes.erase(std::remove_if(sizes.begin(), sizes.end(), [](size_t s) { return s > 128 * kKiB; }),
+              sizes.end());
+  for (size_t i = 1; i < sizes.size(); ++i) {
+    const size_t big = sizes[i], small = sizes[i - 1];
+    const size_t n = std::min<size_t>(CountFor(big), 64);
+    AllocCheckFree(this, big, n);
+    pool_->Trim();
+    AllocCheckFree(this, small, std::min<size_t>(CountFor(small), 64));
+    AllocCheckFree(this, big, n);
+    pool_->Trim();
+    if (HasFailure()) return;
+  }
+}
+
 // A bounded hand-off from one thread to another.
 class Handoff {
  public:
@@ -342,10 +388,11 @@ TEST_F(PoolReuseTest, TwoThreadsEachRunRoundsOfEverySizeClass) {
 TEST_F(PoolReuseTest, SoakOfMixedSizesAndPatternsStaysBounded) {
   // Sizes the users hit plus the extremes, freed at random with a
   // bounded live set; the bound sums the per-class allowances.
-  const std::vector<size_t> sizes = {64,         4 * kKiB,  14 * kKiB, 16 * kKiB, 20000,
-                                     64 * kKiB,  256 * kKiB, kMiB,     kChunk + 64};
+  const std::vector<size_t> sizes = {64,        4 * kKiB,   14 * kKiB, 16 * kKiB,  20000,
+                                     64 * kKiB, 256 * kKiB, kMiB,      kChunk + 64};
   std::mt19937_64 rng(3800);
-  const size_t ops = static_cast<size_t>(RoundsFromEnvironment(5)) * 10000;
+  const char* env_ops = std::getenv("POOL_REUSE_SOAK_OPS");
+  const size_t ops = env_ops != nullptr ? std::strtoull(env_ops, nullptr, 10) : 20000;
   std::vector<std::pair<void*, size_t>> live;
   size_t live_bytes = 0, peak = 0;
   for (size_t op = 0; op < ops && !HasFailure(); ++op) {
