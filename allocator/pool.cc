@@ -258,7 +258,9 @@ bool Pool::FreeExtent(void* addr, size_t size) {
   // No buffer of this extent is live: its pages may next hold another class.
   ForgetBins(chunk, reinterpret_cast<uintptr_t>(addr) - chunk->start, size);
   if (chunk->free_bytes == chunk->length) {
-    if (stats_.retained_bytes + chunk->length <= retain_bytes_) {
+    // A chunk longer than pool_chunk_bytes held one buffer; it is not kept,
+    // so that it never holds several (mrcache.h's rkey scope relies on it).
+    if (chunk->length <= chunk_bytes_ && stats_.retained_bytes + chunk->length <= retain_bytes_) {
       stats_.retained_bytes += chunk->length;
     } else {
       ReleaseChunkLocked(chunk);
@@ -268,7 +270,9 @@ bool Pool::FreeExtent(void* addr, size_t size) {
 }
 
 PoolChunk* Pool::MapChunkLocked(size_t size, size_t alignment) {
-  const size_t length = std::max(chunk_bytes_, RoundUp(size, PageSize()));
+  // An extent larger than half a chunk gets a chunk of its own, as long as
+  // the extent: in a shared chunk, the rest could not hold another like it.
+  const size_t length = size > chunk_bytes_ / 2 ? RoundUp(size, PageSize()) : chunk_bytes_;
   if (stats_.registered_bytes + length > max_bytes_ || length > max_bytes_) {
     SetHookError(ENOMEM,
                  absl::StrCat("pool_max_bytes ", max_bytes_, " reached (", stats_.registered_bytes,

@@ -8,7 +8,8 @@
 // How: a dedicated jemalloc arena (arenas.create) in the pool's private copy of
 // jemalloc (private_jemalloc.h; the application's malloc stays its own) whose
 // extent hooks carve jemalloc's extents out of the pool's chunks. A chunk is
-// config.pool_chunk_bytes (or the extent's size, page-rounded, when larger),
+// config.pool_chunk_bytes (or the extent's size, page-rounded, when that is
+// more than half a chunk),
 // aligned to the chunk size, with hugepages when config.pool_hugepages is set
 // and the kernel has them (else normal pages and one line on stderr), and is
 // registered with the Registrar once, when mapped. The free parts of the
@@ -18,7 +19,8 @@
 // (opt.retain off, decay times 0: an extent freed is handed back to the
 // dalloc hook at once), so a chunk whose buffers are all free is known at the
 // moment its last extent comes back. Such empty chunks are kept, up to
-// config.pool_retain_bytes in total, for reuse; any other is deregistered and
+// config.pool_retain_bytes in total, for reuse; any other, and any chunk
+// longer than pool_chunk_bytes (made for one buffer), is deregistered and
 // unmapped there and then.
 //
 // What stays registered beyond the live buffers: the empty chunks kept

@@ -76,7 +76,7 @@ void PrintPoolRkeyScope(const mrcache::Config& config) {
   }
   std::printf(
       "  %-20s = whole chunk: a buffer's rkey reaches every byte of its %zu-byte chunk%s "
-      "(other buffers included), or of a larger buffer's own chunk\n",
+      "(other buffers included), or of its own chunk if larger than half a chunk\n",
       "rkey scope", config.pool_chunk_bytes,
       config.pool_hugepages ? " (at least a huge page)" : "");
 }

@@ -292,8 +292,9 @@ const std::vector<KeyRow>& Rows() {
        [](const Config& c) { return std::string(c.pool_hugepages ? "1" : "0"); }},
       {{"pool_retain_bytes",
         "pooled allocator: bytes of chunks whose buffers are all free that stay registered for "
-        "reuse; an emptied chunk beyond them is deregistered and unmapped",
-        "2M"},
+        "reuse (a burst of buffers within them costs no new registration); an emptied chunk "
+        "beyond them is deregistered and unmapped",
+        "32M"},
        "a size",
        [](Config& c, absl::string_view v) { return SetSize(&c.pool_retain_bytes, v); },
        [](const Config& c) { return Num(c.pool_retain_bytes); }},

@@ -71,7 +71,7 @@ struct Config {
   bool pool_hugepages = false;
   // Bytes of chunks whose buffers are all free that the pool keeps registered
   // for reuse; an emptied chunk beyond that is deregistered and unmapped.
-  size_t pool_retain_bytes = size_t{2} << 20;
+  size_t pool_retain_bytes = size_t{32} << 20;
   // Access flags (kAccess* of registrar.h) every pool chunk is registered
   // with: kAccessLocalWrite and any of kAccessRemoteRead, kAccessRemoteWrite,
   // kAccessRemoteAtomic. A remote right reaches the whole chunk.

@@ -247,12 +247,11 @@ int mrc_set_retire_callback(mrc_cache_t *cache, mrc_retire_cb_t fn, void *arg);
 
 /* ---- pool of pre-registered buffers -------------------------------------- */
 /* In libmrcache_pool.so (-lmrcache_pool). Buffers come from chunks of
- * pool_chunk_bytes (aligned to pool_chunk_bytes; a buffer larger than that
- * gets a chunk of its own), each registered once through `cache` with the
- * rights of pool_access. A freed buffer is reused by later allocations; a
- * chunk whose buffers are all free is kept registered up to pool_retain_bytes
- * of such chunks, else deregistered and unmapped. All pool functions are
- * thread-safe.
+ * pool_chunk_bytes (aligned to pool_chunk_bytes; a buffer larger than half
+ * that gets a chunk of its own, as long as the buffer), each registered once through `cache` with
+ * the rights of pool_access. A freed buffer is reused by later allocations; a chunk whose buffers
+ * are all free is kept registered up to pool_retain_bytes of such chunks (never one longer than
+ * pool_chunk_bytes), else deregistered and unmapped. All pool functions are thread-safe.
  *
  * What an rkey reaches: a buffer's keys are those of its whole chunk, so with
  * a remote right in pool_access (default local_write: none) the rkey of a
