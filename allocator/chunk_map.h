@@ -14,8 +14,9 @@
 //    even inside the chunk's last granule.
 //  - Readers (Find) run concurrently with writers; writers (Insert, Erase)
 //    must be serialized by the caller. A chunk must stay alive until it has
-//    been erased and no reader can still hold it (the pool erases only at
-//    destruction, when no other call may run).
+//    been erased and no reader can still hold it (the pool never frees a
+//    PoolChunk before its own destruction: a released chunk's object is kept
+//    and reused, so a reader racing with a release reads valid memory).
 //  - Leaves are allocated on first use and freed with the map.
 #ifndef MRCACHE_ALLOCATOR_CHUNK_MAP_H_
 #define MRCACHE_ALLOCATOR_CHUNK_MAP_H_
@@ -37,6 +38,19 @@ struct PoolChunk {
   size_t map_length = 0;   // bytes mapped (>= length; hugepage rounding)
   bool hugepages = false;  // mapped with MAP_HUGETLB
   Registration registration;
+  // Bytes of the chunk not handed to jemalloc (the pool's mutex guards it);
+  // == length: every buffer of the chunk is free.
+  size_t free_bytes = 0;
+  // Changes whenever the object is released or reused for another chunk, so
+  // that a thread's remembered lookup (pool.cc) can tell it is stale.
+  std::atomic<uint64_t> incarnation{0};
+  // Per 4 KiB page: the pool's magazine bin of the buffers that start there,
+  // learnt at their first free (jemalloc gives every buffer starting on one
+  // page the same size class: a slab has one class, a larger buffer its own
+  // extent). The pool resets a page's entry when its extent comes back to it.
+  // Null for chunks too large to be worth a table.
+  std::unique_ptr<std::atomic<uint8_t>[]> page_bins;
+  size_t page_bin_count = 0;
 };
 
 class ChunkMap {

@@ -22,6 +22,10 @@ namespace mrcache {
 namespace {
 
 constexpr size_t kMinBuffer = 64;  // smallest buffer and its alignment
+// PoolChunk::page_bins: one entry per 4 KiB (jemalloc's pages are no smaller),
+// for chunks of up to 8,192 pages (32 MiB).
+constexpr int kBinPageShift = 12;
+constexpr size_t kMaxBinPages = 8192;
 constexpr size_t kMaxRequest = size_t{1} << 62;
 
 // Set by the alloc hook when it refuses, read by Alloc in the same thread:
@@ -36,11 +40,14 @@ thread_local const Pool* t_creating_pool = nullptr;
 // The chunk this thread last found, per pool id (ids are never reused, so an
 // entry of a destroyed pool never matches; its chunk is never dereferenced
 // then). Saves the radix walk when a thread allocates from one chunk in a row.
+// The chunk object outlives every release (Pool::chunks_); its incarnation
+// tells whether it still is the chunk that was found.
 struct ChunkHint {
   uint64_t pool_id;
   uintptr_t start;
   size_t length;
   const PoolChunk* chunk;
+  uint64_t incarnation;
 };
 thread_local ChunkHint t_chunk_hint;
 
@@ -90,13 +97,16 @@ Pool::Pool(Registrar& registrar, const Config& config, const PoolOptions& option
       chunk_bytes_(config.pool_hugepages ? std::max(config.pool_chunk_bytes, HugepageSize())
                                          : config.pool_chunk_bytes),
       max_bytes_(config.pool_max_bytes),
+      retain_bytes_(config.pool_retain_bytes),
       options_(options),
       id_(pool_internal::NewPoolId()),
       hugepages_(config.pool_hugepages),
       map_(__builtin_ctzll(chunk_bytes_)) {}
 
 absl::StatusOr<std::unique_ptr<Pool>> Pool::Create(Registrar& registrar, const Config& config) {
-  return Create(registrar, config, PoolOptions());
+  PoolOptions options;
+  options.access = config.pool_access;
+  return Create(registrar, config, options);
 }
 
 absl::StatusOr<std::unique_ptr<Pool>> Pool::Create(Registrar& registrar, const Config& config,
@@ -127,12 +137,16 @@ absl::Status Pool::Init() {
                bool* commit, unsigned) -> void* {
     // Growing in place at new_addr is declined; jemalloc moves the data then.
     if (new_addr != nullptr) return nullptr;
-    void* p = reinterpret_cast<Hooks*>(hooks)->pool->AllocChunk(size, alignment);
-    if (p != nullptr) *zero = *commit = true;  // fresh anonymous pages, always committed
+    void* p = reinterpret_cast<Hooks*>(hooks)->pool->AllocExtent(size, alignment);
+    if (p == nullptr) return nullptr;
+    // A range may be reused: zero it only when jemalloc needs zeroes.
+    if (*zero) std::memset(p, 0, size);
+    *commit = true;  // always committed: pinned pages never go away
     return p;
   };
-  // Memory goes back to the system only when the pool is destroyed: refuse.
-  h.dalloc = [](extent_hooks_t*, void*, size_t, bool, unsigned) { return true; };
+  h.dalloc = [](extent_hooks_t* hooks, void* addr, size_t size, bool, unsigned) {
+    return reinterpret_cast<Hooks*>(hooks)->pool->FreeExtent(addr, size);
+  };
   // Called by arena.destroy for extents it retained; ReleaseAll unmaps chunks.
   h.destroy = [](extent_hooks_t*, void*, size_t, bool, unsigned) {};
   h.commit = [](extent_hooks_t*, void*, size_t, size_t, size_t, unsigned) { return false; };
@@ -161,28 +175,23 @@ absl::Status Pool::Init() {
   arena_flags_ = MALLOCX_ARENA(arena_);
   BuildSizeClasses();
   const std::string arena = absl::StrCat("arena.", arena_, ".");
-  ssize_t never = -1;
+  // Decay 0: an extent freed into the arena goes straight back to the dalloc
+  // hook (never to MADV_DONTNEED: the purge hooks refuse), so the pool sees
+  // every chunk that becomes empty.
+  ssize_t immediately = 0;
   for (const char* key : {"dirty_decay_ms", "muzzy_decay_ms"}) {
-    err = Mallctl(arena + key, nullptr, nullptr, &never, sizeof never);
+    err = Mallctl(arena + key, nullptr, nullptr, &immediately, sizeof immediately);
     if (err != 0) {
       return ErrnoStatus(
-          err, absl::StrCat("jemalloc ", arena, key, " = -1 failed: ", std::strerror(err)));
+          err, absl::StrCat("jemalloc ", arena, key, " = 0 failed: ", std::strerror(err)));
     }
   }
   bool retain = false;
   len = sizeof retain;
   if (mrcache_je_mallctl("opt.retain", &retain, &len, nullptr, 0) == 0 && retain) {
-    // jemalloc grows its retained address space by one chunk at a time.
-    size_t limit = chunk_bytes_;
-    err = Mallctl(arena + "retain_grow_limit", nullptr, nullptr, &limit, sizeof limit);
-    if (err != 0) {
-      return ErrnoStatus(
-          err, absl::StrCat("jemalloc ", arena, "retain_grow_limit failed: ", std::strerror(err)));
-    }
-  } else {
     Log(LogLevel::kWarning,
-        "pool: jemalloc opt.retain is off (MALLOC_CONF?): every extent jemalloc asks for "
-        "becomes its own registration");
+        "pool: jemalloc opt.retain is on (MALLOC_CONF?): jemalloc keeps the address space "
+        "of freed extents, so empty chunks may never be released");
   }
   return absl::OkStatus();
 }
@@ -211,10 +220,10 @@ void* Pool::MapAligned(size_t length, size_t alignment, bool hugepages, size_t* 
   return p;
 }
 
-void* Pool::AllocChunk(size_t size, size_t alignment) {
+void* Pool::AllocExtent(size_t size, size_t alignment) {
   std::lock_guard<std::mutex> lock(mu_);
-  size_t map_length = 0;
   if (t_creating_pool == this) {
+    size_t map_length = 0;
     void* p = MapAligned(size, alignment, false, &map_length);
     if (p == nullptr) {
       SetHookError(errno, absl::StrCat("mmap of ", size,
@@ -224,43 +233,102 @@ void* Pool::AllocChunk(size_t size, size_t alignment) {
     metadata_maps_.emplace_back(p, map_length);
     return p;
   }
-  if (stats_.registered_bytes + size > max_bytes_ || size > max_bytes_) {
+  // An empty chunk counts in retained_bytes, except a new one (below).
+  FreeRanges::Taken taken = free_.Take(size, alignment);
+  bool retained = true;
+  if (taken.owner == nullptr) {
+    if (MapChunkLocked(size, alignment) == nullptr) return nullptr;
+    taken = free_.Take(size, alignment);
+    retained = false;
+  }
+  auto* chunk = const_cast<PoolChunk*>(static_cast<const PoolChunk*>(taken.owner));
+  if (retained && chunk->free_bytes == chunk->length) stats_.retained_bytes -= chunk->length;
+  chunk->free_bytes -= size;
+  return reinterpret_cast<void*>(taken.start);
+}
+
+bool Pool::FreeExtent(void* addr, size_t size) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto* chunk = const_cast<PoolChunk*>(map_.Find(addr));
+  // jemalloc's metadata mapped while the arena was created: ReleaseAll
+  // unmaps it; refusing leaves it alone.
+  if (chunk == nullptr) return true;
+  free_.Add(reinterpret_cast<uintptr_t>(addr), size, chunk);
+  chunk->free_bytes += size;
+  // No buffer of this extent is live: its pages may next hold another class.
+  ForgetBins(chunk, reinterpret_cast<uintptr_t>(addr) - chunk->start, size);
+  if (chunk->free_bytes == chunk->length) {
+    // A chunk longer than pool_chunk_bytes held one buffer; it is not kept,
+    // so that it never holds several (mrcache.h's rkey scope relies on it).
+    if (chunk->length <= chunk_bytes_ && stats_.retained_bytes + chunk->length <= retain_bytes_) {
+      stats_.retained_bytes += chunk->length;
+    } else {
+      ReleaseChunkLocked(chunk);
+    }
+  }
+  return false;
+}
+
+PoolChunk* Pool::MapChunkLocked(size_t size, size_t alignment) {
+  // An extent larger than half a chunk gets a chunk of its own, as long as
+  // the extent: in a shared chunk, the rest could not hold another like it.
+  const size_t length = size > chunk_bytes_ / 2 ? RoundUp(size, PageSize()) : chunk_bytes_;
+  if (stats_.registered_bytes + length > max_bytes_ || length > max_bytes_) {
     SetHookError(ENOMEM,
                  absl::StrCat("pool_max_bytes ", max_bytes_, " reached (", stats_.registered_bytes,
-                              " bytes registered, a chunk of ", size, " more needed)"));
+                              " bytes registered, a chunk of ", length, " more needed)"));
     return nullptr;
   }
   const size_t align = std::max(alignment, chunk_bytes_);
   bool huge = hugepages_;
-  void* p = MapAligned(size, align, huge, &map_length);
+  size_t map_length = 0;
+  void* p = MapAligned(length, align, huge, &map_length);
   if (p == nullptr && huge) {
     Log(LogLevel::kWarning,
         absl::StrFormat("pool: pool_hugepages=1 but a MAP_HUGETLB mapping of %zu bytes failed "
                         "(%s; see /proc/sys/vm/nr_hugepages): falling back to normal pages",
-                        size, std::strerror(errno)));
+                        length, std::strerror(errno)));
     hugepages_ = huge = false;
-    p = MapAligned(size, align, false, &map_length);
+    p = MapAligned(length, align, false, &map_length);
   }
   if (p == nullptr) {
-    SetHookError(ENOMEM, absl::StrCat("mmap of ", size, " bytes: ", std::strerror(errno)));
+    SetHookError(ENOMEM, absl::StrCat("mmap of ", length, " bytes: ", std::strerror(errno)));
     return nullptr;
   }
-  absl::StatusOr<Registration> reg = registrar_.Register(p, size, options_.access);
+  absl::StatusOr<Registration> reg = registrar_.Register(p, length, options_.access);
   if (!reg.ok()) {
     munmap(p, map_length);
     SetHookError(StatusToErrno(reg.status()),
-                 absl::StrCat(registrar_.name(), " registrar refused a pool chunk of ", size,
+                 absl::StrCat(registrar_.name(), " registrar refused a pool chunk of ", length,
                               " bytes: ", reg.status().message()));
     return nullptr;
   }
-  auto chunk = std::make_unique<PoolChunk>();
+  PoolChunk* chunk;
+  if (!unmapped_.empty()) {
+    chunk = unmapped_.back();
+    unmapped_.pop_back();
+  } else {
+    chunks_.push_back(std::make_unique<PoolChunk>());
+    chunk = chunks_.back().get();
+  }
   chunk->start = reinterpret_cast<uintptr_t>(p);
-  chunk->length = size;
+  chunk->length = length;
   chunk->map_length = map_length;
   chunk->hugepages = huge;
   chunk->registration = *reg;
+  chunk->free_bytes = length;
+  const size_t pages = length >> kBinPageShift;
+  if (pages > kMaxBinPages) {
+    chunk->page_bins.reset();
+    chunk->page_bin_count = 0;
+  } else if (chunk->page_bin_count != pages) {
+    chunk->page_bins.reset(new std::atomic<uint8_t>[pages]);
+    chunk->page_bin_count = pages;
+  }
+  ForgetBins(chunk, 0, length);
+  chunk->incarnation.fetch_add(1, std::memory_order_release);
   ++stats_.registrations;
-  absl::Status inserted = map_.Insert(chunk.get());
+  absl::Status inserted = map_.Insert(chunk);
   if (!inserted.ok()) {
     absl::Status dereg = registrar_.Deregister(*reg);
     ++stats_.deregistrations;
@@ -268,14 +336,42 @@ void* Pool::AllocChunk(size_t size, size_t alignment) {
       Log(LogLevel::kError, absl::StrCat("pool: deregistering a chunk failed: ", dereg.message()));
     }
     munmap(p, map_length);
+    unmapped_.push_back(chunk);
     SetHookError(StatusToErrno(inserted), std::string(inserted.message()));
     return nullptr;
   }
   ++stats_.chunks;
-  stats_.registered_bytes += size;
+  stats_.registered_bytes += length;
   stats_.hugepage_chunks += huge ? 1 : 0;
-  chunks_.push_back(std::move(chunk));
-  return p;
+  free_.Add(chunk->start, length, chunk);
+  return chunk;
+}
+
+void Pool::ForgetBins(PoolChunk* chunk, size_t offset, size_t length) {
+  if (chunk->page_bins == nullptr) return;
+  const size_t end = std::min(chunk->page_bin_count, (offset + length) >> kBinPageShift);
+  for (size_t page = offset >> kBinPageShift; page < end; ++page) {
+    chunk->page_bins[page].store(kBinUnknown, std::memory_order_relaxed);
+  }
+}
+
+void Pool::ReleaseChunkLocked(PoolChunk* chunk) {
+  free_.Remove(chunk->start, chunk->length);
+  map_.Erase(chunk);
+  chunk->incarnation.fetch_add(1, std::memory_order_release);
+  absl::Status s = registrar_.Deregister(chunk->registration);
+  ++stats_.deregistrations;
+  if (!s.ok()) {
+    Log(LogLevel::kError, absl::StrFormat("pool: deregistering chunk %p failed: %s",
+                                          reinterpret_cast<void*>(chunk->start), s.message()));
+  }
+  munmap(reinterpret_cast<void*>(chunk->start), chunk->map_length);
+  --stats_.chunks;
+  stats_.registered_bytes -= chunk->length;
+  stats_.hugepage_chunks -= chunk->hugepages ? 1 : 0;
+  ++stats_.released_chunks;
+  chunk->length = 0;
+  unmapped_.push_back(chunk);
 }
 
 bool Pool::SameChunk(const void* a, const void* b) const {
@@ -286,9 +382,15 @@ bool Pool::SameChunk(const void* a, const void* b) const {
 const PoolChunk* Pool::FindChunk(const void* ptr) const {
   ChunkHint& hint = t_chunk_hint;
   const uintptr_t addr = reinterpret_cast<uintptr_t>(ptr);
-  if (hint.pool_id == id_ && addr - hint.start < hint.length) return hint.chunk;
+  if (hint.pool_id == id_ && addr - hint.start < hint.length &&
+      hint.chunk->incarnation.load(std::memory_order_acquire) == hint.incarnation) {
+    return hint.chunk;
+  }
   const PoolChunk* chunk = map_.Find(ptr);
-  if (chunk != nullptr) hint = ChunkHint{id_, chunk->start, chunk->length, chunk};
+  if (chunk != nullptr) {
+    hint = ChunkHint{id_, chunk->start, chunk->length, chunk,
+                     chunk->incarnation.load(std::memory_order_acquire)};
+  }
   return chunk;
 }
 
@@ -329,6 +431,11 @@ absl::StatusOr<void*> Pool::Alloc(size_t size, RegionInfo* keys) {
     const uint8_t bin = rounded <= kMagazineMaxBytes ? bin_of_[rounded >> 6] : kNoBin;
     if (bin != kNoBin && magazine != nullptr && magazine->count[bin] != 0) {
       p = magazine->slots[bin][--magazine->count[bin]];
+    } else if (bin == kNoBin && magazine != nullptr && magazine->large != nullptr &&
+               rounded <= magazine->large_usize &&
+               mrcache_je_nallocx(rounded, arena_flags_) == magazine->large_usize) {
+      p = magazine->large;
+      magazine->large = nullptr;
     } else {
       p = mrcache_je_mallocx(rounded, arena_flags_ | slot.flags);
     }
@@ -379,8 +486,9 @@ absl::StatusOr<Registration> Pool::ChunkRegistration(const void* ptr) const {
 
 absl::Status Pool::Free(void* ptr) {
   if (ptr == nullptr) return absl::OkStatus();
+  const PoolChunk* chunk = FindChunk(ptr);
   if (ABSL_PREDICT_FALSE((reinterpret_cast<uintptr_t>(ptr) & (kMinBuffer - 1)) != 0 ||
-                         FindChunk(ptr) == nullptr)) {
+                         chunk == nullptr)) {
     return ForeignFree(ptr);
   }
   if (!options_.thread_caches) {
@@ -390,20 +498,45 @@ absl::Status Pool::Free(void* ptr) {
   pool_internal::TcacheSlot& slot = pool_internal::ThreadSlot(id_);
   pool_internal::Magazine* magazine = slot.magazine;
   if (magazine != nullptr) {
-    const size_t usize = mrcache_je_sallocx(ptr, 0);
-    const uint8_t bin = usize <= kMagazineMaxBytes ? bin_of_[usize >> 6] : kNoBin;
+    const uint8_t bin = BinOfFreed(*chunk, ptr);
     if (bin != kNoBin && magazine->count[bin] < bin_depth_[bin]) {
       magazine->slots[bin][magazine->count[bin]++] = ptr;
       return absl::OkStatus();
+    }
+    if (bin == kNoBin && magazine->large == nullptr) {
+      const size_t usize = mrcache_je_sallocx(ptr, 0);
+      if (usize <= chunk_bytes_) {
+        magazine->large = ptr;
+        magazine->large_usize = usize;
+        return absl::OkStatus();
+      }
     }
   }
   mrcache_je_dallocx(ptr, slot.flags);
   return absl::OkStatus();
 }
 
+uint8_t Pool::BinOfFreed(const PoolChunk& chunk, void* ptr) const {
+  const size_t page = (reinterpret_cast<uintptr_t>(ptr) - chunk.start) >> kBinPageShift;
+  if (chunk.page_bins != nullptr) {
+    const uint8_t bin = chunk.page_bins[page].load(std::memory_order_relaxed);
+    if (ABSL_PREDICT_TRUE(bin != kBinUnknown)) return bin;
+  }
+  const size_t usize = mrcache_je_sallocx(ptr, 0);
+  const uint8_t bin = usize <= kMagazineMaxBytes ? bin_of_[usize >> 6] : kNoBin;
+  if (chunk.page_bins != nullptr) chunk.page_bins[page].store(bin, std::memory_order_relaxed);
+  return bin;
+}
+
 absl::Status Pool::ForeignFree(const void* ptr) const {
   return ErrnoStatus(EINVAL, absl::StrCat("free of ", absl::Hex(reinterpret_cast<uintptr_t>(ptr)),
                                           ", which is not a buffer of this pool; ignored"));
+}
+
+void Pool::Trim() {
+  if (!arena_created_) return;
+  if (options_.thread_caches) pool_internal::FlushCallingThread(id_);
+  Mallctl(absl::StrCat("arena.", arena_, ".purge"), nullptr, nullptr, nullptr, 0);
 }
 
 PoolStats Pool::stats() const {
@@ -456,6 +589,7 @@ void Pool::ReleaseAll() {
   }
   std::lock_guard<std::mutex> lock(mu_);
   for (const std::unique_ptr<PoolChunk>& chunk : chunks_) {
+    if (chunk->length == 0) continue;  // released already
     map_.Erase(chunk.get());
     absl::Status s = registrar_.Deregister(chunk->registration);
     ++stats_.deregistrations;
@@ -464,11 +598,12 @@ void Pool::ReleaseAll() {
                                             reinterpret_cast<void*>(chunk->start), s.message()));
     }
     if (unmap) munmap(reinterpret_cast<void*>(chunk->start), chunk->map_length);
+    chunk->length = 0;
   }
   stats_.chunks = 0;
   stats_.registered_bytes = 0;
   stats_.hugepage_chunks = 0;
-  chunks_.clear();
+  stats_.retained_bytes = 0;
   if (unmap) {
     for (const auto& m : metadata_maps_) munmap(m.first, m.second);
   }

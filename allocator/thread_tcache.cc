@@ -46,6 +46,8 @@ void Drain(Magazine* magazine, unsigned tcache) {
       mrcache_je_dallocx(magazine->slots[bin][i], flags);
     magazine->count[bin] = 0;
   }
+  if (magazine->large != nullptr) mrcache_je_dallocx(magazine->large, flags);
+  magazine->large = nullptr;
 }
 
 // Empties the magazine and destroys the tcache (which flushes it).
@@ -139,7 +141,11 @@ TcacheSlot& ThreadSlotSlow(uint64_t pool_id) {
     slot.flags = MALLOCX_TCACHE(id);
   }
   slot.magazine = new (std::nothrow) Magazine;
-  if (slot.magazine != nullptr) std::memset(slot.magazine->count, 0, sizeof slot.magazine->count);
+  if (slot.magazine != nullptr) {
+    std::memset(slot.magazine->count, 0, sizeof slot.magazine->count);
+    slot.magazine->large = nullptr;
+    slot.magazine->large_usize = 0;
+  }
   it->second.push_back(Cache{slot.tcache, slot.magazine});
   return slot;
 }

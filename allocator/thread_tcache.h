@@ -22,14 +22,17 @@
 // buffers this thread freed, handed out again without calling jemalloc at all
 // (jemalloc's flag-taking mallocx/dallocx cost about twice glibc's malloc/free
 // on their own, and fire jemalloc's per-64-KiB thread events). The pool bounds
-// each stack's depth (about 128 KiB per class); everything in a magazine is
-// returned through its tcache when the slot is released or flushed.
+// each stack's depth (about 128 KiB per class), and keeps at most one larger
+// buffer (up to a chunk) besides, which jemalloc's tcache would not cache;
+// everything in a magazine is returned through its tcache when the slot is
+// released or flushed.
 //
 // Fast path: ThreadSlot() is a thread-local array probe; the mutex is taken
 // only when a thread first uses a pool.
 #ifndef MRCACHE_ALLOCATOR_THREAD_TCACHE_H_
 #define MRCACHE_ALLOCATOR_THREAD_TCACHE_H_
 
+#include <cstddef>
 #include <cstdint>
 
 namespace mrcache {
@@ -42,6 +45,10 @@ struct Magazine {
   static constexpr int kMaxDepth = 32;
   uint8_t count[kMaxBins];
   void* slots[kMaxBins][kMaxDepth];
+  // One larger buffer (above the bins' sizes, at most the pool's chunk size)
+  // and its jemalloc usable size, or null.
+  void* large;
+  size_t large_usize;
 };
 
 struct TcacheSlot {

@@ -65,6 +65,22 @@ std::string TransportCaps(uint32_t caps) {
   return out.empty() ? "-" : out;
 }
 
+// What the rkey of a pool buffer reaches (mrcache.h, "What an rkey reaches").
+void PrintPoolRkeyScope(const mrcache::Config& config) {
+  std::printf("\nPool of pre-registered buffers (mrc_pool_*, libmrcache_pool.so):\n");
+  constexpr int kRemote =
+      mrcache::kAccessRemoteRead | mrcache::kAccessRemoteWrite | mrcache::kAccessRemoteAtomic;
+  if ((config.pool_access & kRemote) == 0) {
+    std::printf("  %-20s = none (pool_access grants no remote right)\n", "rkey scope");
+    return;
+  }
+  std::printf(
+      "  %-20s = whole chunk: a buffer's rkey reaches every byte of its %zu-byte chunk%s "
+      "(other buffers included), or of its own chunk if larger than half a chunk\n",
+      "rkey scope", config.pool_chunk_bytes,
+      config.pool_hugepages ? " (at least a huge page)" : "");
+}
+
 // Returns false if the environment is invalid (the defaults are shown then).
 bool PrintConfig(mrcache::Config* config) {
   std::printf("Configuration in effect (defaults, then the MRCACHE_* environment):\n");
@@ -86,6 +102,7 @@ bool PrintConfig(mrcache::Config* config) {
     std::printf("  %-20s = %-12s%s%s%s\n", key.c_str(), shown.c_str(), set ? "  (from " : "",
                 set ? name.c_str() : "", set ? ")" : "");
   }
+  PrintPoolRkeyScope(*config);
   const char* stats = std::getenv("MRCACHE_STATS");
   std::printf("\nPreload shim (libmrcache_preload.so):\n");
   std::printf("  %-20s = %s\n", "MRCACHE_STATS", stats != nullptr ? stats : "(unset: no summary)");

@@ -7,12 +7,15 @@
 #include <cerrno>
 #include <cstdlib>
 #include <string>
+#include <utility>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "mrcache/environment_check.h"
 #include "mrcache/errno_status.h"
+#include "mrcache/registrar.h"
 
 namespace mrcache {
 namespace {
@@ -114,6 +117,35 @@ bool SetCheckedSize(size_t* field, absl::string_view value, Pred ok) {
   if (!SetSize(&v, value) || !ok(v)) return false;
   *field = v;
   return true;
+}
+// pool_access: a '+'-joined list of rights; local_write is required (every
+// remote right of a registration needs it, and buffers are written locally).
+constexpr std::pair<const char*, int> kPoolRights[] = {
+    {"local_write", kAccessLocalWrite},
+    {"remote_read", kAccessRemoteRead},
+    {"remote_write", kAccessRemoteWrite},
+    {"remote_atomic", kAccessRemoteAtomic},
+};
+bool SetPoolAccess(int* field, absl::string_view value) {
+  int access = 0;
+  for (absl::string_view part : absl::StrSplit(value, '+')) {
+    int bit = 0;
+    for (const auto& right : kPoolRights) {
+      if (part == right.first) bit = right.second;
+    }
+    if (bit == 0) return false;
+    access |= bit;
+  }
+  if ((access & kAccessLocalWrite) == 0) return false;
+  *field = access;
+  return true;
+}
+std::string PoolAccessName(int access) {
+  std::string name;
+  for (const auto& right : kPoolRights) {
+    if (access & right.second) absl::StrAppend(&name, name.empty() ? "" : "+", right.first);
+  }
+  return name;
 }
 bool KnownMonitorList(absl::string_view value) {
   // Names are checked when the monitor is acquired; reject obvious junk here.
@@ -258,6 +290,22 @@ const std::vector<KeyRow>& Rows() {
        "0 or 1",
        [](Config& c, absl::string_view v) { return SetBool(&c.pool_hugepages, v); },
        [](const Config& c) { return std::string(c.pool_hugepages ? "1" : "0"); }},
+      {{"pool_retain_bytes",
+        "pooled allocator: bytes of chunks whose buffers are all free that stay registered for "
+        "reuse (a burst of buffers within them costs no new registration); an emptied chunk "
+        "beyond them is deregistered and unmapped",
+        "32M"},
+       "a size",
+       [](Config& c, absl::string_view v) { return SetSize(&c.pool_retain_bytes, v); },
+       [](const Config& c) { return Num(c.pool_retain_bytes); }},
+      {{"pool_access",
+        "pooled allocator: the rights every chunk is registered with, `+`-joined from "
+        "`local_write` (required), `remote_read`, `remote_write`, `remote_atomic`; a buffer's "
+        "rkey reaches its whole chunk (`mrc_pool_keys`)",
+        "`local_write`"},
+       "local_write, then any of +remote_read, +remote_write, +remote_atomic",
+       [](Config& c, absl::string_view v) { return SetPoolAccess(&c.pool_access, v); },
+       [](const Config& c) { return PoolAccessName(c.pool_access); }},
       {{"uring_slots", "uring registrar fixed-buffer table size, 1 to 32768", "16384"},
        "a count from 1 to 32768",
        [](Config& c, absl::string_view v) {

@@ -69,6 +69,13 @@ struct Config {
   size_t pool_max_bytes = size_t{1} << 30;
   size_t pool_chunk_bytes = size_t{2} << 20;
   bool pool_hugepages = false;
+  // Bytes of chunks whose buffers are all free that the pool keeps registered
+  // for reuse; an emptied chunk beyond that is deregistered and unmapped.
+  size_t pool_retain_bytes = size_t{32} << 20;
+  // Access flags (kAccess* of registrar.h) every pool chunk is registered
+  // with: kAccessLocalWrite and any of kAccessRemoteRead, kAccessRemoteWrite,
+  // kAccessRemoteAtomic. A remote right reaches the whole chunk.
+  int pool_access = 1;         // kAccessLocalWrite
   size_t uring_slots = 16384;  // uring registrar: fixed-buffer table size
   // Custom registrar (mrc_cache_create_custom): its callbacks' registrations
   // pin memory that counts against RLIMIT_MEMLOCK (as ibv_reg_mr does), so

@@ -247,22 +247,41 @@ int mrc_set_retire_callback(mrc_cache_t *cache, mrc_retire_cb_t fn, void *arg);
 
 /* ---- pool of pre-registered buffers -------------------------------------- */
 /* In libmrcache_pool.so (-lmrcache_pool). Buffers come from chunks of
- * pool_chunk_bytes, each registered once through `cache` and kept registered
- * until mrc_pool_destroy. All pool functions are thread-safe. */
+ * pool_chunk_bytes (aligned to pool_chunk_bytes; a buffer larger than half
+ * that gets a chunk of its own, as long as the buffer), each registered once through `cache` with
+ * the rights of pool_access. A freed buffer is reused by later allocations; a chunk whose buffers
+ * are all free is kept registered up to pool_retain_bytes of such chunks (never one longer than
+ * pool_chunk_bytes), else deregistered and unmapped. All pool functions are thread-safe.
+ *
+ * What an rkey reaches: a buffer's keys are those of its whole chunk, so with
+ * a remote right in pool_access (default local_write: none) the rkey of a
+ * buffer p lets a peer read or write every byte of p's chunk,
+ * [p rounded down to a multiple of the chunk size, keys.addr + keys.length)
+ * as mrc_pool_keys(p) reports it (the chunk size is pool_chunk_bytes, or the
+ * huge page size if larger with pool_hugepages=1) -- other buffers of the pool included, and
+ * whatever the chunk holds later -- until the chunk is deregistered (released
+ * empty, or mrc_pool_destroy). Hand a pool buffer's rkey only to a peer
+ * trusted with the whole chunk; for an rkey scoped to one buffer, register
+ * that buffer with mrc_get (remote_keys=private). */
 typedef struct mrc_pool mrc_pool_t;
 /* Creates a pool on `cache` (which must outlive it) with `cfg`'s pool_* keys
  * (NULL: defaults, then the environment). Returns 0 and sets *pool; EINVAL
  * for NULL cache or pool or a bad config; ENOMEM. */
 int mrc_pool_create(mrc_cache_t *cache, const mrc_config_t *cfg, mrc_pool_t **pool);
 /* Returns a buffer of at least `size` bytes inside one registered chunk and,
- * if keys is not NULL, the keys that cover [ptr, ptr+size). On failure
- * returns NULL with errno set: EINVAL (NULL pool, size 0), ENOMEM (past
- * pool_max_bytes or the pin budget). */
+ * if keys is not NULL, the keys that cover [ptr, ptr+size) (keys.length =
+ * size; the rkey reaches the whole chunk, see above). On failure returns NULL
+ * with errno set: EINVAL (NULL pool, size 0), ENOMEM (past pool_max_bytes or
+ * the pin budget). */
 void *mrc_pool_alloc(mrc_pool_t *pool, size_t size, mrc_region_info_t *keys);
-/* The keys of a buffer from this pool, found from any address inside it.
- * Returns 0; EINVAL for NULL arguments or a ptr not from this pool. */
+/* The keys of the chunk that holds ptr, found from any address inside it:
+ * keys.addr = ptr and keys.length = the bytes from ptr to the chunk's end,
+ * keys.access = pool_access. With remote rights the rkey reaches the whole
+ * chunk (see above), not only the buffer. Returns 0; EINVAL for NULL
+ * arguments or a ptr not from this pool. */
 int mrc_pool_keys(mrc_pool_t *pool, const void *ptr, mrc_region_info_t *keys);
-/* Returns a buffer to the pool (NULL is ignored); it stays registered. */
+/* Returns a buffer to the pool (NULL is ignored) for reuse; its chunk stays
+ * registered while it holds another buffer or is kept (pool_retain_bytes). */
 void mrc_pool_free(mrc_pool_t *pool, void *ptr);
 /* Deregisters the pool's chunks and frees it (NULL is ignored); buffers
  * still allocated are reported through the log and become invalid. */

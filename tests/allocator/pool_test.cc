@@ -304,18 +304,23 @@ TEST_P(PoolTest, FreeOfAForeignPointerIsRejectedAndChangesNothing) {
   EXPECT_TRUE(pool.Free(mine).ok());
 }
 
-TEST_P(PoolTest, ChunksStayRegisteredUntilThePoolIsDestroyed) {
+TEST_P(PoolTest, EmptyChunksBeyondPoolRetainBytesAreReleased) {
+  config_.pool_retain_bytes = 2 * kMiB;
   Pool& pool = MakePool();
   std::vector<void*> buffers;
   for (int i = 0; i < 100; ++i) buffers.push_back(*pool.Alloc(100000));
   buffers.push_back(*pool.Alloc(5 * kMiB));
+  EXPECT_GE(pool.stats().registered_bytes, 100 * 100000u + 5 * kMiB);
   for (void* p : buffers) {
     ASSERT_TRUE(pool.Free(p).ok());
   }
+  pool.Trim();
   EXPECT_EQ(pool.allocated_buffers(), 0u);
-  EXPECT_EQ(registrar_.deregistrations(), 0u);
-  EXPECT_EQ(registrar_.live(), pool.stats().chunks);
-  EXPECT_GE(pool.stats().registered_bytes, 100 * 100000u + 5 * kMiB);
+  const PoolStats stats = pool.stats();
+  EXPECT_EQ(stats.registered_bytes, stats.retained_bytes) << "every chunk left is empty";
+  EXPECT_EQ(stats.retained_bytes, 2 * kMiB);
+  EXPECT_EQ(registrar_.live(), stats.chunks);
+  EXPECT_EQ(registrar_.deregistrations(), stats.released_chunks);
   pool_.reset();
   EXPECT_EQ(registrar_.live(), 0u);
 }

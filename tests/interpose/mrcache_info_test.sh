@@ -10,7 +10,7 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 MRCACHE_MAX_BYTES=512M "$info" >"$out/info" 2>&1 || fail "exit $?: $(cat "$out/info")"
 for key in registrar max_regions max_bytes max_merge_bytes bridge_bytes alignment remote_keys monitor odp \
     odp_prefetch_bytes sim_base_ns sim_page_ns sim_mlock sim_odp_page_ns pool_max_bytes \
-    pool_chunk_bytes pool_hugepages uring_slots MRCACHE_STATS; do
+    pool_chunk_bytes pool_hugepages pool_retain_bytes pool_access uring_slots MRCACHE_STATS; do
   grep -Eq "^  $key +=" "$out/info" || fail "key $key missing"
 done
 grep -Eq "max_bytes += 536870912 +\(from MRCACHE_MAX_BYTES\)" "$out/info" || fail "environment not applied"
@@ -19,6 +19,11 @@ grep -Eq "^  remote_keys += private +\(the shim's default" "$out/info" || fail "
 MRCACHE_REMOTE_KEYS=shared "$info" >"$out/shared" 2>&1 || fail "shared run"
 [ "$(grep -Ec "^  remote_keys += shared +\(from MRCACHE_REMOTE_KEYS\)" "$out/shared")" = 2 ] ||
   fail "MRCACHE_REMOTE_KEYS not applied: $(cat "$out/shared")"
+# What a pool buffer's rkey reaches: nothing by default, its whole chunk with a remote right.
+grep -Eq "^  rkey scope += none " "$out/info" || fail "pool rkey scope (default): $(cat "$out/info")"
+MRCACHE_POOL_ACCESS=local_write+remote_read "$info" >"$out/pool" 2>&1 || fail "pool_access run"
+grep -Eq "^  rkey scope += whole chunk: .* 2097152-byte chunk" "$out/pool" ||
+  fail "pool rkey scope (remote_read): $(cat "$out/pool")"
 grep -q "softverbs0" "$out/info" || fail "device missing"
 grep -q "odp general_caps: none" "$out/info" || fail "ODP caps (none)"
 for m in none symbols patch uffd jemalloc auto; do
