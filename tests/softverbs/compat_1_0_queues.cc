@@ -11,11 +11,11 @@
   __asm__(".symver softverbs_" #name "_1_0, " #name "@IBVERBS_1.0")
 
 // Creation: NULL with errno ENOSYS.
-#define SOFTVERBS_COMPAT_CREATE(name) \
-  SOFTVERBS_COMPAT_QUEUE_1_0(name);   \
+#define SOFTVERBS_COMPAT_CREATE(name)  \
+  SOFTVERBS_COMPAT_QUEUE_1_0(name);    \
   void* softverbs_##name##_1_0(void) { \
-    errno = ENOSYS;                   \
-    return nullptr;                   \
+    errno = ENOSYS;                    \
+    return nullptr;                    \
   }
 
 // A verb on an object that cannot exist: EINVAL.
