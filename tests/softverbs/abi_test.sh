@@ -11,7 +11,7 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 
 soft="$PWD/tests/softverbs/libibverbs.so.1"
 real=$(ldconfig -p | awk '$1 == "libibverbs.so.1" && /x86-64/ {print $NF; exit}')
-[ -n "$real" ] && [ -f "$real" ] || fail "the installed libibverbs.so.1 was not found (ldconfig -p)"
+{ [ -n "$real" ] && [ -f "$real" ]; } || fail "the installed libibverbs.so.1 was not found (ldconfig -p)"
 [ "$(readlink -f "$real")" != "$(readlink -f "$soft")" ] || fail "ldconfig names softverbs itself"
 
 # exports LIB: "KIND NAME@VERSION" per defined dynamic symbol (nm's letter:
@@ -43,8 +43,9 @@ for lib in librdmacm.so.1 libmlx5.so.1 libefa.so.1; do
   undefined=$(LD_LIBRARY_PATH="$PWD/tests/softverbs" ldd -r "$path" 2>&1 | grep -i 'undefined symbol')
   [ -z "$undefined" ] || fail "$path does not link against softverbs:
 $undefined"
-  LD_LIBRARY_PATH="$PWD/tests/softverbs" ldd "$path" | grep -q "$soft" ||
-    fail "$path did not resolve libibverbs.so.1 to softverbs: $(LD_LIBRARY_PATH="$PWD/tests/softverbs" ldd "$path")"
+  resolved=$(LD_LIBRARY_PATH="$PWD/tests/softverbs" ldd "$path")
+  [[ "$resolved" == *"libibverbs.so.1 => $soft "* ]] ||
+    fail "$path did not resolve libibverbs.so.1 to softverbs: $resolved"
   echo "ok: $lib resolves its libibverbs imports against softverbs"
 done
 echo PASS

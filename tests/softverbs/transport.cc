@@ -18,12 +18,19 @@
 // QP (go-back-N with a window of one): every packet is acknowledged, a
 // duplicate (PSN = expected - 1) is re-acknowledged without being executed
 // again, any other PSN is dropped. UC and UD send without acknowledgement; a
-// UC or UD message that finds no receive WQE is dropped.
+// UC or UD message that finds no receive WQE is dropped. Like InfiniBand's
+// credit-based link flow control, the fabric does not drop a UC or UD packet
+// for congestion: when a peer process's socket queue is full, the sender
+// waits for room, for at most kHeadOfQueueLifetime (a switch's limit on a
+// blocked packet), then the packet is lost. RC packets are never held back
+// (they are retransmitted), nor packets between QPs of one process (whose
+// receiver needs the lock the sender holds).
 //
 // Locking: every object here is guarded by registry().mu, like PDs and MRs;
 // the progress thread takes it per batch of packets. Nothing blocks while it
 // is held (sockets and the channel pipe are non-blocking), except the
-// io_uring copies of PinTable, which the kernel completes at once.
+// io_uring copies of PinTable, which the kernel completes at once, and a UC
+// or UD sender waiting (bounded) for room at another process's socket.
 //
 // Errors: failed WQEs complete with the status hardware reports and move the
 // QP to the error state, which flushes every other WQE (IBV_WC_WR_FLUSH_ERR).
@@ -71,6 +78,8 @@ constexpr int kMaxCqe = 1 << 20;
 constexpr uint64_t kMaxMessage = 1ULL << 31;  // port max_msg_sz
 constexpr size_t kGrhBytes = 40;
 constexpr uint32_t kUdMtu = 4096;  // the port's active MTU: UD messages fit one packet
+// How long a UC or UD packet may wait for room at a peer's full socket queue.
+constexpr auto kHeadOfQueueLifetime = std::chrono::milliseconds(500);
 // The local ACK timeout never goes below this: the responder is a thread of
 // another process that the scheduler (or a sanitizer) may stall, and only a
 // retry count exhausted by real silence should fail a WQE.
@@ -433,6 +442,8 @@ int SgeCopyLocked(Registry& r, const Pd* pd, const std::vector<ibv_sge>& sges, u
 
 // ---- Packets ----
 
+// Sends one packet to (dlid, h.dst_qpn). false: it was lost. A UC or UD
+// packet for another process waits for room there (see the fabric above).
 bool SendPacketLocked(Registry& r, Qp* qp, uint16_t dlid, const PacketHeader& h,
                       const void* payload, size_t len) {
   sockaddr_un to{};
@@ -446,9 +457,17 @@ bool SendPacketLocked(Registry& r, Qp* qp, uint16_t dlid, const PacketHeader& h,
   msg.msg_namelen = sizeof to;
   msg.msg_iov = iov;
   msg.msg_iovlen = len != 0 ? 2 : 1;
-  // A missing peer or a full queue loses the packet, as a fabric would: RC
-  // retransmits, UC and UD lose the message.
-  if (sendmsg(qp->sock, &msg, MSG_DONTWAIT | MSG_NOSIGNAL) < 0) return false;
+  // A missing peer loses the packet, as a fabric would; so does a full queue
+  // for RC (which retransmits) and within this process.
+  const ibv_qp_type type = qp->qpx.qp_base.qp_type;
+  const bool lossless = type != IBV_QPT_RC && dlid != LocalLid();
+  const auto deadline = Clock::now() + kHeadOfQueueLifetime;
+  auto pause = std::chrono::microseconds(20);
+  while (sendmsg(qp->sock, &msg, MSG_DONTWAIT | MSG_NOSIGNAL) < 0) {
+    if (!lossless || errno != EAGAIN || Clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(pause);
+    pause = std::min<std::chrono::microseconds>(pause * 2, std::chrono::milliseconds(1));
+  }
   ++r.counters.packets_sent;
   return true;
 }
