@@ -29,9 +29,22 @@ namespace {
 constexpr uint64_t kGuid = kNodeGuid;
 constexpr unsigned kDefaultSlots = 16384;
 
+// rdma-core's struct verbs_device, which begins with the ibv_device: a
+// provider asked whether a device is its own (mlx5dv_is_supported) compares
+// the ops pointer that follows, so the memory after softverbs' ibv_device is
+// laid out the same and zero (no provider's ops).
+struct SoftDevice {
+  ibv_device device;  // first: the ibv_device* handed out is this object
+  const void* ops = nullptr;
+  int refcount = 1;
+  void* entry[2] = {nullptr, nullptr};
+  void* sysfs = nullptr;
+  uint64_t core_support = 0;
+};
+
 ibv_device* TheDevice() {
   static ibv_device* dev = [] {
-    auto* d = new ibv_device();
+    auto* d = &(new SoftDevice())->device;
     d->node_type = IBV_NODE_CA;
     d->transport_type = IBV_TRANSPORT_IB;
     snprintf(d->name, sizeof d->name, "softverbs0");

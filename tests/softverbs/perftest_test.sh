@@ -27,18 +27,12 @@ trap cleanup EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
 command -v "$prog" >/dev/null || fail "$prog is not installed (Debian package perftest, scripts/setup)"
-# Under --config=asan/tsan softverbs (and the shim) need their sanitizer
-# runtime, which the uninstrumented Debian binaries do not load: preload it.
-runtime=$(ldd tests/softverbs/libibverbs.so.1 | awk '/lib(asan|tsan)\.so/ {print $3}')
-if [ -n "$runtime" ]; then
-  export LD_PRELOAD="$runtime"
-  export ASAN_OPTIONS="${ASAN_OPTIONS:-}:detect_leaks=0:verify_asan_link_order=0"
-fi
+# shellcheck source=tests/softverbs/foreign_programs.sh
+source tests/softverbs/foreign_programs.sh
+preload_sanitizer_runtime
 # Tests run in the runfiles root; the programs may change directory.
 export LD_LIBRARY_PATH="$PWD/tests/softverbs"
 
-# shellcheck source=tests/softverbs/two_processes.sh
-source tests/softverbs/two_processes.sh
 
 # counter FILE NAME: a softverbs counter written at exit.
 counter() { awk -F= -v n="$2" '$1 == n {print $2}' "$1"; }

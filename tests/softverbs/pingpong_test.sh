@@ -27,13 +27,9 @@ export SOFTVERBS_FABRIC_DIR
 trap 'rm -rf "$SOFTVERBS_FABRIC_DIR"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
-# Under --config=asan/tsan softverbs (and the shim) need their sanitizer
-# runtime, which the uninstrumented Debian binaries do not load: preload it.
-runtime=$(ldd tests/softverbs/libibverbs.so.1 | awk '/lib(asan|tsan)\.so/ {print $3}')
-if [ -n "$runtime" ]; then
-  export LD_PRELOAD="$runtime"
-  export ASAN_OPTIONS="${ASAN_OPTIONS:-}:detect_leaks=0:verify_asan_link_order=0"
-fi
+# shellcheck source=tests/softverbs/foreign_programs.sh
+source tests/softverbs/foreign_programs.sh
+preload_sanitizer_runtime
 device_args=()
 if [ -n "${MRCACHE_TEST_DEVICE:-}" ]; then
   unset LD_LIBRARY_PATH
@@ -44,8 +40,6 @@ else
   export LD_LIBRARY_PATH="$PWD/tests/softverbs"
 fi
 
-# shellcheck source=tests/softverbs/two_processes.sh
-source tests/softverbs/two_processes.sh
 
 # pingpong NAME WRAPPER ARGS...: one server/client run (WRAPPER is "" or the
 # mrcache-run prefix). Leaves the outputs in $out/NAME.{server,client}.
