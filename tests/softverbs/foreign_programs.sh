@@ -62,3 +62,16 @@ skip_ucx_under_tsan() {
     exit 0
   fi
 }
+
+# counter FILE NAME: a softverbs counter from a SOFTVERBS_COUNTERS_FILE.
+counter() { awk -F= -v n="$2" '$1 == n {print $2}' "$1"; }
+
+# through_cache PREFIX: the mrcache-run --stats summaries in PREFIX.server
+# and PREFIX.client both show registrations served through the cache.
+through_cache() {
+  local side
+  for side in server client; do
+    grep -Eq "registration calls: +[1-9][0-9]* \(through the cache [1-9]" "$1.$side" ||
+      fail "${1##*/}: under mrcache-run the $side's registrations did not go through the cache: $(cat "$1.$side")"
+  done
+}
