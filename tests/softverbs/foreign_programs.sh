@@ -75,3 +75,18 @@ through_cache() {
       fail "${1##*/}: under mrcache-run the $side's registrations did not go through the cache: $(cat "$1.$side")"
   done
 }
+
+# skip_ucx_without_memlock: UCX's default pools pin tens of MiB per process
+# and UCX itself asks for an unlimited RLIMIT_MEMLOCK ("Please set max locked
+# memory (ulimit -l) to 'unlimited'"); softverbs pins through io_uring, which
+# charges the pins of all of a user's processes to one RLIMIT_MEMLOCK-sized
+# budget. Without CAP_IPC_LOCK under a limited RLIMIT_MEMLOCK a UCX test
+# stops here with that reason.
+skip_ucx_without_memlock() {
+  local cap_eff
+  cap_eff=$(awk '/^CapEff:/ {print $2}' /proc/self/status)
+  if [ "$(ulimit -l)" != unlimited ] && ((((0x$cap_eff >> 14) & 1) == 0)); then  # bit 14: CAP_IPC_LOCK
+    echo "skipped: UCX needs an unlimited RLIMIT_MEMLOCK or CAP_IPC_LOCK (now $(ulimit -l) KiB, no CAP_IPC_LOCK): its pools pin tens of MiB per process"
+    exit 0
+  fi
+}

@@ -44,16 +44,7 @@ preload_sanitizer_runtime
 skip_ucx_under_tsan
 export LD_LIBRARY_PATH="$PWD/tests/softverbs"
 
-# UCX's default pools pin tens of MiB per process and UCX itself asks for an
-# unlimited RLIMIT_MEMLOCK ("Please set max locked memory (ulimit -l) to
-# 'unlimited'"); softverbs pins through io_uring, which charges the pins of
-# all of a user's processes to one RLIMIT_MEMLOCK-sized budget. Without
-# CAP_IPC_LOCK under a limited RLIMIT_MEMLOCK this cannot run.
-cap_eff=$(awk '/^CapEff:/ {print $2}' /proc/self/status)
-if [ "$(ulimit -l)" != unlimited ] && ((((0x$cap_eff >> 14) & 1) == 0)); then  # bit 14: CAP_IPC_LOCK
-  echo "skipped: ucx_perftest needs an unlimited RLIMIT_MEMLOCK or CAP_IPC_LOCK (now $(ulimit -l) KiB, no CAP_IPC_LOCK): UCX's pools pin tens of MiB per process"
-  exit 0
-fi
+skip_ucx_without_memlock
 
 
 # check NAME SIZE ITERS: the outputs and counters of one finished pair.
