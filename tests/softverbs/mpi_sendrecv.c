@@ -35,8 +35,9 @@ static int Exchange(int rank, int from, int to, size_t n, int round) {
     }
     for (size_t i = 0; i < n && !bad; ++i) {
       if (buf[i] != Pattern(i, n, round, from)) {
-        fprintf(stderr, "rank %d: round %d, %zu-byte message: byte %zu is 0x%02x, expected 0x%02x\n",
-                rank, round, n, i, buf[i], Pattern(i, n, round, from));
+        fprintf(stderr,
+                "rank %d: round %d, %zu-byte message: byte %zu is 0x%02x, expected 0x%02x\n", rank,
+                round, n, i, buf[i], Pattern(i, n, round, from));
         bad = 1;
       }
     }
@@ -56,9 +57,8 @@ int main(int argc, char** argv) {
     return 1;
   }
   // Eager, segmented and rendezvous sizes, and their neighbours.
-  static const size_t kSizes[] = {0,     1,     7,      64,     4095,   4096,    4097,
-                                  8192,  65535, 65536,  65537,  262144, 1048576, 1048579,
-                                  3 << 20, 4 << 20};
+  static const size_t kSizes[] = {0,     1,     7,     64,     4095,    4096,    4097,    8192,
+                                  65535, 65536, 65537, 262144, 1048576, 1048579, 3 << 20, 4 << 20};
   const int kRounds = 3;
   int bad = 0, round = 0;
   for (int r = 0; r < kRounds && !bad; ++r) {
