@@ -8,10 +8,10 @@
 # is printed with its ratio to plain. Run from the workspace root after
 #   bazel build -c opt //interpose:libmrcache_preload.so //interpose:mrcache-run \
 #     //tests/softverbs:libibverbs.so.1 //tests/softverbs:mpi_sendrecv
-# (uses bazel-bin). Not a test: it checks nothing beyond exit statuses.
+# (uses bazel-bin, or $BIN). Not a test: it checks nothing beyond exit statuses.
 set -uo pipefail
 rounds="${1:-5}"
-bin="$PWD/bazel-bin"
+bin="$PWD/${BIN:-bazel-bin}"  # BIN: another output tree, e.g. bazel-out/k8-opt/bin
 run="$bin/interpose/mrcache-run"
 node="$PWD/tests/softverbs/uverbs_node.sh"
 export LD_LIBRARY_PATH="$bin/tests/softverbs"
@@ -69,8 +69,8 @@ measure() {
 }
 
 perftest_pair() {
-  local wrap=$1 prog=$2 conn=$3
-  pair_ms "$wrap" "Couldn't listen" "$prog" -n 1000 -c "$conn" -- localhost
+  local wrap=$1 prog=$2 conn=$3 iters=$4
+  pair_ms "$wrap" "Couldn't listen" "$prog" -n "$iters" -c "$conn" -- localhost
 }
 
 ucx_pair() {
@@ -95,9 +95,11 @@ echo "$rounds rounds, medians of whole-run wall time; load $(cut -d' ' -f1-3 /pr
 for spec in "ib_write_bw RC" "ib_read_bw RC" "ib_send_bw RC" "ib_write_lat RC" "ib_read_lat RC" \
   "ib_send_lat RC" "ib_write_bw UC" "ib_send_bw UC" "ib_send_bw UD"; do
   read -r prog conn <<<"$spec"
-  measure "$prog -c $conn -n 1000" perftest_pair "$prog" "$conn"
+  iters=1000
+  [[ "$prog" == *_lat ]] && iters=200  # a round trip each: seconds on a loaded machine
+  measure "$prog -c $conn -n $iters" perftest_pair "$prog" "$conn" "$iters"
 done
 measure "ucx_perftest rc_verbs tag_bw 1 MiB -n 100" ucx_pair rc_verbs,ud_verbs:aux,self tag_bw 1048576 100
-measure "ucx_perftest rc_verbs tag_lat 8 B -n 1000" ucx_pair rc_verbs,ud_verbs:aux,self tag_lat 8 1000
-measure "ucx_perftest ud_verbs tag_lat 8 B -n 1000" ucx_pair ud_verbs,self tag_lat 8 1000
+measure "ucx_perftest rc_verbs tag_lat 8 B -n 200" ucx_pair rc_verbs,ud_verbs:aux,self tag_lat 8 200
+measure "ucx_perftest ud_verbs tag_lat 8 B -n 200" ucx_pair ud_verbs,self tag_lat 8 200
 measure "mpirun -np 2 mpi_sendrecv (UCX pml, rc_verbs)" mpi_run
