@@ -89,8 +89,8 @@ int main() {
   Show("after munmap:", unmapped);
 
   // New pages at the same address: registering them pins them afresh.
-  void* again = mmap(buf, kBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED,
-                     -1, 0);
+  void* again =
+      mmap(buf, kBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
   if (!Check(again == buf, "mmap at the old address")) return 1;
   memset(again, 0x22, kBytes);
   memh = Map(context, again);
