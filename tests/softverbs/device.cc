@@ -29,9 +29,22 @@ namespace {
 constexpr uint64_t kGuid = kNodeGuid;
 constexpr unsigned kDefaultSlots = 16384;
 
+// rdma-core's struct verbs_device, which begins with the ibv_device: a
+// provider asked whether a device is its own (mlx5dv_is_supported) compares
+// the ops pointer that follows, so the memory after softverbs' ibv_device is
+// laid out the same and zero (no provider's ops).
+struct SoftDevice {
+  ibv_device device;  // first: the ibv_device* handed out is this object
+  const void* ops = nullptr;
+  int refcount = 1;
+  void* entry[2] = {nullptr, nullptr};
+  void* sysfs = nullptr;
+  uint64_t core_support = 0;
+};
+
 ibv_device* TheDevice() {
   static ibv_device* dev = [] {
-    auto* d = new ibv_device();
+    auto* d = &(new SoftDevice())->device;
     d->node_type = IBV_NODE_CA;
     d->transport_type = IBV_TRANSPORT_IB;
     snprintf(d->name, sizeof d->name, "softverbs0");
@@ -213,7 +226,15 @@ ibv_context* softverbs_ibv_open_device_1_1(ibv_device* device) {
   v.advise_mr = softverbs::AdviseMr;
   v.context.device = device;
   v.context.cmd_fd = ctx->pins.fd();
-  v.context.async_fd = -1;
+  int async_pipe[2];
+  if (pipe2(async_pipe, O_CLOEXEC) != 0) {
+    err = errno;
+    delete ctx;
+    errno = err;
+    return nullptr;
+  }
+  v.context.async_fd = async_pipe[0];
+  ctx->async_write_fd = async_pipe[1];
   v.context.num_comp_vectors = 1;
   pthread_mutex_init(&v.context.mutex, nullptr);
   v.context.abi_compat = __VERBS_ABI_IS_EXTENDED;
@@ -261,6 +282,8 @@ int softverbs_ibv_close_device_1_1(ibv_context* context) {
     }
   }
   pthread_mutex_destroy(&ctx->vctx.context.mutex);
+  close(ctx->vctx.context.async_fd);
+  close(ctx->async_write_fd);
   delete ctx;
   return 0;
 }
@@ -302,6 +325,57 @@ int ibv_query_gid_type(ibv_context* context, uint8_t port_num, unsigned int inde
   *type = 0;
   return 0;
 }
+
+// The GID table of port 1: one entry, index 0, of type IB, on no netdev.
+int _ibv_query_gid_ex(ibv_context* context, uint32_t port_num, uint32_t gid_index,
+                      ibv_gid_entry* entry, uint32_t flags, size_t entry_size) {
+  if (FindContext(context) == nullptr || entry == nullptr || flags != 0 ||
+      entry_size < sizeof(ibv_gid_entry)) {
+    return EINVAL;
+  }
+  if (port_num != 1) return EINVAL;
+  if (gid_index != 0) return ENODATA;
+  memset(entry, 0, entry_size);
+  entry->gid = softverbs::LocalGid();
+  entry->gid_index = 0;
+  entry->port_num = 1;
+  entry->gid_type = IBV_GID_TYPE_IB;
+  entry->ndev_ifindex = 0;
+  return 0;
+}
+
+// The whole GID table: the number of entries written, or -errno.
+ssize_t _ibv_query_gid_table(ibv_context* context, ibv_gid_entry* entries, size_t max_entries,
+                             uint32_t flags, size_t entry_size) {
+  if (FindContext(context) == nullptr || entries == nullptr || flags != 0 ||
+      entry_size < sizeof(ibv_gid_entry)) {
+    return -EINVAL;
+  }
+  if (max_entries < 1) return -EINVAL;
+  int err = _ibv_query_gid_ex(context, 1, 0, entries, 0, entry_size);
+  return err != 0 ? -err : 1;
+}
+
+// Blocks until the device raises an async event; softverbs raises none, so
+// this blocks for ever, or fails with EAGAIN when async_fd was made
+// non-blocking, as on a quiet device.
+SOFTVERBS_DEFAULT_1_1(ibv_get_async_event);
+int softverbs_ibv_get_async_event_1_1(ibv_context* context, ibv_async_event* event) {
+  if (FindContext(context) == nullptr || event == nullptr) {
+    errno = EINVAL;
+    return -1;
+  }
+  char byte;
+  ssize_t n = read(context->async_fd, &byte, 1);
+  if (n < 0) return -1;
+  // Nothing writes the pipe while the context lives.
+  errno = EIO;
+  return -1;
+}
+
+// No event is ever handed out, so none needs acknowledging.
+SOFTVERBS_DEFAULT_1_1(ibv_ack_async_event);
+void softverbs_ibv_ack_async_event_1_1(ibv_async_event* event) { (void)event; }
 
 SOFTVERBS_DEFAULT_1_1(ibv_query_pkey);
 int softverbs_ibv_query_pkey_1_1(ibv_context* context, uint8_t port_num, int index, __be16* pkey) {

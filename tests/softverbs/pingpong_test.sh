@@ -27,13 +27,9 @@ export SOFTVERBS_FABRIC_DIR
 trap 'rm -rf "$SOFTVERBS_FABRIC_DIR"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
-# Under --config=asan/tsan softverbs (and the shim) need their sanitizer
-# runtime, which the uninstrumented Debian binaries do not load: preload it.
-runtime=$(ldd tests/softverbs/libibverbs.so.1 | awk '/lib(asan|tsan)\.so/ {print $3}')
-if [ -n "$runtime" ]; then
-  export LD_PRELOAD="$runtime"
-  export ASAN_OPTIONS="${ASAN_OPTIONS:-}:detect_leaks=0:verify_asan_link_order=0"
-fi
+# shellcheck source=tests/softverbs/foreign_programs.sh
+source tests/softverbs/foreign_programs.sh
+preload_sanitizer_runtime
 device_args=()
 if [ -n "${MRCACHE_TEST_DEVICE:-}" ]; then
   unset LD_LIBRARY_PATH
@@ -44,12 +40,6 @@ else
   export LD_LIBRARY_PATH="$PWD/tests/softverbs"
 fi
 
-# listening PORT: is a TCP socket listening on PORT (IPv4 or IPv6)?
-listening() {
-  local hex
-  hex=$(printf ':%04X$' "$1")
-  awk -v p="$hex" '$2 ~ p && $4 == "0A" {found=1} END {exit !found}' /proc/net/tcp /proc/net/tcp6
-}
 
 # pingpong NAME WRAPPER ARGS...: one server/client run (WRAPPER is "" or the
 # mrcache-run prefix). Leaves the outputs in $out/NAME.{server,client}.
@@ -58,21 +48,11 @@ pingpong() {
   shift 2
   local attempt port spid
   for attempt in 1 2 3 4 5; do
-    port=$((20000 + (RANDOM * 7 + $$) % 40000))
-    listening "$port" && continue
+    port=$(free_port "$attempt")
     # shellcheck disable=SC2086  # $wrap is a word list on purpose
     timeout 60 $wrap "$prog" -p "$port" "${device_args[@]}" "$@" >"$out/$name.server" 2>&1 &
     spid=$!
-    for _ in $(seq 200); do
-      listening "$port" && break
-      kill -0 "$spid" 2>/dev/null || break
-      sleep 0.05
-    done
-    if ! listening "$port"; then
-      wait "$spid"
-      grep -q "Couldn't listen" "$out/$name.server" && continue  # port taken: another
-      fail "$name: the server never listened: $(cat "$out/$name.server")"
-    fi
+    await_server "$spid" "$port" "$out/$name.server" "Couldn't listen" || continue
     # shellcheck disable=SC2086
     timeout 60 $wrap "$prog" -p "$port" "${device_args[@]}" "$@" localhost >"$out/$name.client" 2>&1
     local crc=$? src=0

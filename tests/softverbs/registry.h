@@ -41,6 +41,11 @@ struct Context {
   unsigned slots = 0;  // size of the pin table: the device's max_mr
   PinTable pins;
   Transport* transport = nullptr;  // created with the first CQ, channel, QP, SRQ or AH
+  // The async event pipe: vctx.context.async_fd is its read end. softverbs
+  // raises no async events, so nothing is ever written: a reader blocks (or,
+  // non-blocking, gets EAGAIN) as with a quiet device. Both ends live as long
+  // as the context.
+  int async_write_fd = -1;
 };
 
 struct Pd {
@@ -148,6 +153,8 @@ ibv_pd* softverbs_ibv_alloc_pd_1_1(ibv_context* context);
 int softverbs_ibv_dealloc_pd_1_1(ibv_pd* pd);
 ibv_mr* softverbs_ibv_reg_mr_1_1(ibv_pd* pd, void* addr, size_t length, int access);
 int softverbs_ibv_dereg_mr_1_1(ibv_mr* mr);
+int softverbs_ibv_get_async_event_1_1(ibv_context* context, ibv_async_event* event);
+void softverbs_ibv_ack_async_event_1_1(ibv_async_event* event);
 }
 
 #endif  // SOFTVERBS_REGISTRY_H_

@@ -18,12 +18,19 @@
 // QP (go-back-N with a window of one): every packet is acknowledged, a
 // duplicate (PSN = expected - 1) is re-acknowledged without being executed
 // again, any other PSN is dropped. UC and UD send without acknowledgement; a
-// UC or UD message that finds no receive WQE is dropped.
+// UC or UD message that finds no receive WQE is dropped. Like InfiniBand's
+// credit-based link flow control, the fabric does not drop a UC or UD packet
+// for congestion: when a peer process's socket queue is full, the sender
+// waits for room, for at most kHeadOfQueueLifetime (a switch's limit on a
+// blocked packet), then the packet is lost. RC packets are never held back
+// (they are retransmitted), nor packets between QPs of one process (whose
+// receiver needs the lock the sender holds).
 //
 // Locking: every object here is guarded by registry().mu, like PDs and MRs;
 // the progress thread takes it per batch of packets. Nothing blocks while it
 // is held (sockets and the channel pipe are non-blocking), except the
-// io_uring copies of PinTable, which the kernel completes at once.
+// io_uring copies of PinTable, which the kernel completes at once, and a UC
+// or UD sender waiting (bounded) for room at another process's socket.
 //
 // Errors: failed WQEs complete with the status hardware reports and move the
 // QP to the error state, which flushes every other WQE (IBV_WC_WR_FLUSH_ERR).
@@ -71,6 +78,8 @@ constexpr int kMaxCqe = 1 << 20;
 constexpr uint64_t kMaxMessage = 1ULL << 31;  // port max_msg_sz
 constexpr size_t kGrhBytes = 40;
 constexpr uint32_t kUdMtu = 4096;  // the port's active MTU: UD messages fit one packet
+// How long a UC or UD packet may wait for room at a peer's full socket queue.
+constexpr auto kHeadOfQueueLifetime = std::chrono::milliseconds(500);
 // The local ACK timeout never goes below this: the responder is a thread of
 // another process that the scheduler (or a sanitizer) may stall, and only a
 // retry count exhausted by real silence should fail a WQE.
@@ -100,6 +109,9 @@ struct PacketHeader {
   uint64_t offset;       // this packet's offset within the message
   uint8_t sgid[16];      // UD with a GRH: the sender's GID
 };
+
+// The largest datagram: a header and a full fragment.
+constexpr size_t kPacketBytes = sizeof(PacketHeader) + kFragment;
 
 // The RNR timer encodings of the InfiniBand specification (table 45), in µs.
 constexpr uint32_t kRnrMicros[32] = {655360, 10,    20,    30,     40,     60,     80,     120,
@@ -199,12 +211,23 @@ struct Qp {
 
 }  // namespace
 
+// A packet taken off a QP's socket but not handled yet.
+struct StashedPacket {
+  uint32_t qpn;
+  std::vector<char> bytes;
+};
+
 struct Transport {
   int epfd = -1;
-  int wake_fd = -1;  // eventfd: stop the thread
+  int wake_fd = -1;  // eventfd: stop the thread, or handle the stash
   std::thread thread;
   bool started = false;
   bool stop = false;
+  // Packets a sender waiting for room at a peer took off this context's
+  // sockets (so the peer, maybe waiting on us, gets room too), in arrival
+  // order per socket; the progress thread handles them before reading the
+  // sockets again.
+  std::deque<StashedPacket> stash;
 };
 
 namespace {
@@ -433,6 +456,32 @@ int SgeCopyLocked(Registry& r, const Pd* pd, const std::vector<ibv_sge>& sges, u
 
 // ---- Packets ----
 
+// Takes every packet waiting on the sockets of ctx's QPs into its
+// transport's stash and wakes the progress thread to handle them.
+void StashArrivalsLocked(Context* ctx) {
+  Transport* t = ctx->transport;
+  if (t == nullptr || !t->started) return;
+  bool any = false;
+  std::vector<char> buf(kPacketBytes);
+  for (auto& [p, other] : queues().qps) {
+    if (other->ctx != ctx || other->sock < 0) continue;
+    for (;;) {
+      ssize_t got = recv(other->sock, buf.data(), buf.size(), MSG_DONTWAIT);
+      if (got < 0) break;
+      t->stash.push_back(
+          {other->qpx.qp_base.qp_num, std::vector<char>(buf.begin(), buf.begin() + got)});
+      any = true;
+    }
+  }
+  if (any) {
+    uint64_t one = 1;
+    if (write(t->wake_fd, &one, sizeof one) < 0) { /* already signalled: the count saturates */
+    }
+  }
+}
+
+// Sends one packet to (dlid, h.dst_qpn). false: it was lost. A UC or UD
+// packet for another process waits for room there (see the fabric above).
 bool SendPacketLocked(Registry& r, Qp* qp, uint16_t dlid, const PacketHeader& h,
                       const void* payload, size_t len) {
   sockaddr_un to{};
@@ -446,9 +495,20 @@ bool SendPacketLocked(Registry& r, Qp* qp, uint16_t dlid, const PacketHeader& h,
   msg.msg_namelen = sizeof to;
   msg.msg_iov = iov;
   msg.msg_iovlen = len != 0 ? 2 : 1;
-  // A missing peer or a full queue loses the packet, as a fabric would: RC
-  // retransmits, UC and UD lose the message.
-  if (sendmsg(qp->sock, &msg, MSG_DONTWAIT | MSG_NOSIGNAL) < 0) return false;
+  // A missing peer loses the packet, as a fabric would; so does a full queue
+  // for RC (which retransmits) and within this process.
+  const ibv_qp_type type = qp->qpx.qp_base.qp_type;
+  const bool lossless = type != IBV_QPT_RC && dlid != LocalLid();
+  const auto deadline = Clock::now() + kHeadOfQueueLifetime;
+  auto pause = std::chrono::microseconds(20);
+  while (sendmsg(qp->sock, &msg, MSG_DONTWAIT | MSG_NOSIGNAL) < 0) {
+    if (!lossless || errno != EAGAIN || Clock::now() >= deadline) return false;
+    // The peer may itself be waiting for room here, holding the lock its
+    // progress thread needs: empty this context's sockets meanwhile.
+    StashArrivalsLocked(qp->ctx);
+    std::this_thread::sleep_for(pause);
+    pause = std::min<std::chrono::microseconds>(pause * 2, std::chrono::milliseconds(1));
+  }
   ++r.counters.packets_sent;
   return true;
 }
@@ -892,7 +952,7 @@ void HandlePacketLocked(Registry& r, Qp* qp, const char* buf, size_t n) {
 void ProgressLoop(Context* ctx) {
   Registry& r = registry();
   Transport* t = ctx->transport;
-  std::vector<char> buf(sizeof(PacketHeader) + kFragment);
+  std::vector<char> buf(kPacketBytes);
   epoll_event events[16];
   for (;;) {
     int wait_ms = 100;
@@ -909,9 +969,24 @@ void ProgressLoop(Context* ctx) {
     int n = epoll_wait(t->epfd, events, 16, wait_ms);
     std::lock_guard<std::mutex> lock(r.mu);
     if (t->stop) return;
+    // Packets a waiting sender took off the sockets come first: they arrived
+    // before whatever the sockets hold now.
+    while (!t->stash.empty()) {
+      StashedPacket packet = std::move(t->stash.front());
+      t->stash.pop_front();
+      auto it = queues().by_qpn.find(packet.qpn);
+      if (it == queues().by_qpn.end()) continue;  // destroyed meanwhile
+      HandlePacketLocked(r, it->second, packet.bytes.data(), packet.bytes.size());
+    }
     for (int i = 0; i < n; ++i) {
+      if (events[i].data.u32 == 0) {  // the wake fd: reset it (the stash is handled above)
+        uint64_t count;
+        if (read(t->wake_fd, &count, sizeof count) < 0) { /* already reset */
+        }
+        continue;
+      }
       auto it = queues().by_qpn.find(events[i].data.u32);
-      if (it == queues().by_qpn.end()) continue;  // destroyed meanwhile (or the wake fd)
+      if (it == queues().by_qpn.end()) continue;  // destroyed meanwhile
       Qp* qp = it->second;
       for (int k = 0; k < 64; ++k) {  // a bounded batch, then timers get their turn
         ssize_t got = recv(qp->sock, buf.data(), buf.size(), MSG_DONTWAIT);
