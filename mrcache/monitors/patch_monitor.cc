@@ -58,6 +58,7 @@ enum TargetIndex : int {
   kFtruncate,
   kTruncate,
   kFallocate,
+  kSbrk,
   kNumTargets
 };
 PatchSite g_sites[kNumTargets];  // guarded by the installation in monitor.cc
@@ -174,6 +175,15 @@ int HandleFallocate(int fd, int mode, off_t offset, off_t len) noexcept {
     return next(fd, mode, offset, len);
   }
   return static_cast<int>(Sys(SYS_fallocate, fd, mode, offset, len));
+}
+
+// sbrk is patched only over another tracker's jump (kTargets): glibc's own
+// sbrk lowers the break through brk's entry, which is patched anyway, but a
+// tracker's sbrk hook (UCX's) makes the system call inline.
+void* HandleSbrk(intptr_t increment) noexcept {
+  ReleaseFence fence;
+  if (Reporting()) ReportSbrk(increment);
+  return Next<void* (*)(intptr_t)>(kSbrk)(increment);
 }
 
 // What system call `nr` of glibc's syscall() releases, reported before it
@@ -494,6 +504,19 @@ bool IsOurSlot(const void* target) ABSL_EXCLUSIVE_LOCKS_REQUIRED(g_patch_mu) {
   return false;
 }
 
+// True if `entry` starts with a jump to another tracker's hook (not ours).
+bool HoldsAnotherTrackersJump(void* entry) {
+  if (entry == nullptr || reinterpret_cast<uintptr_t>(entry) % 8 != 0) return false;
+  uint8_t code[16];
+  for (int i = 0; i < 16; i += 8) {
+    uint64_t word = ReadCodeWord(static_cast<uint8_t*>(entry) + i);
+    memcpy(code + i, &word, 8);
+  }
+  void* hook = ForeignHook(static_cast<uint8_t*>(entry), code);
+  MutexLock lock(&g_patch_mu);
+  return hook != nullptr && !IsOurSlot(hook);
+}
+
 void WriteCodeWord(void* entry, uint64_t value) {
   asm volatile("movq %1, (%0)" : : "r"(entry), "r"(value) : "memory");
 }
@@ -517,6 +540,9 @@ struct Target {
   const char* name;
   uint8_t expected[8];  // glibc 2.36 x86-64
   void* handler;
+  // Patched only where another tracker's jump is there to chain to; glibc's
+  // own code is left alone (what it releases reaches another patched entry).
+  bool only_over_another_tracker = false;
 };
 
 const Target kTargets[] = {
@@ -550,6 +576,7 @@ const Target kTargets[] = {
     {"fallocate",
      {0x80, 0x3d, 0x21, 0xe8, 0x0d, 0x00, 0x00, 0x49},
      reinterpret_cast<void*>(&HandleFallocate)},
+    {"sbrk", {}, reinterpret_cast<void*>(&HandleSbrk), true},
 };
 static_assert(sizeof(kTargets) / sizeof(kTargets[0]) == kNumTargets, "one site per target");
 
@@ -745,7 +772,9 @@ absl::Status Enable() {
   int applied = 0;
   for (; applied < kNumTargets; ++applied) {
     const Target& t = kTargets[applied];
-    status = ApplyPatch(t.name, dlsym(libc, t.name), t.expected, t.handler, &g_sites[applied]);
+    void* entry = dlsym(libc, t.name);
+    if (t.only_over_another_tracker && !HoldsAnotherTrackersJump(entry)) continue;
+    status = ApplyPatch(t.name, entry, t.expected, t.handler, &g_sites[applied]);
     if (!status.ok()) break;
   }
   if (status.ok()) {
