@@ -36,9 +36,9 @@
 #include <dlfcn.h>
 #include <malloc.h>
 #include <sys/mman.h>
-#include <unistd.h>
 #include <ucm/api/ucm.h>
 #include <ucs/memory/rcache.h>
+#include <unistd.h>
 
 #include <climits>
 #include <cstdint>
