@@ -5,7 +5,8 @@
 //
 //   allocator_probe ROUNDS
 //
-// Each round: malloc a block (64 KiB to 8 MiB), write it, register it and let
+// Each round: malloc a block (64 KiB to 2 MiB: an unprivileged
+// process may pin 8 MiB), write it, register it and let
 // go of it; free it and ask the allocator to return free memory to the system
 // (tcmalloc: MallocExtension_ReleaseFreeMemory; mimalloc: mi_collect(true);
 // jemalloc: arena.<all>.purge; glibc: malloc_trim(0)); malloc the same size
@@ -45,8 +46,8 @@ void ReleaseFreeMemory() {
   using VoidFn = void (*)();
   using CollectFn = void (*)(bool);
   using MallctlFn = int (*)(const char*, void*, size_t*, void*, size_t);
-  if (auto tcmalloc = reinterpret_cast<VoidFn>(
-          dlsym(RTLD_DEFAULT, "MallocExtension_ReleaseFreeMemory"))) {
+  if (auto tcmalloc =
+          reinterpret_cast<VoidFn>(dlsym(RTLD_DEFAULT, "MallocExtension_ReleaseFreeMemory"))) {
     tcmalloc();
   } else if (auto mimalloc = reinterpret_cast<CollectFn>(dlsym(RTLD_DEFAULT, "mi_collect"))) {
     mimalloc(true);
@@ -75,12 +76,14 @@ int main(int argc, char** argv) {
   if (rc != 0) Fail(std::string("mrc_cache_create: ") + mrc_strerror(rc));
   int stale = 0, exercised = 0;
   for (int i = 0; i < rounds; ++i) {
-    size_t len = size_t{64} << 10 << (i % 8);  // 64 KiB .. 8 MiB
+    size_t len = size_t{64} << 10 << (i % 6);  // 64 KiB .. 2 MiB
     char* old_block = static_cast<char*>(malloc(len));
     if (old_block == nullptr) Fail("malloc");
     memset(old_block, 0x5a, len);
     mrc_region_t* region = nullptr;
-    if (mrc_get(cache, old_block, len, 1, &region) != 0) Fail("mrc_get");
+    if ((rc = mrc_get(cache, old_block, len, 1, &region)) != 0) {
+      Fail(std::string("mrc_get: ") + mrc_strerror(rc));
+    }
     mrc_put(cache, region);
     const uintptr_t old_start = reinterpret_cast<uintptr_t>(old_block);
     free(old_block);
@@ -91,15 +94,17 @@ int main(int argc, char** argv) {
     const uintptr_t start = reinterpret_cast<uintptr_t>(block);
     if (start < old_start + len && old_start < start + len) {
       ++exercised;
-      if (mrc_get(cache, block, len, 1, &region) != 0) Fail("mrc_get of the new block");
+      if ((rc = mrc_get(cache, block, len, 1, &region)) != 0) {
+        Fail(std::string("mrc_get of the new block: ") + mrc_strerror(rc));
+      }
       mrc_region_info_t info;
       mrc_region_info(region, &info);
       unsigned char data[64];
       memset(data, (i & 0xff) | 1, sizeof(data));
       size_t head = static_cast<size_t>(block - static_cast<char*>(info.addr));
       if (mrc_region_device_write(cache, region, head, data, sizeof(data)) != 0 ||
-          mrc_region_device_write(cache, region, head + len - sizeof(data), data,
-                                  sizeof(data)) != 0) {
+          mrc_region_device_write(cache, region, head + len - sizeof(data), data, sizeof(data)) !=
+              0) {
         Fail("mrc_region_device_write");
       }
       mrc_put(cache, region);
