@@ -151,13 +151,21 @@ ibv_mr* Shim::Register(RegEntry entry, ibv_pd* pd, void* addr, size_t length, ui
     return Direct(entry, pd, addr, length, iova, access);
   }
   if (sample) SampleRegistrationCost(entry, pd, addr, length, iova, access);
+  const mrcache::RegionInfo info = mrcache::GetRegionInfo(*region);
+  if ((info.access & IBV_ACCESS_LOCAL_WRITE) != 0 && (access & IBV_ACCESS_LOCAL_WRITE) == 0) {
+    // The cache may serve more local rights than asked; plain verbs would
+    // refuse a device write through this lkey (EACCES), so the request gets
+    // a registration of its own rights instead.
+    (void)(*cache)->cache->Put(*region);
+    Relax(bypassed_);
+    return Direct(entry, pd, addr, length, iova, access);
+  }
   auto* alias = new (std::nothrow) Alias;
   if (alias == nullptr) {
     (void)(*cache)->cache->Put(*region);
     errno = ENOMEM;
     return nullptr;
   }
-  const mrcache::RegionInfo info = mrcache::GetRegionInfo(*region);
   alias->TakeKeys(*reinterpret_cast<const ibv_mr*>(static_cast<uintptr_t>(info.handle)));
   alias->mr.addr = addr;
   alias->mr.length = length;

@@ -46,21 +46,50 @@ inline long Sys(long nr, long a1 = 0, long a2 = 0, long a3 = 0, long a4 = 0, lon
 
 inline long L(const void* p) noexcept { return reinterpret_cast<long>(p); }
 
+// The entries, in kTargets' order (each handler finds its own site's next).
+enum TargetIndex : int {
+  kMunmap,
+  kMadvise,
+  kShmdt,
+  kBrk,
+  kMmap,
+  kMremap,
+  kShmat,
+  kFtruncate,
+  kTruncate,
+  kFallocate,
+  kSbrk,
+  kNumTargets
+};
+PatchSite g_sites[kNumTargets];  // guarded by the installation in monitor.cc
+
+// What a handler calls after reporting: the hook another tracker had put on
+// the entry before us (PatchSite::next), as a function of the entry's own
+// type; nullptr when the entry held glibc's code, whose whole job the
+// handler's system call does.
+template <typename Fn>
+inline Fn Next(TargetIndex i) noexcept {
+  return reinterpret_cast<Fn>(__atomic_load_n(&g_sites[i].next, __ATOMIC_ACQUIRE));
+}
+
 int HandleMunmap(void* addr, size_t length) noexcept {
   ReleaseFence fence;
   if (Reporting()) ReportMunmap(addr, length);
+  if (auto next = Next<int (*)(void*, size_t)>(kMunmap)) return next(addr, length);
   return static_cast<int>(Sys(SYS_munmap, L(addr), static_cast<long>(length)));
 }
 
 int HandleMadvise(void* addr, size_t length, int advice) noexcept {
   ReleaseFence fence;
   if (Reporting()) ReportMadvise(addr, length, advice);
+  if (auto next = Next<int (*)(void*, size_t, int)>(kMadvise)) return next(addr, length, advice);
   return static_cast<int>(Sys(SYS_madvise, L(addr), static_cast<long>(length), advice));
 }
 
 int HandleShmdt(const void* addr) noexcept {
   ReleaseFence fence;
   if (Reporting()) ReportShmdt(addr);
+  if (auto next = Next<int (*)(const void*)>(kShmdt)) return next(addr);
   return static_cast<int>(Sys(SYS_shmdt, L(addr)));
 }
 
@@ -68,6 +97,7 @@ int HandleShmdt(const void* addr) noexcept {
 int HandleBrk(void* addr) noexcept {
   ReleaseFence fence;
   if (Reporting()) ReportBrk(addr);
+  if (auto next = Next<int (*)(void*)>(kBrk)) return next(addr);
   void* new_break = reinterpret_cast<void*>(RawSyscall(SYS_brk, L(addr)));
   __curbrk = new_break;
   if (new_break < addr) {
@@ -84,6 +114,9 @@ void* HandleMmap(void* addr, size_t length, int prot, int flags, int fd, off_t o
   }
   ReleaseFence fence;
   if (Reporting()) ReportMmap(addr, length, flags);
+  if (auto next = Next<void* (*)(void*, size_t, int, int, int, off_t)>(kMmap)) {
+    return next(addr, length, prot, flags, fd, offset);
+  }
   return reinterpret_cast<void*>(
       Sys(SYS_mmap, L(addr), static_cast<long>(length), prot, flags, fd, offset));
 }
@@ -95,9 +128,12 @@ void* HandleMremap(void* old_address, size_t old_size, size_t new_size, int flag
   ReleaseFence fence;
   bool reporting = Reporting();
   if (reporting) ReportMremapBefore(old_address, old_size, new_size, flags, new_address);
+  auto next = Next<void* (*)(void*, size_t, size_t, int, void*)>(kMremap);
   void* result =
-      reinterpret_cast<void*>(Sys(SYS_mremap, L(old_address), static_cast<long>(old_size),
-                                  static_cast<long>(new_size), flags, L(new_address)));
+      next != nullptr
+          ? next(old_address, old_size, new_size, flags, new_address)
+          : reinterpret_cast<void*>(Sys(SYS_mremap, L(old_address), static_cast<long>(old_size),
+                                        static_cast<long>(new_size), flags, L(new_address)));
   if (reporting) {
     int saved = errno;
     ReportMremapMoved(old_address, old_size, result);
@@ -110,6 +146,7 @@ void* HandleMremap(void* old_address, size_t old_size, size_t new_size, int flag
 void* HandleShmat(int shmid, const void* addr, int shmflg) noexcept {
   ReleaseFence fence;
   if (Reporting()) ReportShmat(shmid, addr, shmflg);
+  if (auto next = Next<void* (*)(int, const void*, int)>(kShmat)) return next(shmid, addr, shmflg);
   return reinterpret_cast<void*>(Sys(SYS_shmat, shmid, L(addr), shmflg));
 }
 
@@ -118,12 +155,14 @@ void* HandleShmat(int shmid, const void* addr, int shmflg) noexcept {
 int HandleFtruncate(int fd, off_t length) noexcept {
   ReleaseFence fence;
   if (Reporting()) ReportFtruncate(fd, length);
+  if (auto next = Next<int (*)(int, off_t)>(kFtruncate)) return next(fd, length);
   return static_cast<int>(Sys(SYS_ftruncate, fd, length));
 }
 
 int HandleTruncate(const char* path, off_t length) noexcept {
   ReleaseFence fence;
   if (Reporting()) ReportTruncate(path, length);
+  if (auto next = Next<int (*)(const char*, off_t)>(kTruncate)) return next(path, length);
   return static_cast<int>(Sys(SYS_truncate, L(path), length));
 }
 
@@ -132,7 +171,19 @@ int HandleTruncate(const char* path, off_t length) noexcept {
 int HandleFallocate(int fd, int mode, off_t offset, off_t len) noexcept {
   ReleaseFence fence;
   if (Reporting()) ReportFallocate(fd, mode, offset, len);
+  if (auto next = Next<int (*)(int, int, off_t, off_t)>(kFallocate)) {
+    return next(fd, mode, offset, len);
+  }
   return static_cast<int>(Sys(SYS_fallocate, fd, mode, offset, len));
+}
+
+// sbrk is patched only over another tracker's jump (kTargets): glibc's own
+// sbrk lowers the break through brk's entry, which is patched anyway, but a
+// tracker's sbrk hook (UCX's) makes the system call inline.
+void* HandleSbrk(intptr_t increment) noexcept {
+  ReleaseFence fence;
+  if (Reporting()) ReportSbrk(increment);
+  return Next<void* (*)(intptr_t)>(kSbrk)(increment);
 }
 
 // What system call `nr` of glibc's syscall() releases, reported before it
@@ -418,6 +469,54 @@ uint64_t ReadCodeWord(const void* entry) {
   return value;
 }
 
+// The hook another tracker's patch at `entry` jumps to (the forms
+// ApplyPatch's contract lists), or nullptr if `code` (the entry's first 16
+// bytes) is none of them.
+void* ForeignHook(const uint8_t* entry, const uint8_t (&code)[16]) {
+  if (code[0] == 0xe9) {
+    int32_t rel;
+    memcpy(&rel, code + 1, 4);
+    return const_cast<uint8_t*>(entry + 5 + rel);
+  }
+  if (code[0] == 0xff && code[1] == 0x25) {
+    int32_t disp;
+    memcpy(&disp, code + 2, 4);
+    return reinterpret_cast<void*>(ReadCodeWord(entry + 6 + disp));
+  }
+  uint64_t imm;
+  memcpy(&imm, code + 2, 8);
+  if (code[0] == 0x48 && code[1] == 0xb8 && code[10] == 0xff && code[11] == 0xe0) {
+    return reinterpret_cast<void*>(imm);  // movabs rax, imm64; jmp rax
+  }
+  if (code[0] == 0x49 && code[1] == 0xbb && code[10] == 0x41 && code[11] == 0xff &&
+      code[12] == 0xe3) {
+    return reinterpret_cast<void*>(imm);  // movabs r11, imm64; jmp r11
+  }
+  return nullptr;
+}
+
+// True if `target` is one of our trampoline slots (the entry holds our own
+// patch already).
+bool IsOurSlot(const void* target) ABSL_EXCLUSIVE_LOCKS_REQUIRED(g_patch_mu) {
+  for (int i = 0; i < g_num_slot_owners; ++i) {
+    if (g_slot_owners[i].slot == target) return true;
+  }
+  return false;
+}
+
+// True if `entry` starts with a jump to another tracker's hook (not ours).
+bool HoldsAnotherTrackersJump(void* entry) {
+  if (entry == nullptr || reinterpret_cast<uintptr_t>(entry) % 8 != 0) return false;
+  uint8_t code[16];
+  for (int i = 0; i < 16; i += 8) {
+    uint64_t word = ReadCodeWord(static_cast<uint8_t*>(entry) + i);
+    memcpy(code + i, &word, 8);
+  }
+  void* hook = ForeignHook(static_cast<uint8_t*>(entry), code);
+  MutexLock lock(&g_patch_mu);
+  return hook != nullptr && !IsOurSlot(hook);
+}
+
 void WriteCodeWord(void* entry, uint64_t value) {
   asm volatile("movq %1, (%0)" : : "r"(entry), "r"(value) : "memory");
 }
@@ -441,6 +540,9 @@ struct Target {
   const char* name;
   uint8_t expected[8];  // glibc 2.36 x86-64
   void* handler;
+  // Patched only where another tracker's jump is there to chain to; glibc's
+  // own code is left alone (what it releases reaches another patched entry).
+  bool only_over_another_tracker = false;
 };
 
 const Target kTargets[] = {
@@ -474,9 +576,9 @@ const Target kTargets[] = {
     {"fallocate",
      {0x80, 0x3d, 0x21, 0xe8, 0x0d, 0x00, 0x00, 0x49},
      reinterpret_cast<void*>(&HandleFallocate)},
+    {"sbrk", {}, reinterpret_cast<void*>(&HandleSbrk), true},
 };
-constexpr int kNumTargets = sizeof(kTargets) / sizeof(kTargets[0]);
-PatchSite g_sites[kNumTargets];  // guarded by the installation in monitor.cc
+static_assert(sizeof(kTargets) / sizeof(kTargets[0]) == kNumTargets, "one site per target");
 
 // glibc 2.36's syscall(): the whole function (0x00-0x32, ending in `ret`),
 // then the first 5 bytes of the nop padding after it. Its first instruction
@@ -589,10 +691,17 @@ absl::Status ApplyPatch(const char* name, void* entry, const uint8_t (&expected)
     return ErrnoStatus(ENOTSUP, std::string("patch monitor: ") + name +
                                     " entry is not 8-byte aligned; refusing a non-atomic patch");
   }
-  uint8_t current[8];
-  uint64_t word = ReadCodeWord(entry);
-  memcpy(current, &word, 8);
+  uint8_t current[16];
+  for (int i = 0; i < 16; i += 8) {
+    uint64_t word = ReadCodeWord(static_cast<uint8_t*>(entry) + i);
+    memcpy(current + i, &word, 8);
+  }
+  void* next = nullptr;
   if (memcmp(current, expected, 8) != 0) {
+    next = ForeignHook(static_cast<uint8_t*>(entry), current);
+    if (next != nullptr && IsOurSlot(next)) next = nullptr;
+  }
+  if (memcmp(current, expected, 8) != 0 && next == nullptr) {
     std::string why = StartsWithJump(current)
                           ? " already starts with a jump (patched by another library, or "
                             "patched twice)"
@@ -612,8 +721,13 @@ absl::Status ApplyPatch(const char* name, void* entry, const uint8_t (&expected)
   memcpy(patched + 1, &rel, 4);
   uint64_t value;
   memcpy(&value, patched, 8);
+  // The handler may run as soon as the jump is stored: its next first.
+  __atomic_store_n(&site->next, next, __ATOMIC_RELEASE);
   absl::Status s = StoreCode(name, entry, value);
-  if (!s.ok()) return s;
+  if (!s.ok()) {
+    __atomic_store_n(&site->next, nullptr, __ATOMIC_RELEASE);
+    return s;
+  }
   site->name = name;
   site->entry = entry;
   memcpy(site->original, current, 8);
@@ -658,7 +772,9 @@ absl::Status Enable() {
   int applied = 0;
   for (; applied < kNumTargets; ++applied) {
     const Target& t = kTargets[applied];
-    status = ApplyPatch(t.name, dlsym(libc, t.name), t.expected, t.handler, &g_sites[applied]);
+    void* entry = dlsym(libc, t.name);
+    if (t.only_over_another_tracker && !HoldsAnotherTrackersJump(entry)) continue;
+    status = ApplyPatch(t.name, entry, t.expected, t.handler, &g_sites[applied]);
     if (!status.ok()) break;
   }
   if (status.ok()) {

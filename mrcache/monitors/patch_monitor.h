@@ -26,9 +26,14 @@
 //
 // Safety rules:
 //  - An entry is patched only if its first 8 bytes are exactly the glibc 2.36
-//    (x86-64) code this handler replaces; otherwise ENOTSUP naming the
-//    function and saying whether it already starts with a jump (another
-//    library, or a second patch, got there first).
+//    (x86-64) code this handler replaces, or another tracker's jump to its
+//    hook (which the handler then calls in place of the system call, so that
+//    tracker still sees every call: docs/ARCHITECTURE.md, "Other trackers in
+//    the process"); otherwise ENOTSUP naming the function and saying whether
+//    it already starts with a jump (a second patch of ours, or a jump we do
+//    not decode). A tracker that patches an entry after us replaces our jump;
+//    UCX's bistro hooks then make the system call through syscall(), which
+//    stays patched, so the release is still reported.
 //  - The entry must be 8-byte aligned; the patch is written as ONE atomic
 //    8-byte store (the 5-byte jump plus the 3 original bytes that follow),
 //    with the page made RWX (never non-executable) meanwhile and R+X after.
@@ -82,13 +87,21 @@ struct PatchSite {
   // `jmp rel8` to entry + hop, where `jmp rel32` to the trampoline is (syscall).
   int hop = 0;
   bool applied = false;
+  // The hook another tracker had put on the entry before us (its jump's
+  // target), which the handler calls after reporting, in place of the system
+  // call; nullptr when the entry held glibc's own code.
+  void* next = nullptr;
 };
 
 // Patches `entry` (named `name` in messages) to jump to `handler`, provided
-// its first 8 bytes equal `expected`. ENOTSUP (naming the function) if they do
-// not, if the entry already starts with a jump, if it is not 8-byte aligned,
-// or if no trampoline can be placed within reach (the errno of the failing
-// mmap/mprotect, ENOSPC when the slots or pages are used up).
+// its first 8 bytes equal `expected`, or hold another tracker's jump to its
+// hook (`jmp rel32`, `jmp [rip+disp32]`, `movabs rax/r11, imm64` + `jmp
+// rax/r11`, as UCX's bistro and libfabric's patcher write): then the patch
+// chains, site->next is that hook and the handler calls it after reporting.
+// ENOTSUP (naming the function) if the bytes are neither, if the entry
+// already jumps to one of our own trampolines (patched twice), if it is not
+// 8-byte aligned, or if no trampoline can be placed within reach (the errno of
+// the failing mmap/mprotect, ENOSPC when the slots or pages are used up).
 absl::Status ApplyPatch(const char* name, void* entry, const uint8_t (&expected)[8], void* handler,
                         PatchSite* site);
 // Restores the original bytes. EBUSY if the entry no longer holds our jump

@@ -154,8 +154,10 @@ absl::Status Enable() {
   if (seen != reinterpret_cast<void*>(&::munmap)) {
     return ErrnoStatus(ENOTSUP,
                        "symbols monitor: munmap does not resolve to mrcache's "
-                       "interposer in this process (link //mrcache:symbols_monitor "
-                       "with its --export-dynamic-symbol flags)");
+                       "interposer in this process: libmrcache.so and the shim never "
+                       "export libc's names (another tracker would patch ours instead of "
+                       "libc's); an executable opts in by linking "
+                       "//mrcache/monitors:symbols_monitor");
   }
   g_enabled.store(true, std::memory_order_seq_cst);
   return absl::OkStatus();

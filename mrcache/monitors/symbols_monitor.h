@@ -2,13 +2,17 @@
 //
 // symbols_monitor.cc defines munmap, mremap, madvise, posix_madvise, brk,
 // sbrk, shmdt, mmap, mmap64, shmat, ftruncate, ftruncate64, truncate,
-// truncate64, fallocate and fallocate64 with C linkage. Whenever this library is linked
-// into a program (statically into the executable, or as a shared library
-// loaded before libc) those definitions take precedence over libc's for every
-// call that goes through symbol lookup (the executable's own calls and other
-// libraries' PLT calls). Each one reports the range it is about to release
+// truncate64, fallocate and fallocate64 with C linkage. They take precedence
+// over libc's for every call that goes through symbol lookup only where the
+// linked object exports them: an executable that depends on
+// //mrcache/monitors:symbols_monitor (its --export-dynamic-symbol flags).
+// libmrcache.so and the shim keep them local (a definition every object binds
+// to would be what another tracker patches instead of libc's entry point:
+// docs/ARCHITECTURE.md, "Other trackers in the process"); there Enable() is
+// ENOTSUP. Each one reports the range it is about to release
 // (release_ranges.h) when the monitor is enabled, then calls the next
-// definition (dlsym(RTLD_NEXT)): another interposer or libc.
+// definition (dlsym(RTLD_NEXT)): another interposer or libc, where a patch by
+// another tracker (or by `patch`) runs as it would without mrcache.
 //
 // Invariants:
 //  - Disabled (the default), the definitions only forward: one relaxed

@@ -99,6 +99,19 @@ TEST_F(ShimTest, RequestsThatMustBypassTheCacheAreRegisteredDirectly) {
   EXPECT_EQ(client_.Counters().deregistrations - deregs, 3u);
 }
 
+TEST_F(ShimTest, ARegistrationWithoutLocalWriteRefusesDeviceWritesAsPlainVerbs) {
+  alignas(4096) static char buf[8192];
+  ibv_mr* writable = ibv_reg_mr(pd_, buf, sizeof buf, IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_NE(writable, nullptr);
+  ASSERT_EQ(ibv_dereg_mr(writable), 0);  // cached, unused
+  ibv_mr* read_only = ibv_reg_mr(pd_, buf, sizeof buf, 0);
+  ASSERT_NE(read_only, nullptr);
+  char byte = 1;
+  EXPECT_EQ(client_.device_write(read_only->lkey, reinterpret_cast<uintptr_t>(buf), &byte, 1),
+            EACCES);
+  ASSERT_EQ(ibv_dereg_mr(read_only), 0);
+}
+
 TEST_F(ShimTest, DeregOfAnAliasIsAPutThatKeepsTheRegistration) {
   ibv_mr* mr = ibv_reg_mr(pd_, buf_, kBytes, IBV_ACCESS_LOCAL_WRITE);
   ASSERT_NE(mr, nullptr);

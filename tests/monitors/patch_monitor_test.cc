@@ -87,17 +87,43 @@ TEST(PatchMonitorTest, RefusesToPatchAnEntryTwice) {
   EXPECT_TRUE(f.Holds(kFakeCode));
 }
 
-TEST(PatchMonitorTest, RefusesAnEntryAnotherLibraryAlreadyJumpsFrom) {
-  // What a foreign hook leaves behind: `jmp rel32` over the first instruction.
-  constexpr uint8_t kForeign[8] = {0xe9, 0x10, 0x20, 0x00, 0x00, 0x0f, 0x05, 0x48};
-  FakeFunction f(kForeign);
+int ReturnsNine() { return 9; }
+
+TEST(PatchMonitorTest, ChainsOverAnotherTrackersJumpToItsHook) {
+  // What UCX's bistro leaves on an entry: `movabs r11, hook; jmp r11`.
+  uint8_t foreign[16] = {0x49, 0xbb, 0, 0, 0, 0, 0, 0, 0, 0, 0x41, 0xff, 0xe3, 0xcc, 0xcc, 0xcc};
+  void* hook = reinterpret_cast<void*>(&ReturnsNine);
+  memcpy(foreign + 2, &hook, 8);
+  uint8_t* page = static_cast<uint8_t*>(
+      mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  ASSERT_NE(page, MAP_FAILED);
+  memcpy(page, foreign, sizeof(foreign));
+  mprotect(page, 4096, PROT_READ | PROT_EXEC);
+  auto call = [page] { return reinterpret_cast<int (*)()>(page)(); };
+  ASSERT_EQ(call(), 9);
+  PatchSite site;
+  absl::Status s =
+      ApplyPatch("munmap", page, kFakeCode, reinterpret_cast<void*>(&ReturnsSeven), &site);
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(site.next, hook) << "the handler calls the other tracker's hook after reporting";
+  EXPECT_EQ(call(), 7);
+  ASSERT_TRUE(RemovePatch(&site).ok());
+  EXPECT_EQ(memcmp(page, foreign, sizeof(foreign)), 0) << "the other tracker's jump is restored";
+  EXPECT_EQ(call(), 9);
+  munmap(page, 4096);
+}
+
+TEST(PatchMonitorTest, RefusesAJumpItCannotFollow) {
+  // `jmp rel8` into the function's own padding: not a hook we can call.
+  constexpr uint8_t kShortJump[8] = {0xeb, 0x31, 0x00, 0x00, 0x00, 0x0f, 0x05, 0x48};
+  FakeFunction f(kShortJump);
   PatchSite site;
   absl::Status s =
       ApplyPatch("munmap", f.entry(), kFakeCode, reinterpret_cast<void*>(&ReturnsSeven), &site);
   EXPECT_EQ(StatusToErrno(s), ENOTSUP);
   EXPECT_NE(s.message().find("refusing to patch munmap"), absl::string_view::npos) << s;
   EXPECT_NE(s.message().find("already starts with a jump"), absl::string_view::npos) << s;
-  EXPECT_TRUE(f.Holds(kForeign));
+  EXPECT_TRUE(f.Holds(kShortJump));
 }
 
 TEST(PatchMonitorTest, RefusesUnexpectedCode) {
