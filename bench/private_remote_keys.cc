@@ -30,8 +30,7 @@ Driver::Lease PrivateRemoteKeysDriver::Untagged(const Lease& lease) {
   return l;
 }
 
-absl::StatusOr<Driver::Lease> PrivateRemoteKeysDriver::Get(void* addr, size_t length,
-                                                           int access) {
+absl::StatusOr<Driver::Lease> PrivateRemoteKeysDriver::Get(void* addr, size_t length, int access) {
   if (!TakesPrivateRegistration(access)) return cached_.Get(addr, length, access);
   absl::StatusOr<Lease> lease = direct_.Get(addr, length, access);
   if (lease.ok()) {

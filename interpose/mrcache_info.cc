@@ -19,6 +19,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -65,6 +66,15 @@ std::string TransportCaps(uint32_t caps) {
   return out.empty() ? "-" : out;
 }
 
+// The key table's Markdown (`code`, *emphasis*) as plain text.
+std::string MarkdownToPlain(const char* text) {
+  std::string out;
+  for (const char* c = text; *c != '\0'; ++c) {
+    if (*c != '`' && *c != '*') out += *c;
+  }
+  return out;
+}
+
 // Returns false if the environment is invalid (the defaults are shown then).
 bool PrintConfig(mrcache::Config* config) {
   std::printf("Configuration in effect (defaults, then the MRCACHE_* environment):\n");
@@ -77,14 +87,19 @@ bool PrintConfig(mrcache::Config* config) {
     std::printf("  error: %s\n  (showing the defaults)\n",
                 std::string(env.status().message()).c_str());
   }
-  for (const std::string& key : mrcache::Config::Keys()) {
-    auto value = config->Get(key);
-    std::string name = "MRCACHE_" + key;
+  for (const mrcache::ConfigKeyInfo& key : mrcache::Config::KeyTable()) {
+    auto value = config->Show(key.name);
+    std::string name = absl::StrCat("MRCACHE_", key.name);
     for (char& c : name) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
     const bool set = std::getenv(name.c_str()) != nullptr;
     std::string shown = !value.ok() ? "?" : value->empty() ? "\"\"" : *value;
-    std::printf("  %-20s = %-12s%s%s%s\n", key.c_str(), shown.c_str(), set ? "  (from " : "",
-                set ? name.c_str() : "", set ? ")" : "");
+    // An empty value means "the default rule": say what that rule is.
+    const std::string empty_means =
+        value.ok() && value->empty()
+            ? absl::StrCat("  (empty: ", MarkdownToPlain(key.default_value), ")")
+            : "";
+    std::printf("  %-20s = %-12s%s%s%s%s\n", key.name, shown.c_str(), empty_means.c_str(),
+                set ? "  (from " : "", set ? name.c_str() : "", set ? ")" : "");
   }
   const char* stats = std::getenv("MRCACHE_STATS");
   std::printf("\nPreload shim (libmrcache_preload.so):\n");
@@ -101,10 +116,24 @@ bool PrintConfig(mrcache::Config* config) {
 
 void PrintDevices(const mrcache::Config& config) {
   int n = 0;
+  errno = 0;
   ibv_device** list = ibv_get_device_list(&n);
+  const int err = errno;
   std::printf("\nRDMA devices (ibv_get_device_list): %d\n", list == nullptr ? 0 : n);
-  if (list == nullptr) {
-    std::printf("  none: %s\n", std::strerror(errno));
+  if (list == nullptr || n == 0) {
+    // libibverbs answers ENOSYS when the kernel has no RDMA device class at
+    // all: that is "no device", not a missing function.
+    std::string why;
+    if (list == nullptr && err == ENOSYS) {
+      why = " (no RDMA driver is loaded: /sys/class/infiniband is missing)";
+    } else if (list == nullptr && err != 0) {
+      why = absl::StrCat(" (ibv_get_device_list: ", std::strerror(err), ")");
+    }
+    std::printf(
+        "  none: no RDMA device on this machine%s. registrar=verbs and the preload shim need "
+        "one; registrar=uring and sim work without.\n",
+        why.c_str());
+    if (list != nullptr) ibv_free_device_list(list);
     return;
   }
   for (int i = 0; i < n; ++i) {
@@ -194,14 +223,17 @@ void PrintPinBudget(const mrcache::Config& config) {
                 mrcache::PinsCountAgainstMemlock() ? "unlimited" : "CAP_IPC_LOCK");
     std::printf("  pin_budget_bytes     = 0 (no limit)\n");
   } else {
-    std::printf("  RLIMIT_MEMLOCK       = %zu bytes (soft; counts: no CAP_IPC_LOCK)\n", limit);
+    std::printf("  RLIMIT_MEMLOCK       = %s (soft; counts: no CAP_IPC_LOCK)\n",
+                mrcache::FormatSize(limit).c_str());
     std::printf(
-        "  pin_budget_bytes     = %zu (the limit minus %zu bytes of headroom for the "
+        "  pin_budget_bytes     = %s (the limit minus %s of headroom for the "
         "application's own pins)%s\n",
-        budget, limit - budget, pins ? "" : "; 0 with this registrar, which pins nothing");
+        mrcache::FormatSize(budget).c_str(), mrcache::FormatSize(limit - budget).c_str(),
+        pins ? "" : "; 0 with this registrar, which pins nothing");
   }
   if (config.max_bytes != 0 && (budget == 0 || config.max_bytes < budget)) {
-    std::printf("  max_bytes            = %zu lowers a cache's budget to it\n", config.max_bytes);
+    std::printf("  max_bytes            = %s lowers a cache's budget to it\n",
+                mrcache::FormatSize(config.max_bytes).c_str());
   }
   std::printf("  odp                  = %s%s\n", OdpModeName(config.odp),
               config.odp == mrcache::OdpMode::kOff
