@@ -293,6 +293,13 @@ const std::vector<KeyRow>& Rows() {
        "0 or 1",
        [](Config& c, absl::string_view v) { return SetBool(&c.custom_pins, v); },
        [](const Config& c) { return std::string(c.custom_pins ? "1" : "0"); }},
+      {{"stats_shm",
+        "`on`: publish the cache's counters and histograms live in the process's page "
+        "`/dev/shm/mrcache-<uid>-<pid>` (read with `mrcache-info --pid`); `off` creates nothing",
+        "`on`"},
+       "on or off",
+       [](Config& c, absl::string_view v) { return SetBool(&c.stats_shm, v); },
+       [](const Config& c) { return std::string(c.stats_shm ? "on" : "off"); }},
   };
   return *rows;
 }

@@ -74,6 +74,9 @@ struct Config {
   // pin memory that counts against RLIMIT_MEMLOCK (as ibv_reg_mr does), so
   // the pin budget applies; false for callbacks that pin nothing.
   bool custom_pins = true;
+  // Publish the cache's counters live in the process's statistics page
+  // (/dev/shm/mrcache-<uid>-<pid>, stats_page.h); false creates nothing.
+  bool stats_shm = true;
 
   // Sets one key from its string form. EINVAL (with a message) for an unknown
   // key or a malformed/out-of-range value; the config is unchanged then.

@@ -122,6 +122,7 @@
 #include "mrcache/core/covering_hints.h"
 #include "mrcache/core/interval_tree.h"
 #include "mrcache/core/invalidation_ring.h"
+#include "mrcache/core/log2_histogram.h"
 #include "mrcache/core/region.h"
 #include "mrcache/core/seen_filter.h"
 #include "mrcache/core/size_classes.h"
@@ -173,6 +174,9 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   absl::Status Flush();
   absl::Status DeviceWrite(Region* region, size_t offset, const void* src, size_t length);
   CacheStats stats();
+  // The distributions the live statistics page publishes (stats_page.h).
+  // Thread-safe, lock-free; concurrent updates may or may not be included.
+  void ReadHistograms(CacheHistogramCounts* out) const;
   void SetRetireCallback(Cache::RetireCallback callback);
 
   const Config& config() const { return config_; }
@@ -639,6 +643,9 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
                                                                  int access);
   MRCACHE_MISS_INLINE void TimedDeregister(const Registration& reg);
   void CountRegistration(size_t pinned_bytes);
+  // A get that missed and was served: its latency since `t0` (NowTicks) and
+  // its requested bytes, into histograms_.
+  void CountServedMiss(uint64_t t0, size_t requested);
 
   const Config config_;
   std::unique_ptr<Registrar> registrar_;
@@ -786,6 +793,10 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   std::atomic<uint64_t> slow_hits_{0}, misses_{0}, registrations_{0}, deregistrations_{0},
       evictions_{0}, invalidations_{0}, merges_{0}, pinned_bytes_{0}, peak_pinned_bytes_{0},
       registrar_ticks_{0}, registrar_failures_{0}, bypassed_{0}, remote_private_{0};
+  // Distributions (slow paths only, relaxed atomics; ReadHistograms).
+  struct Histograms {
+    Log2Histogram region_bytes, miss_ns, register_ns, deregister_ns, get_bytes;
+  } histograms_;
 };
 
 }  // namespace mrcache

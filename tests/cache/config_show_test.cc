@@ -60,9 +60,7 @@ TEST(ConfigShow, SetAcceptsWhatShowPrintsForEveryKey) {
   EXPECT_EQ(*config.Get("max_bytes"), "1572864") << "Get keeps plain digits";
 }
 
-TEST(ConfigShow, UnknownKeyIsNotFound) {
-  EXPECT_FALSE(Config().Show("nope").ok());
-}
+TEST(ConfigShow, UnknownKeyIsNotFound) { EXPECT_FALSE(Config().Show("nope").ok()); }
 
 }  // namespace
 }  // namespace mrcache
