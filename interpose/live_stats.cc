@@ -109,8 +109,8 @@ std::string CommandOf(pid_t pid) {
 
 std::string FormatProcessText(const ProcessSnapshot& p, uint64_t now_unix_ns) {
   std::string out = absl::StrFormat(
-      "process %d (%s): %u cache(s) published, refreshed every %.2f s%s\n", p.pid,
-      CommandOf(p.pid), p.caches.size(), p.interval_ns / 1e9,
+      "process %d (%s): %u cache(s) published, refreshed every %.2f s%s\n", p.pid, CommandOf(p.pid),
+      p.caches.size(), p.interval_ns / 1e9,
       p.unpublished ? absl::StrCat("; ", p.unpublished, " more found no slot") : "");
   for (const CacheSnapshot& c : p.caches) {
     const uint64_t hits = Counter(c, mrcache::kStatHits), misses = Counter(c, mrcache::kStatMisses);
@@ -123,24 +123,23 @@ std::string FormatProcessText(const ProcessSnapshot& p, uint64_t now_unix_ns) {
                           hits + misses == 0
                               ? std::string("- (no gets yet)")
                               : absl::StrFormat("%.1f%%", 100.0 * hits / (hits + misses)));
-    absl::StrAppendFormat(
-        &out, "  regions:           %u (registrations %u, deregistrations %u)\n",
-        Counter(c, mrcache::kStatRegions), Counter(c, mrcache::kStatRegistrations),
-        Counter(c, mrcache::kStatDeregistrations));
-    absl::StrAppendFormat(&out,
-                          "  pinned bytes:      %s (peak %s; pin budget %s; max_bytes %s)\n",
+    absl::StrAppendFormat(&out, "  regions:           %u (registrations %u, deregistrations %u)\n",
+                          Counter(c, mrcache::kStatRegions),
+                          Counter(c, mrcache::kStatRegistrations),
+                          Counter(c, mrcache::kStatDeregistrations));
+    absl::StrAppendFormat(&out, "  pinned bytes:      %s (peak %s; pin budget %s; max_bytes %s)\n",
                           Size(Counter(c, mrcache::kStatPinnedBytes)),
                           Size(Counter(c, mrcache::kStatPeakPinnedBytes)),
                           budget == 0 ? std::string("none") : Size(budget),
                           max_bytes == 0 ? std::string("unlimited") : Size(max_bytes));
-    absl::StrAppendFormat(&out,
-                          "  evictions %u, invalidations %u, merges %u, bypassed %u, "
-                          "remote_private %u, registrar failures %u, watch failures %u\n",
-                          Counter(c, mrcache::kStatEvictions), Counter(c, mrcache::kStatInvalidations),
-                          Counter(c, mrcache::kStatMerges), Counter(c, mrcache::kStatBypassed),
-                          Counter(c, mrcache::kStatRemotePrivate),
-                          Counter(c, mrcache::kStatRegistrarFailures),
-                          Counter(c, mrcache::kStatWatchFailures));
+    absl::StrAppendFormat(
+        &out,
+        "  evictions %u, invalidations %u, merges %u, bypassed %u, "
+        "remote_private %u, registrar failures %u, watch failures %u\n",
+        Counter(c, mrcache::kStatEvictions), Counter(c, mrcache::kStatInvalidations),
+        Counter(c, mrcache::kStatMerges), Counter(c, mrcache::kStatBypassed),
+        Counter(c, mrcache::kStatRemotePrivate), Counter(c, mrcache::kStatRegistrarFailures),
+        Counter(c, mrcache::kStatWatchFailures));
     absl::StrAppendFormat(&out, "  registrar time:    %s\n",
                           Duration(Counter(c, mrcache::kStatRegistrarNs)));
     for (int h = 0; h < kStatHistograms; ++h) {
@@ -178,8 +177,7 @@ std::string FormatProcessJson(const ProcessSnapshot& p) {
   return out + "]}\n";
 }
 
-std::string FormatRates(const ProcessSnapshot& before, const ProcessSnapshot& now,
-                        double seconds) {
+std::string FormatRates(const ProcessSnapshot& before, const ProcessSnapshot& now, double seconds) {
   std::string out;
   for (const CacheSnapshot& c : now.caches) {
     const CacheSnapshot* was = nullptr;

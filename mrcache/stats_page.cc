@@ -116,15 +116,16 @@ bool TerminatedString(const char* field, size_t size, std::string* out) {
 absl::StatusOr<ProcessSnapshot> ParseStatsPage(absl::string_view bytes, pid_t pid, uid_t uid) {
   StatsPageHeader h;
   if (bytes.size() < sizeof h) {
-    return Garbled(pid, absl::StrCat("truncated: ", bytes.size(), " bytes, a header needs ",
-                                     sizeof h));
+    return Garbled(pid,
+                   absl::StrCat("truncated: ", bytes.size(), " bytes, a header needs ", sizeof h));
   }
   std::memcpy(&h, bytes.data(), sizeof h);
   if (std::memcmp(h.magic, kStatsPageMagic, sizeof h.magic) != 0) return Garbled(pid, "bad magic");
   if (h.version != kStatsPageVersion) {
-    return Garbled(pid, absl::StrCat("version ", h.version, ", this reader knows version ",
-                                     kStatsPageVersion, " (use the mrcache-info of the same "
-                                     "release as the process)"));
+    return Garbled(
+        pid, absl::StrCat("version ", h.version, ", this reader knows version ", kStatsPageVersion,
+                          " (use the mrcache-info of the same "
+                          "release as the process)"));
   }
   if (h.header_bytes != sizeof(StatsPageHeader) || h.slot_bytes != sizeof(StatsSlot) ||
       h.slot_count != kStatsSlots) {
@@ -137,7 +138,8 @@ absl::StatusOr<ProcessSnapshot> ParseStatsPage(absl::string_view bytes, pid_t pi
   if (h.pid != static_cast<uint32_t>(pid)) {
     return Garbled(pid, absl::StrCat("it names process ", h.pid));
   }
-  if (h.uid != static_cast<uint32_t>(uid)) return Garbled(pid, absl::StrCat("it names uid ", h.uid));
+  if (h.uid != static_cast<uint32_t>(uid))
+    return Garbled(pid, absl::StrCat("it names uid ", h.uid));
   if (h.interval_ns == 0 || h.unpublished > (1u << 30)) return Garbled(pid, "bad header values");
   ProcessSnapshot out;
   out.pid = pid;
@@ -207,14 +209,15 @@ absl::StatusOr<ProcessSnapshot> ReadStatsPageAt(const std::string& path, pid_t p
   if (fd < 0) {
     const int err = errno;
     if (err == ENOENT) {
-      return ErrnoStatus(ENOENT, absl::StrCat("process ", pid,
-                                              " publishes no mrcache statistics (no ", path,
-                                              ": not running, no cache, or stats_shm=off)"));
+      return ErrnoStatus(
+          ENOENT, absl::StrCat("process ", pid, " publishes no mrcache statistics (no ", path,
+                               ": not running, no cache, or stats_shm=off)"));
     }
     if (err == ELOOP) return ErrnoStatus(EACCES, absl::StrCat(path, " is a symbolic link"));
     if (err == EACCES) {
-      return ErrnoStatus(EACCES, absl::StrCat(path, " belongs to another user: only its owner "
-                                                    "may read it"));
+      return ErrnoStatus(EACCES, absl::StrCat(path,
+                                              " belongs to another user: only its owner "
+                                              "may read it"));
     }
     return ErrnoStatus(err, absl::StrCat("cannot open ", path));
   }
@@ -231,8 +234,9 @@ absl::StatusOr<ProcessSnapshot> ReadStatsPageAt(const std::string& path, pid_t p
   }
   if ((st.st_mode & 0777) != 0600) {
     close(fd);
-    return ErrnoStatus(EACCES, absl::StrCat(path, " has mode ", absl::StrFormat("%o", st.st_mode & 0777),
-                                            ", not 0600: not trusted"));
+    return ErrnoStatus(EACCES,
+                       absl::StrCat(path, " has mode ", absl::StrFormat("%o", st.st_mode & 0777),
+                                    ", not 0600: not trusted"));
   }
   absl::Status last;
   for (int attempt = 0; attempt < 100; ++attempt) {

@@ -102,10 +102,10 @@ struct StatsPageHeader {
 };
 
 struct StatsSlot {
-  uint64_t seq;       // seqlock: odd while being written
-  uint32_t live;      // 1: a cache is published here; 0: free
-  uint32_t cache_id;  // 1, 2, ... in the order the process created its caches
-  char rail[32];      // the device it registers on (verbs), else its registrar; NUL-terminated
+  uint64_t seq;        // seqlock: odd while being written
+  uint32_t live;       // 1: a cache is published here; 0: free
+  uint32_t cache_id;   // 1, 2, ... in the order the process created its caches
+  char rail[32];       // the device it registers on (verbs), else its registrar; NUL-terminated
   char registrar[16];  // the registrar's name; NUL-terminated
   uint64_t updated_unix_ns;
   uint64_t counters[kStatCounters];
