@@ -703,6 +703,7 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
     EndAttemptLocked(plan, attempt, &pending);
     if (!attempt.reg.ok()) {
       lock.Unlock();
+      histograms_.register_ns.Add(TicksToNs(attempt.register_ticks));
       if (watch_ranges_)
         monitor_->Unwatch(reinterpret_cast<void*>(attempt.start), attempt.length());
       discard();
@@ -725,6 +726,7 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
       const bool may_contain = plan.overlapped || attempt.start < plan.start ||
                                attempt.end > plan.end || installs_ != installs_seen;
       Region* r = InstallLocked(tc, miss, attempt, fresh, may_contain, &dead);
+      CountInstalledMissLocked(attempt, miss_t0, end - start);
       lock.Unlock();
       Release(&dead);
       // Prefetching is opt-in (odp_prefetch_bytes, explicit ODP only).
@@ -734,13 +736,14 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
         // failed prefetch only costs the device a fault later.
         (void)registrar_->Prefetch(r->reg, reinterpret_cast<void*>(start), end - start);
       }
-      CountServedMiss(miss_t0, end - start);
       return r;
     }
     // The memory changed while we registered (discard and retry), or
     // another thread registered a covering region (use it).
     if (raced != nullptr) HandOutLocked(tc, raced, miss);
     lock.Unlock();
+    histograms_.register_ns.Add(TicksToNs(attempt.register_ticks));
+    histograms_.region_bytes.Add(attempt.reg->length);
     CountRegistration(attempt.reg->length);
     TimedDeregister(*attempt.reg);
     if (watch_ranges_) monitor_->Unwatch(reinterpret_cast<void*>(attempt.start), attempt.length());
@@ -859,8 +862,10 @@ CacheImpl::Attempt CacheImpl::RegisterOutsideLock(const Miss& miss, const MissPl
       !watch_ranges_ || monitor_->Watch(reinterpret_cast<void*>(start), end - start);
   // `reg` constructed from the registrar's answer rather than assigned: the
   // assignment's out-of-line path cost every miss two taken jumps.
+  uint64_t ticks = 0;
   return Attempt{start,         end,     access,  bridged,
-                 widened_range, widened, watched, TimedRegister(start, end, access)};
+                 widened_range, widened, watched, TimedRegister(start, end, access, &ticks),
+                 ticks};
 }
 
 void CacheImpl::EndAttemptLocked(const MissPlan& plan, const Attempt& attempt,
@@ -1077,6 +1082,7 @@ absl::StatusOr<Region*> CacheImpl::AcquireBypass(uintptr_t start, uintptr_t end,
   r->shared_refs = 1;
   (kind == BypassKind::kRemotePrivate ? remote_private_ : bypassed_)
       .fetch_add(1, std::memory_order_relaxed);
+  histograms_.region_bytes.Add(end - start);
   CountRegistration(end - start);
   return r;
 }
@@ -2073,11 +2079,17 @@ void CacheImpl::FoldOrphansLocked() {
 
 // ---- outside the lock ------------------------------------------------------
 
-absl::StatusOr<Registration> CacheImpl::TimedRegister(uintptr_t start, uintptr_t end, int access) {
+absl::StatusOr<Registration> CacheImpl::TimedRegister(uintptr_t start, uintptr_t end, int access,
+                                                      uint64_t* ticks) {
   const uint64_t t0 = NowTicks(tsc_ticks_);
   absl::StatusOr<Registration> reg =
       registrar_->Register(reinterpret_cast<void*>(start), end - start, access);
-  histograms_.register_ns.Add(TicksToNs(AddTicksSince(registrar_ticks_, t0, tsc_ticks_)));
+  const uint64_t took = AddTicksSince(registrar_ticks_, t0, tsc_ticks_);
+  if (ticks != nullptr) {
+    *ticks = took;  // the caller records it
+  } else {
+    histograms_.register_ns.Add(TicksToNs(took));
+  }
   if (reg.ok() && budget_ != nullptr && !(reg->access & kAccessOnDemand)) {
     budget_->AddPinned(reg->length);
     budget_->Accepted(reg->length);
@@ -2091,17 +2103,29 @@ void CacheImpl::CountServedMiss(uint64_t t0, size_t requested) {
   histograms_.get_bytes.Add(requested);
 }
 
-void CacheImpl::ReadHistograms(CacheHistogramCounts* out) const {
+void CacheImpl::CountInstalledMissLocked(const Attempt& attempt, uint64_t t0, size_t requested) {
+  const uint64_t t1 = NowTicks(tsc_ticks_);
+  locked_histograms_.miss_ns.Add(t1 > t0 ? TicksToNs(t1 - t0) : 0);
+  locked_histograms_.get_bytes.Add(requested);
+  locked_histograms_.register_ns.Add(TicksToNs(attempt.register_ticks));
+  locked_histograms_.region_bytes.Add(attempt.length());
+}
+
+void CacheImpl::ReadHistograms(CacheHistogramCounts* out) {
   histograms_.region_bytes.Read(out->region_bytes, &out->sums[0]);
   histograms_.miss_ns.Read(out->miss_ns, &out->sums[1]);
   histograms_.register_ns.Read(out->register_ns, &out->sums[2]);
   histograms_.deregister_ns.Read(out->deregister_ns, &out->sums[3]);
   histograms_.get_bytes.Read(out->get_bytes, &out->sums[4]);
+  MutexLock lock(&mu_);
+  locked_histograms_.region_bytes.AddTo(out->region_bytes, &out->sums[0]);
+  locked_histograms_.miss_ns.AddTo(out->miss_ns, &out->sums[1]);
+  locked_histograms_.register_ns.AddTo(out->register_ns, &out->sums[2]);
+  locked_histograms_.get_bytes.AddTo(out->get_bytes, &out->sums[4]);
 }
 
 void CacheImpl::CountRegistration(size_t pinned) {
   registrations_.fetch_add(1, std::memory_order_relaxed);
-  if (pinned != 0) histograms_.region_bytes.Add(pinned);
   AtomicMax(peak_pinned_bytes_,
             pinned_bytes_.fetch_add(pinned, std::memory_order_relaxed) + pinned);
 }

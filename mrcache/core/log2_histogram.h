@@ -38,6 +38,25 @@ class Log2Histogram {
   std::atomic<uint64_t> sum_{0};
 };
 
+// The same for state a lock guards: plain adds, which the lock orders (the
+// owner's reads take the same lock).
+class PlainLog2Histogram {
+ public:
+  void Add(uint64_t value) {
+    ++counts_[Log2Histogram::BucketOf(value)];
+    sum_ += value;
+  }
+  // Adds the counts to `out` and the sum to *sum.
+  void AddTo(uint64_t out[Log2Histogram::kBuckets], uint64_t* sum) const {
+    for (int b = 0; b < Log2Histogram::kBuckets; ++b) out[b] += counts_[b];
+    *sum += sum_;
+  }
+
+ private:
+  uint64_t counts_[Log2Histogram::kBuckets] = {};
+  uint64_t sum_ = 0;
+};
+
 // A cache's distributions, copied (CacheImpl::ReadHistograms):
 //  region_bytes   the size of each registration the cache made;
 //  miss_ns        each get that missed, from its slow path's start to its

@@ -63,7 +63,8 @@ Sample ParseSample(const std::string& line) {
       size_t j = eq + 2;
       for (; j < line.size() && line[j] != '"'; ++j) {
         if (line[j] == '\\') {
-          if (j + 1 >= line.size() || (line[j + 1] != '\\' && line[j + 1] != '"' && line[j + 1] != 'n'))
+          if (j + 1 >= line.size() ||
+              (line[j + 1] != '\\' && line[j + 1] != '"' && line[j + 1] != 'n'))
             Refuse("bad escape in a label value", line);
           ++j;
         }
@@ -171,7 +172,8 @@ int main() {
       if (s.name == family + "_bucket") {
         auto le = s.labels.find("le");
         if (le == s.labels.end() || !IsFloat(le->second)) Refuse("bucket without a float le", line);
-        const double bound = le->second == "+Inf" ? INFINITY : std::strtod(le->second.c_str(), nullptr);
+        const double bound =
+            le->second == "+Inf" ? INFINITY : std::strtod(le->second.c_str(), nullptr);
         if (!(bound > h.bound)) Refuse("bucket bounds not increasing", line);
         if (v < h.count) Refuse("bucket counts decreasing", line);
         h.bound = bound;

@@ -29,12 +29,11 @@ std::unique_ptr<Cache> SimCache() {
 
 TEST(OtherUser, PagesOfAnotherUserAreNeitherListedNorRead) {
   if (getuid() != 0) GTEST_SKIP() << "needs root, to start a child as uid 65534 (nobody)";
-  auto own = SimCache();
-  ASSERT_NE(own, nullptr);
   int ready[2], done[2];
   ASSERT_EQ(pipe(ready), 0);
   ASSERT_EQ(pipe(done), 0);
   const pid_t parent = getpid();
+  // Forked before any cache (and its threads) exists.
   const pid_t child = fork();
   ASSERT_GE(child, 0);
   if (child == 0) {
@@ -42,17 +41,18 @@ TEST(OtherUser, PagesOfAnotherUserAreNeitherListedNorRead) {
     if (setgid(kNobody) != 0 || setuid(kNobody) != 0) _exit(10);
     auto cache = SimCache();
     if (cache == nullptr) _exit(11);
-    // Ours (root's) is closed to it: the file's mode, whatever the reader.
-    absl::StatusOr<ProcessSnapshot> theirs =
-        ReadStatsPageAt(StatsPagePath(0, parent), parent);
-    const bool refused = !theirs.ok() && StatusToErrno(theirs.status()) == EACCES;
     if (write(ready[1], &byte, 1) != 1) _exit(12);
-    if (read(done[0], &byte, 1) != 1) _exit(13);
+    if (read(done[0], &byte, 1) != 1) _exit(13);  // the parent's page exists now
+    // Ours (root's) is closed to it: the file's mode, whatever the reader.
+    absl::StatusOr<ProcessSnapshot> theirs = ReadStatsPageAt(StatsPagePath(0, parent), parent);
+    const bool refused = !theirs.ok() && StatusToErrno(theirs.status()) == EACCES;
     cache.reset();
     _exit(refused ? 0 : 14);
   }
   char byte = 0;
   ASSERT_EQ(read(ready[0], &byte, 1), 1);
+  auto own = SimCache();
+  ASSERT_NE(own, nullptr);
   const std::string nobody_page = StatsPagePath(kNobody, child);
   struct stat st;
   ASSERT_EQ(lstat(nobody_page.c_str(), &st), 0) << "the child's page " << nobody_page;
