@@ -1,4 +1,5 @@
-/* failed_requests.c: one good 16 MiB registration, then 2,000 that fail with
+/* failed_requests.c: one good 16 MiB registration (less where RLIMIT_MEMLOCK
+ * is lower: half the limit), then 2,000 that fail with
  * EFAULT (memory the device cannot pin), as an application that keeps
  * retrying a bad buffer does. Prints "good: mr" and "failed: N EFAULT" (N
  * registrations returned NULL with errno EFAULT). failed_requests_test.sh
@@ -11,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 
 enum { kGoodBytes = 16 << 20, kFailing = 2000, kBadBytes = 64 << 10 };
 
@@ -22,9 +24,14 @@ int main(void) {
     fprintf(stderr, "failed_requests: no device\n");
     return 2;
   }
-  char *good = malloc(kGoodBytes);
-  memset(good, 1, kGoodBytes);
-  struct ibv_mr *mr = ibv_reg_mr(pd, good, kGoodBytes, IBV_ACCESS_LOCAL_WRITE);
+  size_t good_bytes = kGoodBytes;
+  struct rlimit memlock;
+  if (getrlimit(RLIMIT_MEMLOCK, &memlock) == 0 && memlock.rlim_cur != RLIM_INFINITY &&
+      memlock.rlim_cur < 2 * (rlim_t)kGoodBytes)
+    good_bytes = memlock.rlim_cur / 2;
+  char *good = malloc(good_bytes);
+  memset(good, 1, good_bytes);
+  struct ibv_mr *mr = ibv_reg_mr(pd, good, good_bytes, IBV_ACCESS_LOCAL_WRITE);
   printf("good: %s\n", mr != NULL ? "mr" : "NULL");
   /* A PROT_NONE reservation: nothing else can be mapped there meanwhile. */
   void *bad = mmap(NULL, kBadBytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
