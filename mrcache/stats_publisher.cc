@@ -43,6 +43,7 @@ struct Publisher {
   // The page, while one exists (mapped kStatsPageBytes; `path` its name).
   void* base = nullptr;
   std::string path;
+  pid_t owner = 0;          // the process that created the page
   uint64_t generation = 0;  // of the current page; 0 while none
   Entry entries[kStatsSlots];
   int live = 0;
@@ -90,10 +91,15 @@ Publisher& P() {
   return *g_publisher.load(std::memory_order_relaxed);
 }
 
+// True if the page was made by another process: this one is a child that
+// the fork handler did not see (a raw clone), which must leave it alone.
+bool InheritedLocked(const Publisher& p) { return p.base != nullptr && p.owner != getpid(); }
+
 void OnExit() {
   Publisher& p = P();
   std::lock_guard<std::mutex> lock(p.mu);
   p.exiting = true;
+  if (InheritedLocked(p)) return;
   if (p.base != nullptr) unlink(p.path.c_str());
   p.generation = 0;
   g_generations.fetch_add(1, std::memory_order_relaxed);  // later withdrawals change nothing
@@ -229,6 +235,7 @@ bool CreatePageLocked(Publisher& p) {
   std::memcpy(h->magic, kStatsPageMagic, sizeof h->magic);  // last: the page is complete
   p.base = base;
   p.path = path;
+  p.owner = pid;
   p.generation = g_generations.fetch_add(1, std::memory_order_relaxed) + 1;
   return true;
 }
@@ -273,6 +280,14 @@ std::unique_ptr<StatsPublication> StatsPublication::Publish(CacheImpl* cache,
   Publisher& p = P();
   std::lock_guard<std::mutex> lock(p.mu);
   if (p.exiting) return nullptr;
+  if (InheritedLocked(p)) {
+    // Abandoned, not unmapped: the address space may be the parent's too.
+    p.base = nullptr;
+    p.generation = 0;
+    p.thread = nullptr;  // the parent's
+    p.live = 0;
+    for (Entry& e : p.entries) e = Entry{};
+  }
   if (p.base == nullptr && !CreatePageLocked(p)) return nullptr;
   int slot = -1;
   for (int i = 0; i < static_cast<int>(kStatsSlots) && slot < 0; ++i) {
@@ -306,7 +321,7 @@ StatsPublication::~StatsPublication() {
   {
     std::lock_guard<std::mutex> lock(p.mu);
     // Published in a page since removed (exit) or inherited from a parent.
-    if (generation_ != p.generation || p.base == nullptr) return;
+    if (generation_ != p.generation || p.base == nullptr || InheritedLocked(p)) return;
     p.entries[slot_] = Entry{};
     WriteSlot(p.base, slot_, false, 0, nullptr, nullptr, nullptr, 0, nullptr);
     if (--p.live == 0) RetirePageLocked(p, &thread, &base);
