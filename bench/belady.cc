@@ -1,5 +1,6 @@
 #include "bench/belady.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <limits>
 #include <map>
@@ -9,6 +10,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "bench/none_driver.h"
+#include "bench/private_remote_keys.h"
 
 namespace mrbench {
 namespace {
@@ -43,7 +45,7 @@ size_t NextUse(const std::vector<CacheEvent>& events, size_t from, const Key& ke
     const CacheEvent& e = events[i];
     if (e.kind == CacheEvent::kRelease) {
       if (e.start < std::get<1>(key) && std::get<0>(key) < e.end) return kNever;
-    } else if (Contains(key, e)) {
+    } else if (!e.private_registration && Contains(key, e)) {
       return i;
     }
   }
@@ -69,6 +71,14 @@ OptimalResult OptimalHits(const std::vector<CacheEvent>& events, size_t max_regi
       continue;
     }
     ++r.accesses;
+    if (e.private_registration) {
+      // Its own registration for the time of the transfer, never cached.
+      const uint64_t size = e.end - e.start;
+      ++r.registrations;
+      r.registered_bytes += size;
+      r.peak_pinned_bytes = std::max(r.peak_pinned_bytes, pinned + size);
+      continue;
+    }
     // Every cached region containing this transfer has it as its next use.
     bool hit = false;
     while (!by_next.empty() && by_next.begin()->first == i) {
@@ -118,6 +128,7 @@ std::vector<CacheEvent> TraceEvents(const Trace& trace) {
   std::vector<CacheEvent> events;
   events.reserve(trace.ops.size());
   absl::flat_hash_map<uint32_t, std::pair<char*, uint64_t>> buffers;
+  const bool private_remote = RecordedWithPrivateRemoteKeys(trace);
   for (const TraceOp& op : trace.ops) {
     CacheEvent e;
     switch (op.kind) {
@@ -141,6 +152,7 @@ std::vector<CacheEvent> TraceEvents(const Trace& trace) {
         PageAlign(reinterpret_cast<void*>(static_cast<uintptr_t>(op.offset)), op.length, &e.start,
                   &e.end);
         e.access = op.access;
+        e.private_registration = private_remote && TakesPrivateRegistration(op.access);
         break;
       case TraceOp::kDereg:  // the model holds nothing between accesses
         continue;

@@ -17,6 +17,11 @@
 // ring, kv), the rule is the natural generalisation of MIN, not a proven
 // bound.
 //
+// A private access (remote_keys=private: a request with a remote right in a
+// recording made under that rule, private_remote_keys.h) is registered for
+// itself and never kept: it always counts as a registration, never hits, and
+// is no region's next use.
+//
 // A byte capacity (`max_bytes`, e.g. a pinned-memory budget) bounds the
 // pinned bytes including the region being registered, as it does for a real
 // cache: before a miss registers, the cached regions needed furthest in the
@@ -38,8 +43,9 @@ namespace mrbench {
 struct CacheEvent {
   enum Kind : uint8_t { kAccess, kRelease };
   Kind kind = kAccess;
-  uintptr_t start = 0, end = 0;  // kAccess: the aligned region; kRelease: the released bytes
-  int access = 0;                // kAccess only
+  uintptr_t start = 0, end = 0;       // kAccess: the aligned region; kRelease: the released bytes
+  int access = 0;                     // kAccess only
+  bool private_registration = false;  // kAccess only: registered for itself, never cached
 };
 
 struct OptimalResult {
@@ -57,7 +63,8 @@ OptimalResult OptimalHits(const std::vector<CacheEvent>& events, size_t max_regi
 // The events a trace produces when its buffers come from malloc, as the
 // replayer allocates them (addresses are replayed with malloc/free here).
 // A recorded trace: each reg is an access at its recorded address, each
-// release a release; deregs are not events.
+// release a release; deregs are not events. Under a recording's
+// remote_keys=private, accesses with a remote right are private.
 std::vector<CacheEvent> TraceEvents(const Trace& trace);
 
 }  // namespace mrbench

@@ -20,11 +20,13 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "bench/bench_registrar.h"
 #include "bench/configs.h"
 #include "bench/plot.h"
+#include "bench/private_remote_keys.h"
 #include "bench/report.h"
 #include "bench/trace.h"
 #include "bench/workloads.h"
@@ -93,6 +95,41 @@ int Fail(const std::string& message) {
 
 bool InList(const std::vector<std::string>& list, const std::string& name) {
   return std::find(list.begin(), list.end(), name) != list.end();
+}
+
+// What the run replays, as the header states it: the trace file and its
+// transfers (a recording's registrations), or the workloads' seed and
+// transfers per workload as generated.
+std::string RunSource(const Flags& flags, const std::vector<Trace>& traces) {
+  if (!flags.trace_file.empty()) {
+    return absl::StrFormat("trace %s (%zu %s)", flags.trace_file, traces[0].transfers(),
+                           traces[0].recorded() ? "registrations, recorded" : "transfers");
+  }
+  bool same = true;
+  for (const Trace& t : traces) same &= t.transfers() == traces[0].transfers();
+  if (same) {
+    return absl::StrFormat("seed %u, %zu transfers per workload", flags.params.seed,
+                           traces[0].transfers());
+  }
+  std::string counts;
+  for (const Trace& t : traces) {
+    absl::StrAppend(&counts, counts.empty() ? "" : ", ", t.name, " ", t.transfers());
+  }
+  return absl::StrFormat("seed %u, transfers per workload: %s", flags.params.seed, counts);
+}
+
+// How a recording's remote_keys mode applies to the configurations compared
+// (private_remote_keys.h), as a header line.
+std::string RemoteKeysRule(const Trace& trace) {
+  if (!RecordedWithPrivateRemoteKeys(trace)) {
+    return "mrbench: remote_keys shared: every configuration may cache requests with remote "
+           "rights\n";
+  }
+  return absl::StrFormat(
+      "mrbench: remote_keys private applies to every configuration: %u of the %zu registrations "
+      "have a remote right, and each gets a registration of its own (as under the shim) that no "
+      "configuration can hit\n",
+      RemoteRightAccesses(trace), trace.transfers());
 }
 
 // Parses argv into `flags`; returns an error message, or "" on success.
@@ -278,6 +315,7 @@ int Main(int argc, char** argv) {
         traces[0].name.c_str(), recorded.max_merge_bytes, recorded.bridge_bytes, recorded.alignment,
         mrcache::RemoteKeysName(recorded.remote_keys),
         flags.limits_given ? "" : ", max_regions and max_bytes");
+    std::printf("%s", RemoteKeysRule(traces[0]).c_str());
   }
   // The budget each cache works out at creation (pin_budget.h), if its
   // registrar pins at all (Registrar::pins_memory()).
@@ -293,12 +331,10 @@ int Main(int argc, char** argv) {
     if (!registrar_pins) options.pin_budget = 0;
   }
 
-  std::printf(
-      "mrbench: registrar %s, seed %llu, %zu transfers per workload, max_regions %zu, max_bytes "
-      "%s, verify %s\n",
-      flags.registrar.c_str(), static_cast<unsigned long long>(flags.params.seed), flags.params.ops,
-      options.max_regions, options.max_bytes ? HumanBytes(options.max_bytes).c_str() : "unlimited",
-      options.verify ? "on" : "off");
+  std::printf("mrbench: registrar %s, %s, max_regions %zu, max_bytes %s, verify %s\n",
+              flags.registrar.c_str(), RunSource(flags, traces).c_str(), options.max_regions,
+              options.max_bytes ? HumanBytes(options.max_bytes).c_str() : "unlimited",
+              options.verify ? "on" : "off");
   if ((flags.memlock != 0 || options.pin_budget != 0) && registrar_pins) {
     std::printf(
         "mrbench: RLIMIT_MEMLOCK %s, CAP_IPC_LOCK %s: the caches' pin budget is %s; belady-nomerge "

@@ -9,6 +9,7 @@
 #include "absl/strings/strip.h"
 #include "bench/child_run.h"
 #include "bench/counting_registrar.h"
+#include "bench/private_remote_keys.h"
 #include "bench/ucx_rcache.h"
 #include "mrcache/errno_status.h"
 
@@ -46,7 +47,9 @@ absl::StatusOr<ReplayResult> RunUcxInProcess(const Trace& trace, const UcxPeerSp
       UcxRcache::Create(**api, registrar, spec.max_regions, spec.max_bytes, UnionAccess(trace));
   if (!cache.ok()) return cache.status();
   UcxDriver driver(std::move(*cache));
-  return Replay(trace, driver, *counters, spec.options);
+  if (!RecordedWithPrivateRemoteKeys(trace)) return Replay(trace, driver, *counters, spec.options);
+  PrivateRemoteKeysDriver private_remote(driver, registrar);
+  return Replay(trace, private_remote, *counters, spec.options);
 }
 
 absl::StatusOr<ReplayResult> RunUcxPeer(const Trace& trace, const UcxPeerSpec& spec) {

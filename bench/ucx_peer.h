@@ -4,7 +4,9 @@
 // its constructors read the environment once. The peer therefore forks, and
 // only the child sets UCX_MEM_MMAP_HOOK_MODE=none, loads libucs (ucs_api.h),
 // builds its own registrar, replays the trace through ucs_rcache and sends
-// the ReplayResult back through a pipe. The parent never loads UCX. The
+// the ReplayResult back through a pipe. The parent never loads UCX. A
+// recording made under remote_keys=private replays under that rule
+// (private_remote_keys.h). The
 // caller must be single-threaded when it calls RunUcxPeer (fork).
 #ifndef BENCH_UCX_PEER_H_
 #define BENCH_UCX_PEER_H_

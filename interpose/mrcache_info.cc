@@ -19,21 +19,29 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <string>
+#include <thread>
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "interpose/live_stats.h"
 #include "interpose/shim_defaults.h"
 #include "mrcache/cache.h"
 #include "mrcache/config.h"
+#include "mrcache/errno_status.h"
 #include "mrcache/monitors/monitor.h"
 #include "mrcache/monitors/uffd_monitor.h"
 #include "mrcache/registrars/odp.h"
 #include "mrcache/registrars/pin_budget.h"
 #include "mrcache/registrars/verbs_registrar.h"
+#include "mrcache/stats_page.h"
 
 namespace {
 
@@ -81,6 +89,15 @@ void PrintPoolRkeyScope(const mrcache::Config& config) {
       config.pool_hugepages ? " (at least a huge page)" : "");
 }
 
+// The key table's Markdown (`code`, *emphasis*) as plain text.
+std::string MarkdownToPlain(const char* text) {
+  std::string out;
+  for (const char* c = text; *c != '\0'; ++c) {
+    if (*c != '`' && *c != '*') out += *c;
+  }
+  return out;
+}
+
 // Returns false if the environment is invalid (the defaults are shown then).
 bool PrintConfig(mrcache::Config* config) {
   std::printf("Configuration in effect (defaults, then the MRCACHE_* environment):\n");
@@ -93,14 +110,19 @@ bool PrintConfig(mrcache::Config* config) {
     std::printf("  error: %s\n  (showing the defaults)\n",
                 std::string(env.status().message()).c_str());
   }
-  for (const std::string& key : mrcache::Config::Keys()) {
-    auto value = config->Get(key);
-    std::string name = "MRCACHE_" + key;
+  for (const mrcache::ConfigKeyInfo& key : mrcache::Config::KeyTable()) {
+    auto value = config->Show(key.name);
+    std::string name = absl::StrCat("MRCACHE_", key.name);
     for (char& c : name) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
     const bool set = std::getenv(name.c_str()) != nullptr;
     std::string shown = !value.ok() ? "?" : value->empty() ? "\"\"" : *value;
-    std::printf("  %-20s = %-12s%s%s%s\n", key.c_str(), shown.c_str(), set ? "  (from " : "",
-                set ? name.c_str() : "", set ? ")" : "");
+    // An empty value means "the default rule": say what that rule is.
+    const std::string empty_means =
+        value.ok() && value->empty()
+            ? absl::StrCat("  (empty: ", MarkdownToPlain(key.default_value), ")")
+            : "";
+    std::printf("  %-20s = %-12s%s%s%s%s\n", key.name, shown.c_str(), empty_means.c_str(),
+                set ? "  (from " : "", set ? name.c_str() : "", set ? ")" : "");
   }
   PrintPoolRkeyScope(*config);
   const char* stats = std::getenv("MRCACHE_STATS");
@@ -118,10 +140,24 @@ bool PrintConfig(mrcache::Config* config) {
 
 void PrintDevices(const mrcache::Config& config) {
   int n = 0;
+  errno = 0;
   ibv_device** list = ibv_get_device_list(&n);
+  const int err = errno;
   std::printf("\nRDMA devices (ibv_get_device_list): %d\n", list == nullptr ? 0 : n);
-  if (list == nullptr) {
-    std::printf("  none: %s\n", std::strerror(errno));
+  if (list == nullptr || n == 0) {
+    // libibverbs answers ENOSYS when the kernel has no RDMA device class at
+    // all: that is "no device", not a missing function.
+    std::string why;
+    if (list == nullptr && err == ENOSYS) {
+      why = " (no RDMA driver is loaded: /sys/class/infiniband is missing)";
+    } else if (list == nullptr && err != 0) {
+      why = absl::StrCat(" (ibv_get_device_list: ", std::strerror(err), ")");
+    }
+    std::printf(
+        "  none: no RDMA device on this machine%s. registrar=verbs and the preload shim need "
+        "one; registrar=uring and sim work without.\n",
+        why.c_str());
+    if (list != nullptr) ibv_free_device_list(list);
     return;
   }
   for (int i = 0; i < n; ++i) {
@@ -211,14 +247,17 @@ void PrintPinBudget(const mrcache::Config& config) {
                 mrcache::PinsCountAgainstMemlock() ? "unlimited" : "CAP_IPC_LOCK");
     std::printf("  pin_budget_bytes     = 0 (no limit)\n");
   } else {
-    std::printf("  RLIMIT_MEMLOCK       = %zu bytes (soft; counts: no CAP_IPC_LOCK)\n", limit);
+    std::printf("  RLIMIT_MEMLOCK       = %s (soft; counts: no CAP_IPC_LOCK)\n",
+                mrcache::FormatSize(limit).c_str());
     std::printf(
-        "  pin_budget_bytes     = %zu (the limit minus %zu bytes of headroom for the "
+        "  pin_budget_bytes     = %s (the limit minus %s of headroom for the "
         "application's own pins)%s\n",
-        budget, limit - budget, pins ? "" : "; 0 with this registrar, which pins nothing");
+        mrcache::FormatSize(budget).c_str(), mrcache::FormatSize(limit - budget).c_str(),
+        pins ? "" : "; 0 with this registrar, which pins nothing");
   }
   if (config.max_bytes != 0 && (budget == 0 || config.max_bytes < budget)) {
-    std::printf("  max_bytes            = %zu lowers a cache's budget to it\n", config.max_bytes);
+    std::printf("  max_bytes            = %s lowers a cache's budget to it\n",
+                mrcache::FormatSize(config.max_bytes).c_str());
   }
   std::printf("  odp                  = %s%s\n", OdpModeName(config.odp),
               config.odp == mrcache::OdpMode::kOff
@@ -330,32 +369,194 @@ void PrintConfigMan() {
   }
 }
 
+// The live-statistics options (--pid, --json, --watch, --count, --list,
+// --prometheus).
+struct LiveOptions {
+  pid_t pid = 0;
+  bool json = false, list = false, prometheus = false;
+  double watch_seconds = 0;
+  long count = 0;  // --watch refreshes; 0 = until the process ends
+  bool requested() const { return pid != 0 || json || list || prometheus || watch_seconds > 0; }
+  // Why these options do not go together, or "".
+  std::string Conflict() const {
+    if ((json || watch_seconds > 0) && pid == 0) return "--json and --watch need --pid PID";
+    if (list && (pid != 0 || prometheus)) return "--list goes alone";
+    if (json + prometheus + (watch_seconds > 0) > 1)
+      return "choose one of --json, --prometheus and --watch";
+    if (count != 0 && watch_seconds <= 0) return "--count needs --watch";
+    return "";
+  }
+};
+
+// Consumes argv[*i] (and its value) if it is a live-statistics option.
+// Returns an error message, or "".
+std::string ParseLiveOption(int argc, char** argv, int* i, LiveOptions* o) {
+  const std::string arg = argv[*i];
+  auto value = [&]() -> const char* { return *i + 1 < argc ? argv[++*i] : nullptr; };
+  if (arg == "--json") {
+    o->json = true;
+  } else if (arg == "--list") {
+    o->list = true;
+  } else if (arg == "--prometheus") {
+    o->prometheus = true;
+  } else if (arg == "--pid" || arg == "--watch" || arg == "--count") {
+    const char* v = value();
+    if (v == nullptr) return arg + " needs a value";
+    if (arg == "--watch") {
+      if (!absl::SimpleAtod(v, &o->watch_seconds) || !(o->watch_seconds >= 0.01) ||
+          o->watch_seconds > 86400) {
+        return absl::StrCat("--watch '", v, "': expected seconds, from 0.01 to 86400");
+      }
+      return "";
+    }
+    int64_t n = 0;
+    if (!absl::SimpleAtoi(v, &n) || n <= 0 || n > INT32_MAX) {
+      return absl::StrCat(arg, " '", v, "': expected a positive whole number");
+    }
+    if (arg == "--pid") o->pid = static_cast<pid_t>(n);
+    if (arg == "--count") o->count = static_cast<long>(n);
+  } else {
+    return absl::StrCat("unknown argument '", arg, "'");
+  }
+  return "";
+}
+
+uint64_t UnixNsNow() {
+  timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000u + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+int LiveError(const absl::Status& status) {
+  std::fprintf(stderr, "mrcache-info: %s\n", std::string(status.message()).c_str());
+  return 1;
+}
+
+// --watch: rates per second between readings `seconds` apart.
+int Watch(const LiveOptions& o) {
+  absl::StatusOr<mrcache::ProcessSnapshot> before = mrcache::ReadStatsPage(o.pid);
+  if (!before.ok()) return LiveError(before.status());
+  std::printf("process %d (%s): rates per second every %.2f s\n", o.pid,
+              mrcache_info::CommandOf(o.pid).c_str(), o.watch_seconds);
+  std::fflush(stdout);
+  for (long n = 0; o.count == 0 || n < o.count; ++n) {
+    const auto t0 = std::chrono::steady_clock::now();
+    std::this_thread::sleep_for(std::chrono::duration<double>(o.watch_seconds));
+    absl::StatusOr<mrcache::ProcessSnapshot> now = mrcache::ReadStatsPage(o.pid);
+    if (!now.ok() && mrcache::StatusToErrno(now.status()) == ENOENT) {
+      std::printf("process %d no longer publishes (it ended or destroyed its caches)\n", o.pid);
+      return 0;
+    }
+    if (!now.ok()) return LiveError(now.status());
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::printf("%s", mrcache_info::FormatRates(*before, *now, seconds).c_str());
+    std::fflush(stdout);
+    before = std::move(now);
+  }
+  return 0;
+}
+
+int RunLive(const LiveOptions& o) {
+  if (o.watch_seconds > 0) return Watch(o);
+  if (o.list) {
+    mrcache_info::Listing listing = mrcache_info::ListLivePages();
+    for (pid_t pid : listing.removed) {
+      std::printf("removed the page of process %d, which is gone\n", pid);
+    }
+    std::printf("%-8s %-16s %6s %12s %12s %10s\n", "PID", "COMMAND", "CACHES", "HITS", "MISSES",
+                "PINNED");
+    for (const mrcache_info::ListedProcess& p : listing.live) {
+      if (!p.snapshot.ok()) {
+        std::printf("%-8d %-16s unreadable: %s\n", p.pid, mrcache_info::CommandOf(p.pid).c_str(),
+                    std::string(p.snapshot.status().message()).c_str());
+        continue;
+      }
+      uint64_t hits = 0, misses = 0, pinned = 0;
+      for (const mrcache::CacheSnapshot& c : p.snapshot->caches) {
+        hits += c.counters[mrcache::kStatHits];
+        misses += c.counters[mrcache::kStatMisses];
+        pinned += c.counters[mrcache::kStatPinnedBytes];
+      }
+      std::printf("%-8d %-16s %6zu %12llu %12llu %10s\n", p.pid,
+                  mrcache_info::CommandOf(p.pid).c_str(), p.snapshot->caches.size(),
+                  static_cast<unsigned long long>(hits), static_cast<unsigned long long>(misses),
+                  mrcache_info::Size(pinned).c_str());
+    }
+    return 0;
+  }
+  if (o.prometheus && o.pid == 0) {
+    std::vector<mrcache::ProcessSnapshot> all;
+    for (mrcache_info::ListedProcess& p : mrcache_info::ListLivePages().live) {
+      if (p.snapshot.ok()) all.push_back(std::move(*p.snapshot));
+    }
+    std::printf("%s", mrcache_info::FormatPrometheus(all).c_str());
+    return 0;
+  }
+  absl::StatusOr<mrcache::ProcessSnapshot> snapshot = mrcache::ReadStatsPage(o.pid);
+  if (!snapshot.ok()) return LiveError(snapshot.status());
+  if (o.prometheus) {
+    std::printf("%s", mrcache_info::FormatPrometheus({*snapshot}).c_str());
+  } else if (o.json) {
+    std::printf("%s", mrcache_info::FormatProcessJson(*snapshot).c_str());
+  } else {
+    std::printf("%s", mrcache_info::FormatProcessText(*snapshot, UnixNsNow()).c_str());
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  LiveOptions live;
   for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "-h") == 0 || std::strcmp(argv[i], "--help") == 0) {
+    const char* arg = argv[i];
+    if (std::strcmp(arg, "-h") == 0 || std::strcmp(arg, "--help") == 0) {
       std::printf(
-          "usage: mrcache-info [--config-table | --config-man]\n\n"
+          "usage: mrcache-info [--config-table | --config-man]\n"
+          "       mrcache-info --pid PID [--json | --prometheus | --watch SECS [--count N]]\n"
+          "       mrcache-info --list | --prometheus\n\n"
           "Prints the mrcache configuration in effect (every key; set them with MRCACHE_<KEY>),\n"
           "the RDMA devices libibverbs lists with their ODP capabilities, and which memory\n"
           "monitors can be installed here. Exit status 1 if the MRCACHE_* environment is\n"
           "invalid.\n\n"
           "--config-table  print every configuration key, what it accepts and its default,\n"
           "                as a Markdown table (the one in README.md), and exit.\n"
-          "--config-man    the same keys as the roff list of mrcache(7), and exit.\n");
+          "--config-man    the same keys as the roff list of mrcache(7), and exit.\n\n"
+          "Live statistics (caches publish them unless stats_shm=off; this user's processes):\n"
+          "--pid PID       the caches of process PID: counters, pinned bytes against the pin\n"
+          "                budget, histograms (figures at most 0.25 s old).\n"
+          "--json          the same as one JSON object.\n"
+          "--watch SECS    every SECS seconds, hits/s, misses/s and registrations/s per cache,\n"
+          "                until the process ends (or N times with --count N).\n"
+          "--list          the processes of this user that publish; removes the pages left\n"
+          "                by processes that died.\n"
+          "--prometheus    the Prometheus text exposition format (metrics mrcache_*, labels\n"
+          "                pid, cache, rail) of --pid PID, or of every process --list shows.\n"
+          "Exit status 1 if a page cannot be read (the message says why).\n");
       return 0;
     }
-    if (std::strcmp(argv[i], "--config-table") == 0) {
+    if (std::strcmp(arg, "--config-table") == 0) {
       PrintConfigTable();
       return 0;
     }
-    if (std::strcmp(argv[i], "--config-man") == 0) {
+    if (std::strcmp(arg, "--config-man") == 0) {
       PrintConfigMan();
       return 0;
     }
-    std::fprintf(stderr, "mrcache-info: unknown argument '%s' (see --help)\n", argv[i]);
-    return 2;
+    const std::string error = ParseLiveOption(argc, argv, &i, &live);
+    if (!error.empty()) {
+      std::fprintf(stderr, "mrcache-info: %s (see --help)\n", error.c_str());
+      return 2;
+    }
+  }
+  if (live.requested()) {
+    const std::string conflict = live.Conflict();
+    if (!conflict.empty()) {
+      std::fprintf(stderr, "mrcache-info: %s (see --help)\n", conflict.c_str());
+      return 2;
+    }
+    return RunLive(live);
   }
   mrcache::Config config;
   bool ok = PrintConfig(&config);

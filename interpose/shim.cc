@@ -34,6 +34,13 @@ ibv_mr* MissingFunction() {
 
 void Relax(std::atomic<uint64_t>& counter) { counter.fetch_add(1, std::memory_order_relaxed); }
 
+// True if the cache failed because the device refused the request's own
+// pages: registering them directly would fail the same way.
+bool DeviceRefusedPages(const absl::Status& status) {
+  const int err = mrcache::StatusToErrno(status);
+  return err == EFAULT || err == EACCES;
+}
+
 // pthread_atfork handlers of the shim (shim.h "fork()"): lock order alias
 // registry, then PD cache map; released in reverse order.
 void OnForkPrepare() {
@@ -128,28 +135,43 @@ ibv_mr* Shim::Direct(RegEntry entry, ibv_pd* pd, void* addr, size_t length, uint
   return MissingFunction();
 }
 
+ibv_mr* Shim::CountedDirect(RegEntry entry, ibv_pd* pd, void* addr, size_t length, uint64_t iova,
+                            unsigned access) {
+  ibv_mr* mr = Direct(entry, pd, addr, length, iova, access);
+  if (mr == nullptr) {
+    Relax(failed_);
+    Relax(direct_failures_);
+  }
+  return mr;
+}
+
 ibv_mr* Shim::Register(RegEntry entry, ibv_pd* pd, void* addr, size_t length, uint64_t iova,
                        unsigned access) {
   ShimScope scope;
   Relax(calls_);
   if (caches_ == nullptr || pd == nullptr || MustBypass(addr, iova, access)) {
     Relax(bypassed_);
-    return Direct(entry, pd, addr, length, iova, access);
+    return CountedDirect(entry, pd, addr, length, iova, access);
   }
   auto cache = caches_->ForPd(pd);
   if (!cache.ok()) {
     Relax(fallbacks_);
-    return Direct(entry, pd, addr, length, iova, access);
+    return CountedDirect(entry, pd, addr, length, iova, access);
   }
   Relax(lookups_);
-  // Requests are counted only for the report: no shared counter on the
-  // registration path otherwise.
-  const bool sample = sample_costs_ && caches_->costs().AddRequest(length);
   auto region = (*cache)->cache->Acquire(addr, length, static_cast<int>(access));
   if (!region.ok()) {
+    if (DeviceRefusedPages(region.status())) {
+      Relax(failed_);
+      errno = mrcache::StatusToErrno(region.status());
+      return nullptr;
+    }
     Relax(fallbacks_);
-    return Direct(entry, pd, addr, length, iova, access);
+    return CountedDirect(entry, pd, addr, length, iova, access);
   }
+  // Served requests are counted only for the report: no shared counter on
+  // the registration path otherwise. A failed request is never priced.
+  const bool sample = sample_costs_ && caches_->costs().AddRequest(length);
   if (sample) SampleRegistrationCost(entry, pd, addr, length, iova, access);
   const mrcache::RegionInfo info = mrcache::GetRegionInfo(*region);
   if ((info.access & IBV_ACCESS_LOCAL_WRITE) != 0 && (access & IBV_ACCESS_LOCAL_WRITE) == 0) {
@@ -185,8 +207,14 @@ ibv_mr* Shim::RegisterDmabuf(ibv_pd* pd, uint64_t offset, size_t length, uint64_
   ShimScope scope;
   Relax(calls_);
   Relax(bypassed_);
-  if (Real().reg_dmabuf_mr == nullptr) return MissingFunction();
-  return Real().reg_dmabuf_mr(pd, offset, length, iova, fd, access);
+  ibv_mr* mr = Real().reg_dmabuf_mr == nullptr
+                   ? MissingFunction()
+                   : Real().reg_dmabuf_mr(pd, offset, length, iova, fd, access);
+  if (mr == nullptr) {
+    Relax(failed_);
+    Relax(direct_failures_);
+  }
+  return mr;
 }
 
 int Shim::Deregister(ibv_mr* mr) {
@@ -343,6 +371,8 @@ Report Shim::MakeReport() const {
   r.shim.passthrough_deregs = passthrough_deregs_.load();
   r.shim.rereg_conversions = rereg_conversions_.load();
   r.shim.busy_deallocs = busy_deallocs_.load();
+  r.shim.failed = failed_.load();
+  r.shim.direct_failures = direct_failures_.load();
   if (caches_ != nullptr) {
     r.cache = caches_->Totals();
     r.shim.caches = caches_->created();

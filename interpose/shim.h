@@ -8,9 +8,12 @@
 //    real entry point the application called: the application gets the real
 //    MR, exactly as without the shim.
 //  - Everything else is one lookup in the PD's cache; the application gets an
-//    alias (alias_registry.h). If the cache fails for any reason, the request
-//    is registered directly instead, so the outcome -- including NULL + errno
-//    -- is the real library's.
+//    alias (alias_registry.h). If the cache fails, the request is registered
+//    directly instead, so the outcome -- including NULL + errno -- is the real
+//    library's; except when the device itself refused the request's own pages
+//    (EFAULT: memory it cannot pin, EACCES: rights the memory does not allow,
+//    DeviceRefusedPages): the device would refuse them again, so the request
+//    fails with that errno and is not tried a second time.
 //  - Requests with a remote right, under remote_keys=private (the shim's
 //    default, shim_defaults.h), get a registration of exactly their bytes
 //    that the alias's ibv_dereg_mr deregisters: the rkey dies with it, as
@@ -112,6 +115,9 @@ class Shim {
   Shim();
   ibv_mr* Direct(RegEntry entry, ibv_pd* pd, void* addr, size_t length, uint64_t iova,
                  unsigned access);
+  // Direct, counting a failure (failed_, direct_failures_).
+  ibv_mr* CountedDirect(RegEntry entry, ibv_pd* pd, void* addr, size_t length, uint64_t iova,
+                        unsigned access);
   int ReregisterCached(Alias* alias, int flags, ibv_pd* pd, void* addr, size_t length, int access);
   // Registers and deregisters exactly the request once, outside the cache,
   // and records the time as a sample of what the cache saves
@@ -128,7 +134,8 @@ class Shim {
   AliasRegistry aliases_;
 
   std::atomic<uint64_t> calls_{0}, lookups_{0}, bypassed_{0}, fallbacks_{0}, alias_deregs_{0},
-      passthrough_deregs_{0}, rereg_conversions_{0}, busy_deallocs_{0};
+      passthrough_deregs_{0}, rereg_conversions_{0}, busy_deallocs_{0}, failed_{0},
+      direct_failures_{0};
 };
 
 }  // namespace mrcache_preload

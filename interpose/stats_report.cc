@@ -1,5 +1,6 @@
 #include "interpose/stats_report.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -15,6 +16,7 @@ namespace {
 
 struct Derived {
   double hit_rate = 0;
+  uint64_t direct_registrations = 0;  // direct ones that succeeded
   uint64_t device_registrations = 0;
   uint64_t avoided = 0;
   uint64_t mean_registrar_ns = 0;
@@ -25,13 +27,24 @@ Derived Derive(const Report& r) {
   Derived d;
   const uint64_t lookups = r.cache.hits + r.cache.misses;
   d.hit_rate = lookups == 0 ? 0.0 : static_cast<double>(r.cache.hits) / lookups;
-  d.device_registrations = r.cache.registrations + r.shim.bypassed + r.shim.fallbacks;
-  d.avoided = r.shim.calls > d.device_registrations ? r.shim.calls - d.device_registrations : 0;
+  const uint64_t direct = r.shim.bypassed + r.shim.fallbacks;
+  d.direct_registrations = direct > r.shim.direct_failures ? direct - r.shim.direct_failures : 0;
+  d.device_registrations = r.cache.registrations + d.direct_registrations;
+  const uint64_t not_avoided = d.device_registrations + r.shim.failed;
+  d.avoided = r.shim.calls > not_avoided ? r.shim.calls - not_avoided : 0;
   d.mean_registrar_ns =
       r.cache.registrations == 0 ? 0 : r.cache.registrar_ns / r.cache.registrations;
-  d.saved_ns = r.uncached.uncached_ns > r.cache.registrar_ns
-                   ? r.uncached.uncached_ns - r.cache.registrar_ns
-                   : 0;
+  const uint64_t net = r.uncached.uncached_ns > r.cache.registrar_ns
+                           ? r.uncached.uncached_ns - r.cache.registrar_ns
+                           : 0;
+  // Only hits save: at most their share of what the served requests cost.
+  const uint64_t hits = std::min(r.cache.hits, r.uncached.requests);
+  const uint64_t hits_share =
+      r.uncached.requests == 0 ? 0
+                               : static_cast<uint64_t>(static_cast<double>(r.uncached.uncached_ns) *
+                                                       static_cast<double>(hits) /
+                                                       static_cast<double>(r.uncached.requests));
+  d.saved_ns = std::min(net, hits_share);
   return d;
 }
 
@@ -63,19 +76,31 @@ std::string FormatText(const Report& r) {
   absl::StrAppendFormat(&out, "  hits / misses:           %u / %u   hit rate %.1f%%\n",
                         r.cache.hits, r.cache.misses, 100.0 * d.hit_rate);
   absl::StrAppendFormat(&out, "  device registrations:    %u (cache %u, direct %u)   avoided %u\n",
-                        d.device_registrations, r.cache.registrations,
-                        r.shim.bypassed + r.shim.fallbacks, d.avoided);
+                        d.device_registrations, r.cache.registrations, d.direct_registrations,
+                        d.avoided);
+  absl::StrAppendFormat(&out,
+                        "  failed requests:         %u (answered with the device's error, each "
+                        "counted once; %u of them registered directly)\n",
+                        r.shim.failed, r.shim.direct_failures);
   const std::string basis =
       r.uncached.samples != 0
           ? absl::StrFormat("%u of them registered again to time them", r.uncached.samples)
           : absl::StrFormat("the caches' %u first-time registrations, dearer than repeats",
                             r.uncached.measured_registrations);
-  absl::StrAppendFormat(
-      &out,
-      "  registrar time saved:    %.3f ms (estimate: registering each of the %u requests at its "
-      "own size would have cost %.3f ms, priced by size class from %s; the caches spent %.3f ms)\n",
-      d.saved_ns / 1e6, r.uncached.requests, r.uncached.uncached_ns / 1e6, basis,
-      r.cache.registrar_ns / 1e6);
+  if (r.cache.hits == 0) {
+    absl::StrAppendFormat(&out,
+                          "  registrar time saved:    0 ms (no hits: only a hit saves a "
+                          "registration; the caches spent %.3f ms registering)\n",
+                          r.cache.registrar_ns / 1e6);
+  } else {
+    absl::StrAppendFormat(
+        &out,
+        "  registrar time saved:    %.3f ms (estimate: registering each of the %u requests served "
+        "at its own size would have cost %.3f ms, priced by size class from %s; the caches spent "
+        "%.3f ms; at most the %u hits' share)\n",
+        d.saved_ns / 1e6, r.uncached.requests, r.uncached.uncached_ns / 1e6, basis,
+        r.cache.registrar_ns / 1e6, r.cache.hits);
+  }
   absl::StrAppendFormat(&out, "  peak pinned bytes:       %s (sum of per-PD peaks)\n",
                         Bytes(r.cache.peak_pinned_bytes));
   absl::StrAppendFormat(&out,
@@ -117,13 +142,15 @@ std::string FormatJson(const Report& r) {
   const Derived d = Derive(r);
   return absl::StrFormat(
       "{\"calls\": %u, \"cache_lookups\": %u, \"bypassed\": %u, \"fallbacks\": %u, "
-      "\"hits\": %u, \"misses\": %u, \"hit_rate\": %.6f, "
+      "\"hits\": %u, \"misses\": %u, \"hit_rate\": %.6f, \"failed\": %u, \"direct_failures\": %u, "
       "\"device_registrations\": %u, \"cache_registrations\": %u, \"registrations_avoided\": %u, "
       "\"deregistrations\": %u, \"invalidations\": %u, \"evictions\": %u, \"merges\": %u, "
       "\"registrar_ns\": %u, \"mean_registrar_ns_per_registration\": %u, "
       "\"registrar_ns_saved_estimate\": %u, \"registrar_ns_uncached_estimate\": %u, "
-      "\"registrar_cost_samples\": %u, \"estimate_method\": \"each request priced at the mean "
-      "register+deregister time of its size class, sampled in this run, minus registrar_ns\", "
+      "\"registrar_cost_samples\": %u, \"estimate_method\": \"each request served priced at the "
+      "mean "
+      "register+deregister time of its size class, sampled in this run, minus registrar_ns, at "
+      "most the hits' share (0 without hits)\", "
       "\"peak_pinned_bytes\": %u, "
       "\"alias_deregs\": %u, \"passthrough_deregs\": %u, \"rereg_conversions\": %u, "
       "\"busy_deallocs\": %u, \"pd_caches\": %u, \"monitor\": \"%s\", \"disabled\": \"%s\", "
@@ -132,15 +159,15 @@ std::string FormatJson(const Report& r) {
       "\"watch_failures\": %u, \"watch_enomem\": %u, \"watch_ebusy\": %u, \"watch_eperm\": %u, "
       "\"watch_einval\": %u, \"watch_map_limit\": %u, \"watch_other\": %u}\n",
       r.shim.calls, r.shim.cache_lookups, r.shim.bypassed, r.shim.fallbacks, r.cache.hits,
-      r.cache.misses, d.hit_rate, d.device_registrations, r.cache.registrations, d.avoided,
-      r.cache.deregistrations, r.cache.invalidations, r.cache.evictions, r.cache.merges,
-      r.cache.registrar_ns, d.mean_registrar_ns, d.saved_ns, r.uncached.uncached_ns,
-      r.uncached.samples, r.cache.peak_pinned_bytes, r.shim.alias_deregs, r.shim.passthrough_deregs,
-      r.shim.rereg_conversions, r.shim.busy_deallocs, r.shim.caches, r.monitor, r.disabled,
-      r.remote_keys, r.cache.remote_private, r.cache.monitor_incomplete, r.cache.pin_budget_bytes,
-      mrcache::MemlockLimitThatApplies(), r.cache.watch_failures, r.cache.watch_enomem,
-      r.cache.watch_ebusy, r.cache.watch_eperm, r.cache.watch_einval, r.cache.watch_map_limit,
-      r.cache.watch_other);
+      r.cache.misses, d.hit_rate, r.shim.failed, r.shim.direct_failures, d.device_registrations,
+      r.cache.registrations, d.avoided, r.cache.deregistrations, r.cache.invalidations,
+      r.cache.evictions, r.cache.merges, r.cache.registrar_ns, d.mean_registrar_ns, d.saved_ns,
+      r.uncached.uncached_ns, r.uncached.samples, r.cache.peak_pinned_bytes, r.shim.alias_deregs,
+      r.shim.passthrough_deregs, r.shim.rereg_conversions, r.shim.busy_deallocs, r.shim.caches,
+      r.monitor, r.disabled, r.remote_keys, r.cache.remote_private, r.cache.monitor_incomplete,
+      r.cache.pin_budget_bytes, mrcache::MemlockLimitThatApplies(), r.cache.watch_failures,
+      r.cache.watch_enomem, r.cache.watch_ebusy, r.cache.watch_eperm, r.cache.watch_einval,
+      r.cache.watch_map_limit, r.cache.watch_other);
 }
 
 absl::Status EmitReport(absl::string_view spec, const Report& report) {

@@ -5,13 +5,19 @@
 //
 // Derived figures (stated in the output too):
 //  - hit rate = hits / (hits + misses) over cache lookups;
-//  - registrations avoided = application registration calls - registrations
-//    that reached the device (cache misses' registrations + direct ones);
-//  - registrar time saved is an ESTIMATE: what registering and deregistering
-//    each request the caches served at its own size would have cost (priced
-//    per size class from every 64th request registered again just to time
-//    it: registrar_costs.h) minus the registrar time the caches spent; never
-//    below 0;
+//  - device registrations = the registrations the caches made + the direct
+//    ones that succeeded; a request that failed is counted once, as failed
+//    (whether the device refused it through the cache or directly), never
+//    as a registration;
+//  - registrations avoided = application registration calls - device
+//    registrations - failed requests;
+//  - registrar time saved is an ESTIMATE, and comes from hits only: what
+//    registering and deregistering each request the caches served at its own
+//    size would have cost (priced per size class from every 64th request
+//    registered again just to time it: registrar_costs.h) minus the registrar
+//    time the caches spent, never below 0, and never above the hits' share of
+//    that price (hits / requests served): without a hit nothing is saved. A
+//    failed request is not served and is never priced;
 //  - peak pinned bytes: the sum of each PD cache's peak (an upper bound when
 //    several PDs are in use);
 //  - remote keys: the remote_keys mode in force and how many requests with a
@@ -46,6 +52,8 @@ struct ShimCounters {
   uint64_t rereg_conversions = 0;   // aliases turned into dedicated registrations
   uint64_t busy_deallocs = 0;       // ibv_dealloc_pd refused with EBUSY
   uint64_t caches = 0;              // PD caches created
+  uint64_t failed = 0;              // calls answered with an error (each counted once)
+  uint64_t direct_failures = 0;     // of those, direct registrations the device refused
 };
 
 struct Report {

@@ -6,6 +6,7 @@
 #include "mrcache/core/cache_impl.h"
 #include "mrcache/core/region.h"
 #include "mrcache/errno_status.h"
+#include "mrcache/stats_publisher.h"
 
 namespace mrcache {
 
@@ -52,7 +53,13 @@ absl::StatusOr<std::unique_ptr<Cache>> Cache::Create(const Config& config,
                                                      std::unique_ptr<Registrar> registrar) {
   auto impl = CacheImpl::Create(config, std::move(registrar));
   if (!impl.ok()) return impl.status();
-  return std::unique_ptr<Cache>(new Cache(std::move(*impl)));
+  std::unique_ptr<Cache> cache(new Cache(std::move(*impl)));
+  if (config.stats_shm) {
+    Registrar& r = cache->impl_->registrar();
+    cache->published_ =
+        StatsPublication::Publish(cache->impl_.get(), r.rail(), r.name(), config.max_bytes);
+  }
+  return cache;
 }
 
 absl::StatusOr<RegionRef> Cache::Get(void* addr, size_t length, int access) {

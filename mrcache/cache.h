@@ -54,6 +54,7 @@ namespace mrcache {
 
 class Region;
 class CacheImpl;
+class StatsPublication;
 class Cache;
 
 struct RegionInfo {
@@ -139,6 +140,9 @@ class Cache {
  private:
   explicit Cache(std::unique_ptr<CacheImpl> impl);
   std::unique_ptr<CacheImpl> impl_;
+  // The cache's slot in the live statistics page (stats_shm); null when
+  // unpublished. Declared after impl_: it ends before the cache does.
+  std::unique_ptr<StatsPublication> published_;
 };
 
 // Builds the registrar config.registrar names ("" picks uring if it works,

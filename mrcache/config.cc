@@ -77,7 +77,29 @@ absl::StatusOr<uint64_t> ParseSize(absl::string_view text) {
   return v * mult;
 }
 
+std::string FormatSize(uint64_t bytes) {
+  if (bytes == 0) return "0";
+  static const struct {
+    char suffix;
+    int shift;
+  } kUnits[] = {{'T', 40}, {'G', 30}, {'M', 20}, {'K', 10}};
+  for (const auto& unit : kUnits) {
+    const uint64_t one = uint64_t{1} << unit.shift;
+    if (bytes % one == 0) return absl::StrCat(bytes / one, std::string(1, unit.suffix));
+  }
+  return absl::StrCat(bytes);
+}
+
 namespace {
+
+// The keys whose value is a byte count (Show writes them with FormatSize).
+bool IsByteCount(absl::string_view key) {
+  for (const char* name : {"max_bytes", "max_merge_bytes", "bridge_bytes", "alignment",
+                           "odp_prefetch_bytes", "pool_max_bytes", "pool_chunk_bytes"}) {
+    if (key == name) return true;
+  }
+  return false;
+}
 
 // How a key's value is written: Set parses `value` into `config` (returning
 // what was expected on a bad value, the config unchanged), Get prints it in
@@ -319,6 +341,13 @@ const std::vector<KeyRow>& Rows() {
        "0 or 1",
        [](Config& c, absl::string_view v) { return SetBool(&c.custom_pins, v); },
        [](const Config& c) { return std::string(c.custom_pins ? "1" : "0"); }},
+      {{"stats_shm",
+        "`on`: publish the cache's counters and histograms live in the process's page "
+        "`/dev/shm/mrcache-<uid>-<pid>` (read with `mrcache-info --pid`); `off` creates nothing",
+        "`on`"},
+       "on or off",
+       [](Config& c, absl::string_view v) { return SetBool(&c.stats_shm, v); },
+       [](const Config& c) { return std::string(c.stats_shm ? "on" : "off"); }},
   };
   return *rows;
 }
@@ -361,6 +390,13 @@ absl::StatusOr<std::string> Config::Get(absl::string_view key) const {
   const KeyRow* row = FindRow(key);
   if (row == nullptr) return ErrnoStatus(ENOENT, absl::StrCat("unknown config key '", key, "'"));
   return row->get(*this);
+}
+
+absl::StatusOr<std::string> Config::Show(absl::string_view key) const {
+  absl::StatusOr<std::string> value = Get(key);
+  uint64_t bytes = 0;
+  if (!value.ok() || !IsByteCount(key) || !absl::SimpleAtoi(*value, &bytes)) return value;
+  return FormatSize(bytes);
 }
 
 absl::Status Config::ApplyEnvironment() {

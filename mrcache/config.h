@@ -81,12 +81,19 @@ struct Config {
   // pin memory that counts against RLIMIT_MEMLOCK (as ibv_reg_mr does), so
   // the pin budget applies; false for callbacks that pin nothing.
   bool custom_pins = true;
+  // Publish the cache's counters live in the process's statistics page
+  // (/dev/shm/mrcache-<uid>-<pid>, stats_page.h); false creates nothing.
+  bool stats_shm = true;
 
   // Sets one key from its string form. EINVAL (with a message) for an unknown
   // key or a malformed/out-of-range value; the config is unchanged then.
   absl::Status Set(absl::string_view key, absl::string_view value);
   // The current value of a key in the form Set accepts. NOT_FOUND if unknown.
   absl::StatusOr<std::string> Get(absl::string_view key) const;
+  // The current value of a key as the key table writes it: byte counts with
+  // the largest binary suffix that divides them (FormatSize: `1G`, `128M`),
+  // everything else as Get. Set accepts it. NOT_FOUND if unknown.
+  absl::StatusOr<std::string> Show(absl::string_view key) const;
   // Applies every MRCACHE_<KEY> variable that is set. The first bad one wins.
   // The first call in a process also warns on stderr about MRCACHE_* names
   // that are not mrcache variables (environment_check.h).
@@ -112,6 +119,9 @@ const char* RemoteKeysName(RemoteKeys mode);
 
 // Parses "123", "64K", "2M", "1G" (binary multiples). EINVAL otherwise.
 absl::StatusOr<uint64_t> ParseSize(absl::string_view text);
+// The inverse of ParseSize: `bytes` with the largest suffix (K, M, G, T)
+// that divides it exactly, else plain digits ("0", "1G", "1536K", "100").
+std::string FormatSize(uint64_t bytes);
 
 }  // namespace mrcache
 

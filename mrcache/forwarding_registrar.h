@@ -16,6 +16,7 @@ class ForwardingRegistrar : public Registrar {
   explicit ForwardingRegistrar(std::unique_ptr<Registrar> inner) : inner_(std::move(inner)) {}
 
   const char* name() const override { return inner_->name(); }
+  std::string rail() const override { return inner_->rail(); }
   absl::StatusOr<Registration> Register(void* addr, size_t length, int access) override {
     return inner_->Register(addr, length, access);
   }

@@ -29,6 +29,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -87,6 +88,9 @@ class Registrar {
 
   // Short name: "uring", "sim", "verbs", "custom".
   virtual const char* name() const = 0;
+  // What the registrations go to, for labelling statistics: the RDMA
+  // device's name for verbs (e.g. "mlx5_0"), else name().
+  virtual std::string rail() const { return name(); }
 
   virtual absl::StatusOr<Registration> Register(void* addr, size_t length, int access) = 0;
   virtual absl::Status Deregister(const Registration& reg) = 0;

@@ -139,12 +139,17 @@ inline uint64_t NowTicks(bool tsc) { return TickClock::Read(tsc); }
 
 // Adds the ticks since t0 to `sum` (none if the thread moved to a CPU whose
 // counter reads behind).
-inline void AddTicksSince(std::atomic<uint64_t>& sum, uint64_t t0, bool tsc) {
+// Returns them (0 then).
+inline uint64_t AddTicksSince(std::atomic<uint64_t>& sum, uint64_t t0, bool tsc) {
   const uint64_t t1 = NowTicks(tsc);
   // Expected: GCC otherwise places the add out of line, two taken jumps on
   // every registrar call (bench/RESULTS.md, "Code after the registrar's
   // system call").
-  if (__builtin_expect(t1 > t0, 1)) sum.fetch_add(t1 - t0, std::memory_order_relaxed);
+  if (__builtin_expect(t1 > t0, 1)) {
+    sum.fetch_add(t1 - t0, std::memory_order_relaxed);
+    return t1 - t0;
+  }
+  return 0;
 }
 
 // Nanoseconds in `ticks` of NowTicks().
@@ -647,6 +652,7 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
   if (tc->slow_hit_expected) {
     if (Region* hit = HitShared(tc, &miss)) return hit;
   }
+  const uint64_t miss_t0 = NowTicks(tsc_ticks_);
   bool may_bypass = true;  // until a registration of its own is refused
   for (;;) {
     DeadList dead;
@@ -677,6 +683,7 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
         absl::StatusOr<Region*> own =
             AcquireBypass(miss.page_start, miss.page_end, miss.access, BypassKind::kNotAdmitted);
         const int err = own.ok() ? 0 : StatusToErrno(own.status());
+        if (err == 0) CountServedMiss(miss_t0, end - start);
         if (err != ENOMEM && err != EAGAIN) return own;
         may_bypass = false;  // the normal path makes room and retries
         continue;
@@ -696,6 +703,7 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
     EndAttemptLocked(plan, attempt, &pending);
     if (!attempt.reg.ok()) {
       lock.Unlock();
+      histograms_.register_ns.Add(TicksToNs(attempt.register_ticks));
       if (watch_ranges_)
         monitor_->Unwatch(reinterpret_cast<void*>(attempt.start), attempt.length());
       discard();
@@ -718,6 +726,7 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
       const bool may_contain = plan.overlapped || attempt.start < plan.start ||
                                attempt.end > plan.end || installs_ != installs_seen;
       Region* r = InstallLocked(tc, miss, attempt, fresh, may_contain, &dead);
+      CountInstalledMissLocked(attempt, miss_t0, end - start);
       lock.Unlock();
       Release(&dead);
       // Prefetching is opt-in (odp_prefetch_bytes, explicit ODP only).
@@ -733,11 +742,16 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
     // another thread registered a covering region (use it).
     if (raced != nullptr) HandOutLocked(tc, raced, miss);
     lock.Unlock();
+    histograms_.register_ns.Add(TicksToNs(attempt.register_ticks));
+    histograms_.region_bytes.Add(attempt.reg->length);
     CountRegistration(attempt.reg->length);
     TimedDeregister(*attempt.reg);
     if (watch_ranges_) monitor_->Unwatch(reinterpret_cast<void*>(attempt.start), attempt.length());
     discard();
-    if (raced != nullptr) return raced;
+    if (raced != nullptr) {
+      CountServedMiss(miss_t0, end - start);
+      return raced;
+    }
     absl::Status spoiled = AfterSpoil(&miss, attempt, in_flight);
     if (!spoiled.ok()) return spoiled;
   }
@@ -848,8 +862,10 @@ CacheImpl::Attempt CacheImpl::RegisterOutsideLock(const Miss& miss, const MissPl
       !watch_ranges_ || monitor_->Watch(reinterpret_cast<void*>(start), end - start);
   // `reg` constructed from the registrar's answer rather than assigned: the
   // assignment's out-of-line path cost every miss two taken jumps.
+  uint64_t ticks = 0;
   return Attempt{start,         end,     access,  bridged,
-                 widened_range, widened, watched, TimedRegister(start, end, access)};
+                 widened_range, widened, watched, TimedRegister(start, end, access, &ticks),
+                 ticks};
 }
 
 void CacheImpl::EndAttemptLocked(const MissPlan& plan, const Attempt& attempt,
@@ -1066,6 +1082,7 @@ absl::StatusOr<Region*> CacheImpl::AcquireBypass(uintptr_t start, uintptr_t end,
   r->shared_refs = 1;
   (kind == BypassKind::kRemotePrivate ? remote_private_ : bypassed_)
       .fetch_add(1, std::memory_order_relaxed);
+  histograms_.region_bytes.Add(end - start);
   CountRegistration(end - start);
   return r;
 }
@@ -2062,16 +2079,49 @@ void CacheImpl::FoldOrphansLocked() {
 
 // ---- outside the lock ------------------------------------------------------
 
-absl::StatusOr<Registration> CacheImpl::TimedRegister(uintptr_t start, uintptr_t end, int access) {
+absl::StatusOr<Registration> CacheImpl::TimedRegister(uintptr_t start, uintptr_t end, int access,
+                                                      uint64_t* ticks) {
   const uint64_t t0 = NowTicks(tsc_ticks_);
   absl::StatusOr<Registration> reg =
       registrar_->Register(reinterpret_cast<void*>(start), end - start, access);
-  AddTicksSince(registrar_ticks_, t0, tsc_ticks_);
+  const uint64_t took = AddTicksSince(registrar_ticks_, t0, tsc_ticks_);
+  if (ticks != nullptr) {
+    *ticks = took;  // the caller records it
+  } else {
+    histograms_.register_ns.Add(TicksToNs(took));
+  }
   if (reg.ok() && budget_ != nullptr && !(reg->access & kAccessOnDemand)) {
     budget_->AddPinned(reg->length);
     budget_->Accepted(reg->length);
   }
   return reg;
+}
+
+void CacheImpl::CountServedMiss(uint64_t t0, size_t requested) {
+  const uint64_t t1 = NowTicks(tsc_ticks_);
+  histograms_.miss_ns.Add(t1 > t0 ? TicksToNs(t1 - t0) : 0);
+  histograms_.get_bytes.Add(requested);
+}
+
+void CacheImpl::CountInstalledMissLocked(const Attempt& attempt, uint64_t t0, size_t requested) {
+  const uint64_t t1 = NowTicks(tsc_ticks_);
+  locked_histograms_.miss_ns.Add(t1 > t0 ? TicksToNs(t1 - t0) : 0);
+  locked_histograms_.get_bytes.Add(requested);
+  locked_histograms_.register_ns.Add(TicksToNs(attempt.register_ticks));
+  locked_histograms_.region_bytes.Add(attempt.length());
+}
+
+void CacheImpl::ReadHistograms(CacheHistogramCounts* out) {
+  histograms_.region_bytes.Read(out->region_bytes, &out->sums[0]);
+  histograms_.miss_ns.Read(out->miss_ns, &out->sums[1]);
+  histograms_.register_ns.Read(out->register_ns, &out->sums[2]);
+  histograms_.deregister_ns.Read(out->deregister_ns, &out->sums[3]);
+  histograms_.get_bytes.Read(out->get_bytes, &out->sums[4]);
+  MutexLock lock(&mu_);
+  locked_histograms_.region_bytes.AddTo(out->region_bytes, &out->sums[0]);
+  locked_histograms_.miss_ns.AddTo(out->miss_ns, &out->sums[1]);
+  locked_histograms_.register_ns.AddTo(out->register_ns, &out->sums[2]);
+  locked_histograms_.get_bytes.AddTo(out->get_bytes, &out->sums[4]);
 }
 
 void CacheImpl::CountRegistration(size_t pinned) {
@@ -2083,7 +2133,7 @@ void CacheImpl::CountRegistration(size_t pinned) {
 void CacheImpl::TimedDeregister(const Registration& reg) {
   const uint64_t t0 = NowTicks(tsc_ticks_);
   absl::Status s = registrar_->Deregister(reg);
-  AddTicksSince(registrar_ticks_, t0, tsc_ticks_);
+  histograms_.deregister_ns.Add(TicksToNs(AddTicksSince(registrar_ticks_, t0, tsc_ticks_)));
   deregistrations_.fetch_add(1, std::memory_order_relaxed);
   const bool implicit = reg.addr == nullptr && reg.length == SIZE_MAX;
   pinned_bytes_.fetch_sub(implicit ? 0 : reg.length, std::memory_order_relaxed);

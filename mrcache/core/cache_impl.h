@@ -122,6 +122,7 @@
 #include "mrcache/core/covering_hints.h"
 #include "mrcache/core/interval_tree.h"
 #include "mrcache/core/invalidation_ring.h"
+#include "mrcache/core/log2_histogram.h"
 #include "mrcache/core/region.h"
 #include "mrcache/core/seen_filter.h"
 #include "mrcache/core/size_classes.h"
@@ -173,6 +174,9 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   absl::Status Flush();
   absl::Status DeviceWrite(Region* region, size_t offset, const void* src, size_t length);
   CacheStats stats();
+  // The distributions the live statistics page publishes (stats_page.h).
+  // Thread-safe, lock-free; concurrent updates may or may not be included.
+  void ReadHistograms(CacheHistogramCounts* out);
   void SetRetireCallback(Cache::RetireCallback callback);
 
   const Config& config() const { return config_; }
@@ -297,6 +301,7 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
     bool widened = false;        // beyond the requested pages or rights
     bool watched = true;         // the monitor saw the range (or there is none)
     absl::StatusOr<Registration> reg;
+    uint64_t register_ticks = 0;  // the registrar call's time (NowTicks units)
     size_t length() const { return end - start; }
   };
 
@@ -635,10 +640,23 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   // after a bump that voids every entry filled before (the protocol comment).
   void Quarantine(Region* r) ABSL_LOCKS_EXCLUDED(mu_);
   static void FreeRegions(Region* list);
+  // Registers, adding the time to registrar_ticks_, and either returns that
+  // time in *ticks (the caller records it) or, with ticks null, records it
+  // in histograms_.register_ns.
   MRCACHE_MISS_INLINE absl::StatusOr<Registration> TimedRegister(uintptr_t start, uintptr_t end,
-                                                                 int access);
+                                                                 int access,
+                                                                 uint64_t* ticks = nullptr);
   MRCACHE_MISS_INLINE void TimedDeregister(const Registration& reg);
   void CountRegistration(size_t pinned_bytes);
+  // A get that missed and was served by a bypass or another thread's
+  // region: its latency since `t0` (NowTicks) and its requested bytes, into
+  // histograms_.
+  void CountServedMiss(uint64_t t0, size_t requested);
+  // A miss that installed `attempt`'s region: its latency since `t0`, its
+  // requested bytes, its registration's time and size, into
+  // locked_histograms_ (plain adds: the miss holds mu_ anyway).
+  void CountInstalledMissLocked(const Attempt& attempt, uint64_t t0, size_t requested)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Config config_;
   std::unique_ptr<Registrar> registrar_;
@@ -786,6 +804,16 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   std::atomic<uint64_t> slow_hits_{0}, misses_{0}, registrations_{0}, deregistrations_{0},
       evictions_{0}, invalidations_{0}, merges_{0}, pinned_bytes_{0}, peak_pinned_bytes_{0},
       registrar_ticks_{0}, registrar_failures_{0}, bypassed_{0}, remote_private_{0};
+  // Distributions (ReadHistograms sums both sets): what happens outside
+  // mu_ (deregistrations, bypass registrations, refused, spoiled or raced
+  // attempts) in relaxed atomics; what an installing miss records while it
+  // holds mu_ anyway, in plain counters mu_ guards.
+  struct Histograms {
+    Log2Histogram region_bytes, miss_ns, register_ns, deregister_ns, get_bytes;
+  } histograms_;
+  struct LockedHistograms {
+    PlainLog2Histogram region_bytes, miss_ns, register_ns, get_bytes;
+  } locked_histograms_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace mrcache

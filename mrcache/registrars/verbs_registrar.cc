@@ -64,6 +64,12 @@ class VerbsRegistrar : public Registrar {
             reinterpret_cast<DeviceWriteFn>(dlsym(RTLD_DEFAULT, "softverbs_device_write"))) {}
 
   const char* name() const override { return "verbs"; }
+  std::string rail() const override {
+    const char* device = pd_->context != nullptr && pd_->context->device != nullptr
+                             ? ibv_get_device_name(pd_->context->device)
+                             : nullptr;
+    return device != nullptr ? device : "verbs";
+  }
   // ibv_reg_mr pins and charges the process's RLIMIT_MEMLOCK; ODP
   // registrations pin nothing, which the cache knows from their access bits.
   bool pins_memory() const override { return true; }

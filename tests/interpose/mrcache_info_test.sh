@@ -13,7 +13,24 @@ for key in registrar max_regions max_bytes max_merge_bytes bridge_bytes alignmen
     pool_chunk_bytes pool_hugepages pool_retain_bytes pool_access uring_slots MRCACHE_STATS; do
   grep -Eq "^  $key +=" "$out/info" || fail "key $key missing"
 done
-grep -Eq "max_bytes += 536870912 +\(from MRCACHE_MAX_BYTES\)" "$out/info" || fail "environment not applied"
+grep -Eq "max_bytes += 512M +\(from MRCACHE_MAX_BYTES\)" "$out/info" || fail "environment not applied"
+# Sizes as the key table writes them; an empty value says what it means.
+grep -Eq "^  max_merge_bytes += 1G " "$out/info" || fail "sizes not as the key table: $(cat "$out/info")"
+grep -Eq "^  pool_chunk_bytes += 2M " "$out/info" || fail "sizes not as the key table"
+grep -Eq '^  registrar += "" +\(empty: verbs with a PD, else uring where io_uring works, else sim\)' \
+  "$out/info" || fail "empty registrar unexplained: $(grep registrar "$out/info")"
+grep -Eq "^  (RLIMIT_MEMLOCK|pin_budget_bytes) += [0-9]{5,}[ (]" "$out/info" &&
+  fail "budget in raw bytes: $(cat "$out/info")"
+
+# Without softverbs, on a machine without an RDMA device: a plain statement,
+# never "Function not implemented".
+if [ -n "$(ls /sys/class/infiniband 2>/dev/null)" ]; then
+  echo "skipped: the no-device message (this machine has RDMA devices: $(ls /sys/class/infiniband))"
+else
+  env -u LD_LIBRARY_PATH "$info" >"$out/nodev" 2>&1 || fail "no-device run: $(cat "$out/nodev")"
+  grep -q "none: no RDMA device on this machine" "$out/nodev" || fail "no device: $(cat "$out/nodev")"
+  grep -q "Function not implemented" "$out/nodev" && fail "ENOSYS shown as such: $(cat "$out/nodev")"
+fi
 grep -Eq "^  remote_keys += shared " "$out/info" || fail "library default of remote_keys"
 grep -Eq "^  remote_keys += private +\(the shim's default" "$out/info" || fail "shim's remote_keys: $(cat "$out/info")"
 MRCACHE_REMOTE_KEYS=shared "$info" >"$out/shared" 2>&1 || fail "shared run"

@@ -88,6 +88,11 @@ both() {
   for side in server client; do
     grep -Eq "registration calls: +[1-9][0-9]* \(.*$pattern" "$out/$name.shim.$side" ||
       fail "$name: under mrcache-run the $side's registrations were not '$pattern': $(cat "$out/$name.shim.$side")"
+    # Only a hit saves registrar time: a run without one reports none saved.
+    if grep -Eq "hits / misses: +0 /" "$out/$name.shim.$side"; then
+      grep -Eq "registrar time saved: +0 ms \(no hits" "$out/$name.shim.$side" ||
+        fail "$name: $side reports time saved without a hit: $(cat "$out/$name.shim.$side")"
+    fi
   done
   echo "ok: $prog $* (plain and under mrcache-run)"
 }

@@ -1,0 +1,295 @@
+// The live statistics page: what caches publish (stats_shm), when the page
+// exists, and a reader that trusts nothing it reads.
+#include "mrcache/stats_page.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "mrcache/cache.h"
+#include "mrcache/errno_status.h"
+#include "mrcache/registrars/sim_registrar.h"
+
+namespace mrcache {
+namespace {
+
+bool Exists(const std::string& path) {
+  struct stat st;
+  return lstat(path.c_str(), &st) == 0;
+}
+
+std::string OwnPage() { return StatsPagePath(getuid(), getpid()); }
+
+class StatsPageTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_FALSE(Exists(OwnPage())) << "a page is left from an earlier test";
+    config_.registrar = "sim";
+    config_.sim_base_ns = 0;
+    config_.sim_page_ns = 0;
+  }
+  std::unique_ptr<Cache> MakeCache() {
+    auto cache = Cache::Create(config_, MakeSimRegistrar(config_));
+    EXPECT_TRUE(cache.ok()) << cache.status();
+    return cache.ok() ? std::move(*cache) : nullptr;
+  }
+  // Reads the own page until `done` holds for it (at most 2 s: the
+  // refresh runs every 250 ms).
+  template <typename Pred>
+  ProcessSnapshot ReadUntil(Pred done) {
+    ProcessSnapshot last;
+    for (int i = 0; i < 200; ++i) {
+      absl::StatusOr<ProcessSnapshot> s = ReadStatsPage(getpid());
+      if (s.ok()) {
+        last = *s;
+        if (done(last)) break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return last;
+  }
+  Config config_;
+};
+
+TEST_F(StatsPageTest, ACachePublishesItsCountersLiveAndItsDestroyRemovesThePage) {
+  auto cache = MakeCache();
+  ASSERT_TRUE(Exists(OwnPage()));
+  struct stat st;
+  ASSERT_EQ(lstat(OwnPage().c_str(), &st), 0);
+  EXPECT_TRUE(S_ISREG(st.st_mode));
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  std::vector<char> buf(1 << 20, 1);
+  for (int i = 0; i < 10; ++i) {
+    auto r = cache->Get(buf.data(), buf.size(), kAccessLocalWrite);
+    ASSERT_TRUE(r.ok()) << r.status();
+  }
+  ProcessSnapshot s = ReadUntil([](const ProcessSnapshot& p) {
+    return p.caches.size() == 1 && p.caches[0].counters[kStatHits] == 9;
+  });
+  ASSERT_EQ(s.caches.size(), 1u);
+  const CacheSnapshot& c = s.caches[0];
+  EXPECT_EQ(c.counters[kStatHits], 9u);
+  EXPECT_EQ(c.counters[kStatMisses], 1u);
+  EXPECT_EQ(c.counters[kStatRegistrations], 1u);
+  EXPECT_EQ(c.registrar, "sim");
+  EXPECT_EQ(c.rail, "sim");
+  EXPECT_GE(c.counters[kStatPinnedBytes], buf.size());
+  uint64_t regions = 0, misses = 0;
+  for (int b = 0; b < kStatsBuckets; ++b) {
+    regions += c.histograms[kHistRegionBytes][b];
+    misses += c.histograms[kHistMissNs][b];
+  }
+  EXPECT_EQ(regions, 1u);
+  EXPECT_EQ(misses, 1u);
+  EXPECT_EQ(c.histograms[kHistGetBytes][Log2Histogram::BucketOf(buf.size())], 1u);
+  cache.reset();
+  EXPECT_FALSE(Exists(OwnPage())) << "the last cache's destroy must remove the page";
+}
+
+TEST_F(StatsPageTest, SixtyFourCachesShareOnePageEachInItsOwnSlot) {
+  std::vector<std::unique_ptr<Cache>> caches;
+  for (int i = 0; i < 64; ++i) caches.push_back(MakeCache());
+  absl::StatusOr<ProcessSnapshot> s = ReadStatsPage(getpid());
+  ASSERT_TRUE(s.ok()) << s.status();
+  ASSERT_EQ(s->caches.size(), 64u);
+  std::set<uint32_t> ids;
+  for (const CacheSnapshot& c : s->caches) {
+    EXPECT_GE(c.cache_id, 1u);
+    EXPECT_TRUE(ids.insert(c.cache_id).second) << "cache id " << c.cache_id << " twice";
+  }
+  EXPECT_EQ(s->unpublished, 0u);
+  caches.resize(10);  // 54 destroyed: their slots are freed, the page stays
+  s = ReadStatsPage(getpid());
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->caches.size(), 10u);
+  caches.clear();
+  EXPECT_FALSE(Exists(OwnPage()));
+}
+
+TEST_F(StatsPageTest, StatsShmOffCreatesNothing) {
+  config_.stats_shm = false;
+  auto cache = MakeCache();
+  EXPECT_FALSE(Exists(OwnPage()));
+  absl::StatusOr<ProcessSnapshot> s = ReadStatsPage(getpid());
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(StatusToErrno(s.status()), ENOENT);
+  EXPECT_NE(s.status().message().find("publishes no mrcache statistics"), std::string::npos);
+}
+
+TEST_F(StatsPageTest, AForkChildPublishesInAPageOfItsOwnAndLeavesTheParentsAlone) {
+#if defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "TSan cannot start a thread (the child's refresh thread) after a fork of a "
+                  "multi-threaded process (die_after_fork)";
+#endif
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "GCC 12's ASan has no fork handling for its allocator: the child's allocations "
+                  "can block on a lock a thread of the parent held at the fork "
+                  "(tests/reliability/fork_test.cc)";
+#endif
+  auto cache = MakeCache();
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    auto own = MakeCache();
+    absl::StatusOr<ProcessSnapshot> s = ReadStatsPage(getpid());
+    const bool ok = own != nullptr && s.ok() && s->caches.size() == 1;
+    own.reset();
+    cache.reset();  // the parent's cache, inherited: its slot is the parent's business
+    _exit(ok && !Exists(StatsPagePath(getuid(), getpid())) ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  absl::StatusOr<ProcessSnapshot> s = ReadStatsPage(getpid());
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->caches.size(), 1u) << "the child's destroy touched the parent's page";
+}
+
+// ---- the reader, on pages written by hand ----
+
+class StatsPageReaderTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    path_ = ::testing::TempDir() + "/page";
+    bytes_.assign(kStatsPageBytes, '\0');
+    StatsPageHeader h{};
+    std::memcpy(h.magic, kStatsPageMagic, sizeof h.magic);
+    h.version = kStatsPageVersion;
+    h.header_bytes = sizeof(StatsPageHeader);
+    h.slot_bytes = sizeof(StatsSlot);
+    h.slot_count = kStatsSlots;
+    h.pid = kPid;
+    h.uid = getuid();
+    h.interval_ns = kStatsIntervalNs;
+    std::memcpy(&bytes_[0], &h, sizeof h);
+    StatsSlot slot{};
+    slot.live = 1;
+    slot.cache_id = 1;
+    std::strcpy(slot.rail, "mlx5_0");
+    std::strcpy(slot.registrar, "verbs");
+    slot.counters[kStatHits] = 42;
+    std::memcpy(&bytes_[sizeof h], &slot, sizeof slot);
+  }
+  StatsSlot* Slot0() { return reinterpret_cast<StatsSlot*>(&bytes_[sizeof(StatsPageHeader)]); }
+  StatsPageHeader* Header() { return reinterpret_cast<StatsPageHeader*>(&bytes_[0]); }
+  absl::Status Write(mode_t mode = 0600) {
+    unlink(path_.c_str());
+    const int fd = open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL, mode);
+    if (fd < 0) return ErrnoStatus(errno, "create");
+    const bool ok = write(fd, bytes_.data(), bytes_.size()) == static_cast<ssize_t>(bytes_.size());
+    fchmod(fd, mode);
+    close(fd);
+    return ok ? absl::OkStatus() : ErrnoStatus(EIO, "write");
+  }
+  // The reader's error for the page as it is now written.
+  std::string ErrorOf() {
+    EXPECT_TRUE(Write().ok());
+    absl::StatusOr<ProcessSnapshot> s = ReadStatsPageAt(path_, kPid);
+    return s.ok() ? "ok" : std::string(s.status().message());
+  }
+  static constexpr pid_t kPid = 4242;
+  std::string path_, bytes_;
+};
+
+TEST_F(StatsPageReaderTest, AValidPageReads) {
+  ASSERT_TRUE(Write().ok());
+  absl::StatusOr<ProcessSnapshot> s = ReadStatsPageAt(path_, kPid);
+  ASSERT_TRUE(s.ok()) << s.status();
+  ASSERT_EQ(s->caches.size(), 1u);
+  EXPECT_EQ(s->caches[0].rail, "mlx5_0");
+  EXPECT_EQ(s->caches[0].counters[kStatHits], 42u);
+}
+
+TEST_F(StatsPageReaderTest, TruncatedPageIsAClearError) {
+  bytes_.resize(kStatsPageBytes / 2);
+  EXPECT_NE(ErrorOf().find("truncated"), std::string::npos) << ErrorOf();
+  bytes_.resize(10);
+  EXPECT_NE(ErrorOf().find("truncated"), std::string::npos) << ErrorOf();
+  bytes_.clear();
+  EXPECT_NE(ErrorOf().find("truncated"), std::string::npos) << ErrorOf();
+}
+
+TEST_F(StatsPageReaderTest, WrongVersionIsAClearError) {
+  Header()->version = 2;
+  EXPECT_NE(ErrorOf().find("version 2, this reader knows version 1"), std::string::npos)
+      << ErrorOf();
+}
+
+TEST_F(StatsPageReaderTest, GarbledPagesAreClearErrors) {
+  Header()->magic[0] = 'X';
+  EXPECT_NE(ErrorOf().find("bad magic"), std::string::npos);
+  SetUp();
+  Header()->slot_count = 1u << 31;
+  EXPECT_NE(ErrorOf().find("layout"), std::string::npos);
+  SetUp();
+  Header()->pid = 1;
+  EXPECT_NE(ErrorOf().find("names process 1"), std::string::npos);
+  SetUp();
+  std::memset(Slot0()->rail, 'A', sizeof Slot0()->rail);
+  EXPECT_NE(ErrorOf().find("unterminated name"), std::string::npos);
+  SetUp();
+  Slot0()->rail[0] = '"';
+  EXPECT_NE(ErrorOf().find("control or quote"), std::string::npos);
+  SetUp();
+  Slot0()->live = 7;
+  EXPECT_NE(ErrorOf().find("bad flag"), std::string::npos);
+  SetUp();
+  Slot0()->seq = 1;  // a writer that died mid-write
+  EXPECT_NE(ErrorOf().find("never read consistently"), std::string::npos) << ErrorOf();
+  SetUp();
+  bytes_ += "x";
+  EXPECT_NE(ErrorOf().find("oversized"), std::string::npos);
+}
+
+TEST_F(StatsPageReaderTest, PageOfAnotherModeOrASymlinkIsNotTrusted) {
+  ASSERT_TRUE(Write(0644).ok());
+  absl::StatusOr<ProcessSnapshot> s = ReadStatsPageAt(path_, kPid);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("not 0600"), std::string::npos) << s.status();
+  ASSERT_TRUE(Write().ok());
+  const std::string link = ::testing::TempDir() + "/link";
+  unlink(link.c_str());
+  ASSERT_EQ(symlink(path_.c_str(), link.c_str()), 0);
+  s = ReadStatsPageAt(link, kPid);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("symbolic link"), std::string::npos) << s.status();
+}
+
+TEST_F(StatsPageReaderTest, PageOwnedByAnotherUserIsNotTrusted) {
+  ASSERT_TRUE(Write().ok());
+  if (chown(path_.c_str(), 65534, 65534) != 0) {
+    GTEST_SKIP() << "cannot give a file to uid 65534 here (not root): " << std::strerror(errno);
+  }
+  absl::StatusOr<ProcessSnapshot> s = ReadStatsPageAt(path_, kPid);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(StatusToErrno(s.status()), EACCES);
+  EXPECT_NE(s.status().message().find("belongs to uid 65534"), std::string::npos) << s.status();
+}
+
+TEST(StatsPageName, OnlyThisUsersWellFormedNamesCount) {
+  EXPECT_EQ(PidOfStatsPageName("mrcache-1000-42", 1000), 42);
+  EXPECT_EQ(PidOfStatsPageName("mrcache-1000-42", 1001), -1);
+  EXPECT_EQ(PidOfStatsPageName("mrcache-1000-", 1000), -1);
+  EXPECT_EQ(PidOfStatsPageName("mrcache-1000-4x", 1000), -1);
+  EXPECT_EQ(PidOfStatsPageName("mrcache-1000-99999999999", 1000), -1);
+  EXPECT_EQ(PidOfStatsPageName("other", 1000), -1);
+}
+
+TEST(ProcessStartTicks, NamesThisProcessAndNoneForAMissingOne) {
+  EXPECT_GT(ProcessStartTicks(getpid()), 0u);
+  EXPECT_EQ(ProcessStartTicks(ProcessStartTicks(getpid()) > 0 ? 0x7ffffff0 : 1), 0u);
+}
+
+}  // namespace
+}  // namespace mrcache
