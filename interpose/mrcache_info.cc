@@ -83,9 +83,9 @@ void PrintPoolRkeyScope(const mrcache::Config& config) {
     return;
   }
   std::printf(
-      "  %-20s = whole chunk: a buffer's rkey reaches every byte of its %zu-byte chunk%s "
+      "  %-20s = whole chunk: a buffer's rkey reaches every byte of its %s chunk%s "
       "(other buffers included), or of its own chunk if larger than half a chunk\n",
-      "rkey scope", config.pool_chunk_bytes,
+      "rkey scope", mrcache::FormatSize(config.pool_chunk_bytes).c_str(),
       config.pool_hugepages ? " (at least a huge page)" : "");
 }
 

@@ -94,8 +94,9 @@ namespace {
 
 // The keys whose value is a byte count (Show writes them with FormatSize).
 bool IsByteCount(absl::string_view key) {
-  for (const char* name : {"max_bytes", "max_merge_bytes", "bridge_bytes", "alignment",
-                           "odp_prefetch_bytes", "pool_max_bytes", "pool_chunk_bytes"}) {
+  for (const char* name :
+       {"max_bytes", "max_merge_bytes", "bridge_bytes", "alignment", "odp_prefetch_bytes",
+        "pool_max_bytes", "pool_chunk_bytes", "pool_retain_bytes"}) {
     if (key == name) return true;
   }
   return false;

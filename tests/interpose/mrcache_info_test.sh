@@ -39,7 +39,7 @@ MRCACHE_REMOTE_KEYS=shared "$info" >"$out/shared" 2>&1 || fail "shared run"
 # What a pool buffer's rkey reaches: nothing by default, its whole chunk with a remote right.
 grep -Eq "^  rkey scope += none " "$out/info" || fail "pool rkey scope (default): $(cat "$out/info")"
 MRCACHE_POOL_ACCESS=local_write+remote_read "$info" >"$out/pool" 2>&1 || fail "pool_access run"
-grep -Eq "^  rkey scope += whole chunk: .* 2097152-byte chunk" "$out/pool" ||
+grep -Eq "^  rkey scope += whole chunk: .* 2M chunk" "$out/pool" ||
   fail "pool rkey scope (remote_read): $(cat "$out/pool")"
 grep -q "softverbs0" "$out/info" || fail "device missing"
 grep -q "odp general_caps: none" "$out/info" || fail "ODP caps (none)"
