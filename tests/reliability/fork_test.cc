@@ -43,7 +43,8 @@
 //  - ThreadSanitizer does not support starting threads in the child of a
 //    multi-threaded fork (die_after_fork; with it off, it aborts on "dup
 //    thread with used id"). A new cache in the child with `uffd` or `auto`
-//    starts the uffd reader, so those children are skipped under TSan.
+//    starts the uffd reader, so those children are skipped under TSan; the
+//    live statistics page's refresh thread is off there (stats_shm).
 //  - ThreadSanitizer of GCC 12 (libtsan.so.2) takes a spin lock of its own
 //    (DenseSlabAlloc, its clock blocks) when memory holding a sync object is
 //    freed, and a busy thread of the parent may hold it at the fork: a child
@@ -159,6 +160,11 @@ class ForkTest : public ::testing::TestWithParam<Param> {
     }
     config_.monitor = std::get<0>(GetParam());
     config_.registrar = std::get<1>(GetParam());
+    // The live statistics page is refreshed by a thread of its own, which a
+    // child's first new cache starts (stats_publisher.h): not under TSan (see
+    // the top of this file). //tests/stats:stats_page_test covers the page
+    // across fork.
+    config_.stats_shm = !kTsan;
     auto registrar = CreateRegistrar(config_, nullptr);
     ASSERT_TRUE(registrar.ok()) << registrar.status();
     auto made = Cache::Create(
