@@ -58,7 +58,7 @@ await_server() {
 # under --config=tsan a UCX test stops here with that reason.
 skip_ucx_under_tsan() {
   if [[ "${SANITIZER_RUNTIME:-}" == *libtsan* ]]; then
-    echo "skipped: UCX crashes (SIGSEGV) under a preloaded TSan runtime, with or without softverbs"
+    echo "SKIPPED: UCX crashes (SIGSEGV) under a preloaded TSan runtime, with or without softverbs"
     exit 0
   fi
 }
@@ -86,7 +86,7 @@ skip_ucx_without_memlock() {
   local cap_eff
   cap_eff=$(awk '/^CapEff:/ {print $2}' /proc/self/status)
   if [ "$(ulimit -l)" != unlimited ] && ((((0x$cap_eff >> 14) & 1) == 0)); then  # bit 14: CAP_IPC_LOCK
-    echo "skipped: UCX needs an unlimited RLIMIT_MEMLOCK or CAP_IPC_LOCK (now $(ulimit -l) KiB, no CAP_IPC_LOCK): its pools pin tens of MiB per process"
+    echo "SKIPPED: UCX needs an unlimited RLIMIT_MEMLOCK or CAP_IPC_LOCK (now $(ulimit -l) KiB, no CAP_IPC_LOCK): its pools pin tens of MiB per process"
     exit 0
   fi
 }
