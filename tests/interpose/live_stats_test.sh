@@ -36,10 +36,10 @@ start_app() {
   timeout -s KILL 120 "$run" -- "$app" "$@" >/dev/null 2>>"$out/app.err" &
   watchdog=$!
   pid=""
-  for _ in $(seq 100); do
+  for _ in $(seq 250); do
     pid=$(pgrep -P "$watchdog")
     [ -n "$pid" ] && break
-    sleep 0.05
+    sleep 0.02
   done
   [ -n "$pid" ] || fail "the app did not start: $(cat "$out/app.err")"
   pids+=("$pid")
@@ -106,8 +106,9 @@ timeout 10 "$info" --pid "$pid" >"$out/gone" 2>&1
 [ $? = 1 ] || fail "--pid of a dead process must exit 1"
 grep -q "publishes no mrcache statistics" "$out/gone" || fail "dead pid: $(cat "$out/gone")"
 
-# A normal exit removes the page.
-start_app 2 50
+# A normal exit removes the page. The run lasts long enough (0.4 s plain)
+# for start_app to see its pid before it ends.
+start_app 20 400
 wait "$watchdog" || fail "short run: $(cat "$out/app.err")"
 [ -f "/dev/shm/mrcache-$uid-$pid" ] && fail "normal exit left /dev/shm/mrcache-$uid-$pid"
 
