@@ -137,7 +137,10 @@ ibv_mr* Shim::Direct(RegEntry entry, ibv_pd* pd, void* addr, size_t length, uint
 
 ibv_mr* Shim::CountedDirect(RegEntry entry, ibv_pd* pd, void* addr, size_t length, uint64_t iova,
                             unsigned access) {
-  ibv_mr* mr = Direct(entry, pd, addr, length, iova, access);
+  return CountDirectFailure(Direct(entry, pd, addr, length, iova, access));
+}
+
+ibv_mr* Shim::CountDirectFailure(ibv_mr* mr) {
   if (mr == nullptr) {
     Relax(failed_);
     Relax(direct_failures_);
@@ -180,7 +183,7 @@ ibv_mr* Shim::Register(RegEntry entry, ibv_pd* pd, void* addr, size_t length, ui
     // a registration of its own rights instead.
     (void)(*cache)->cache->Put(*region);
     Relax(bypassed_);
-    return Direct(entry, pd, addr, length, iova, access);
+    return CountedDirect(entry, pd, addr, length, iova, access);
   }
   auto* alias = new (std::nothrow) Alias;
   if (alias == nullptr) {
@@ -207,14 +210,9 @@ ibv_mr* Shim::RegisterDmabuf(ibv_pd* pd, uint64_t offset, size_t length, uint64_
   ShimScope scope;
   Relax(calls_);
   Relax(bypassed_);
-  ibv_mr* mr = Real().reg_dmabuf_mr == nullptr
-                   ? MissingFunction()
-                   : Real().reg_dmabuf_mr(pd, offset, length, iova, fd, access);
-  if (mr == nullptr) {
-    Relax(failed_);
-    Relax(direct_failures_);
-  }
-  return mr;
+  return CountDirectFailure(Real().reg_dmabuf_mr == nullptr
+                                ? MissingFunction()
+                                : Real().reg_dmabuf_mr(pd, offset, length, iova, fd, access));
 }
 
 int Shim::Deregister(ibv_mr* mr) {

@@ -115,9 +115,12 @@ class Shim {
   Shim();
   ibv_mr* Direct(RegEntry entry, ibv_pd* pd, void* addr, size_t length, uint64_t iova,
                  unsigned access);
-  // Direct, counting a failure (failed_, direct_failures_).
+  // Direct, counting a failure (CountDirectFailure).
   ibv_mr* CountedDirect(RegEntry entry, ibv_pd* pd, void* addr, size_t length, uint64_t iova,
                         unsigned access);
+  // Returns `mr`; a null one (a registration the device refused) counts
+  // once in failed_ and direct_failures_.
+  ibv_mr* CountDirectFailure(ibv_mr* mr);
   int ReregisterCached(Alias* alias, int flags, ibv_pd* pd, void* addr, size_t length, int access);
   // Registers and deregisters exactly the request once, outside the cache,
   // and records the time as a sample of what the cache saves
