@@ -204,7 +204,8 @@ inline ThreadCache::Line* OwnSlot(ThreadCache* tc, const Region* r) {
 
 }  // namespace
 
-CacheImpl::CacheImpl(const Config& config, std::unique_ptr<Registrar> registrar)
+CacheImpl::CacheImpl(const Config& config, std::unique_ptr<Registrar> registrar,
+                     std::unique_ptr<EvictionPolicy> eviction)
     : config_(config),
       registrar_(std::move(registrar)),
       uid_(g_next_cache_uid.fetch_add(1)),
@@ -213,23 +214,30 @@ CacheImpl::CacheImpl(const Config& config, std::unique_ptr<Registrar> registrar)
       pid_(getpid()),
       fork_generation_(ForkGeneration()),
       tsc_ticks_(Ticks().tsc),
-      seen_misses_(AdmissionBits(config.max_regions), kAdmissionWindow * config.max_regions) {}
+      eviction_(eviction != nullptr ? std::move(eviction)
+                                    : MakeDefaultEvictionPolicy(config.max_regions)) {}
 
-size_t CacheImpl::AdmissionBits(size_t max_regions) {
-  // 16 bits per remembered miss in each bitset (about 1 in 10 unseen page
-  // ranges taken as seen), at most kAdmissionMaxBits; the smallest filter
-  // where admission is off.
-  if (max_regions < kAdmissionMinRegions) return 64;
-  const size_t bits = 16 * kAdmissionWindow * max_regions;
-  return bits < kAdmissionMaxBits ? bits : kAdmissionMaxBits;
-}
+class CacheImpl::EvictionUse final : public EvictionPolicy::Use {
+ public:
+  explicit EvictionUse(const CacheImpl* cache) : cache_(cache) {}
+  bool UnusedSincePlaced(const Region* r) override {
+    cache_->mu_.AssertHeld();  // made by EvictLocked, under mu_
+    uint64_t used = 0;
+    return cache_->TotalRefsLocked(r, &used) == 0 && used <= r->lru_stamp;
+  }
 
-absl::StatusOr<std::unique_ptr<CacheImpl>> CacheImpl::Create(const Config& config,
-                                                             std::unique_ptr<Registrar> registrar) {
+ private:
+  const CacheImpl* cache_;
+};
+
+absl::StatusOr<std::unique_ptr<CacheImpl>> CacheImpl::Create(
+    const Config& config, std::unique_ptr<Registrar> registrar,
+    std::unique_ptr<EvictionPolicy> eviction) {
   if (registrar == nullptr) return ErrnoStatus(EINVAL, "no registrar");
   absl::Status valid = config.Validate();
   if (!valid.ok()) return valid;
-  std::unique_ptr<CacheImpl> cache(new CacheImpl(config, std::move(registrar)));
+  std::unique_ptr<CacheImpl> cache(
+      new CacheImpl(config, std::move(registrar), std::move(eviction)));
 
   // On-demand paging: resolve the mode against the device's capabilities.
   auto odp = ResolveOdpMode(config.odp, cache->registrar_->odp_capabilities());
@@ -278,8 +286,9 @@ absl::StatusOr<std::unique_ptr<CacheImpl>> CacheImpl::Create(const Config& confi
   }
   {
     MutexLock lock(&cache->mu_);
-    // Another cache may have made this one evict for bytes already.
-    cache->evicts_by_size_ = cache->evicts_by_size_ || cache->ProcessBudget() != 0;
+    // Under a binding budget evictions for bytes come (another cache's
+    // ReclaimUnused may have said so already).
+    if (cache->ProcessBudget() != 0) cache->eviction_->ExpectEvictionsForBytes();
   }
   return cache;
 }
@@ -311,8 +320,7 @@ CacheImpl::~CacheImpl() {
       ++held;
       dead.Push(r);
     }
-    lru_head_ = lru_tail_ = nullptr;
-    unreused_.Clear();
+    eviction_->Clear();
     for (const auto& refs : implicit_refs_) held += refs.load() > 0 ? 1 : 0;
   }
   if (held > 0 && !child) {
@@ -977,9 +985,8 @@ Region* CacheImpl::InstallLocked(ThreadCache* tc, const Miss& miss, const Attemp
   const bool whole = attempt.bridged | ((align_ > page_) & !miss.remote);
   r->used_start = whole ? r->start : miss.start;
   r->used_end = whole ? r->end : miss.end;
-  r->lru_stamp = tick_.load(std::memory_order_relaxed);
-  r->install_stamp = r->lru_stamp;
-  r->last_use.store(r->lru_stamp, std::memory_order_relaxed);
+  const uint64_t tick = tick_.load(std::memory_order_relaxed);
+  r->last_use.store(tick, std::memory_order_relaxed);
   index_.InsertNode(&r->index_node, r->start, r->end, r);
   ++installs_;
   cached_bytes_ += r->length();
@@ -992,7 +999,6 @@ Region* CacheImpl::InstallLocked(ThreadCache* tc, const Miss& miss, const Attemp
   if (__builtin_expect(index_.size() >= CoveringHints::RegionsToOutgrow(hint_lines), 0)) {
     wanted_hint_lines_.store(CoveringHints::LinesFor(index_.size()), std::memory_order_relaxed);
   }
-  LruPushFrontLocked(r);
   CountRegistration(r->length());
   // Without may_contain no indexed region overlaps r (InstallLocked's
   // contract), so r cannot overlap one it does not replace.
@@ -1002,15 +1008,15 @@ Region* CacheImpl::InstallLocked(ThreadCache* tc, const Miss& miss, const Attemp
     r->overlaps_others = true;
     ++overlapping_regions_;
   }
-  // A union keeps the use its parts had earned (EvictLocked), and counts
-  // those whose requested bytes this request does not cover.
+  // A union counts the parts whose requested bytes this request does not
+  // cover, and keeps what the policy knew of them.
   uint32_t parts = 1;
   for (Region* p = replaced; p != nullptr; p = p->next_dead) {
-    if (p->periods_used > r->periods_used) r->periods_used = p->periods_used;
+    eviction_->Merged(r, p);
     if (p->used_start < miss.start || p->used_end > miss.end) parts += p->parts;
   }
   r->parts = parts < UINT16_MAX ? static_cast<uint16_t>(parts) : UINT16_MAX;
-  if (evicts_by_size_) unreused_.PushNewest(r, EvictionWeight(r));
+  eviction_->Installed(r, tick);
   ThreadCache::Line* slot = TakeFirstRefLocked(tc, r);
   if (replaced != nullptr) SettleLocked(replaced, dead);
   // A streaming thread's new region gets no lookup entry (thread_cache.h).
@@ -1240,7 +1246,7 @@ absl::Status CacheImpl::Flush() {
     EvictLocked(
         [this] {
           mu_.AssertHeld();  // EvictLocked calls this with mu_ held
-          return lru_head_ != nullptr;
+          return index_.size() != 0;
         },
         &dead);
   }
@@ -1486,14 +1492,14 @@ size_t CacheImpl::FitPlanLocked(MissPlan* plan, uintptr_t exact_start, uintptr_t
 }
 
 size_t CacheImpl::EvictBytesLocked(size_t bytes, DeadList* dead) {
-  evicts_by_size_ = true;  // regions installed from now on are listed by size
+  eviction_->ExpectEvictionsForBytes();
   const size_t before = cached_bytes_;
   EvictLocked(
       [this, before, bytes] {
         mu_.AssertHeld();  // EvictLocked calls this with mu_ held
         return before - cached_bytes_ < bytes;
       },
-      dead, EvictionOrder::kLargestUnused);
+      dead, EvictionPolicy::Goal::kBytes);
   return before - cached_bytes_;
 }
 
@@ -1751,36 +1757,9 @@ void CacheImpl::FoldDisplacedLocked(ThreadCache* tc) {
 
 void CacheImpl::TouchLocked(Region* r) {
   if (r->state != RegionState::kCached) return;
-  uint64_t tick = tick_.load(std::memory_order_relaxed);
-  r->lru_stamp = tick;
+  const uint64_t tick = tick_.load(std::memory_order_relaxed);
   r->last_use.store(tick, std::memory_order_relaxed);
-  unreused_.Remove(r);  // placed again: reused
-  RequeueLocked(r);
-}
-
-void CacheImpl::RequeueLocked(Region* r) {
-  if (lru_head_ == r) return;
-  LruUnlinkLocked(r);
-  LruPushFrontLocked(r);
-}
-
-void CacheImpl::LruPushFrontLocked(Region* r) {
-  r->lru_prev = nullptr;
-  r->lru_next = lru_head_;
-  if (lru_head_ != nullptr) lru_head_->lru_prev = r;
-  lru_head_ = r;
-  if (lru_tail_ == nullptr) lru_tail_ = r;
-}
-
-void CacheImpl::LruUnlinkLocked(Region* r) {
-  Region* const prev = r->lru_prev;
-  Region* const next = r->lru_next;
-  if (prev != nullptr) prev->lru_next = next;
-  if (next != nullptr) next->lru_prev = prev;
-  // Selects rather than branches: an eviction unlinks the tail.
-  lru_head_ = lru_head_ == r ? next : lru_head_;
-  lru_tail_ = lru_tail_ == r ? prev : lru_tail_;
-  r->lru_prev = r->lru_next = nullptr;
+  eviction_->Touched(r, tick);
 }
 
 int64_t CacheImpl::TotalRefsLocked(const Region* r, uint64_t* last_use) const {
@@ -1803,8 +1782,7 @@ void CacheImpl::DetachLocked(Region* r) {
   if (__builtin_expect(r->overlaps_others, 0)) --overlapping_regions_;
   hints_.Void(r);  // its covering hints
   cached_bytes_ -= r->length();
-  LruUnlinkLocked(r);
-  unreused_.Remove(r);
+  eviction_->Removed(r);
   r->state = RegionState::kInvalid;
 }
 
@@ -1955,22 +1933,12 @@ void CacheImpl::SpoilPendingLocked(uintptr_t start, uintptr_t end) {
 }
 
 template <typename Pred>
-void CacheImpl::EvictLocked(Pred over, DeadList* dead, EvictionOrder order) {
-  // Generalised CLOCK over the LRU list: a region hit since it was last
-  // placed (the max of its own stamp and its threads' slot stamps >
-  // lru_stamp) goes back to the head and earns one period of use
-  // (periods_used, at most Region::kMaxPeriodsUsed). In LRU order (counted
-  // regions) one found unused spends a period and goes back to the head, and
-  // is evicted only with none left: a region used in many periods (a popular
-  // one) outlives several passes that a region used once does not. Evicting
-  // for bytes goes by size instead (LargestUnusedLocked): the largest region
-  // not used since it was installed goes before the tail, as one large
-  // region frees the bytes of several small ones and costs one registration
-  // if it comes back; periods there would keep large regions that hold the
-  // budget. Regions that hold references are skipped (moved to the head).
-  // The reference counts are re-checked after the fence in SettleLocked; a
-  // region that turned out to be in use stays retired until its last put
-  // (never deregistered early).
+void CacheImpl::EvictLocked(Pred over, DeadList* dead, EvictionPolicy::Goal goal) {
+  // The policy names each victim (eviction.h); reclamation takes it: out of
+  // the index, and deregistered once no reference is left. The reference
+  // counts are checked again after the fence in SettleLocked; a region that
+  // turned out to be in use stays retired until its last put (never
+  // deregistered early).
   // This thread's deferred stamps first: its own recent uses count. Tested
   // here, as FoldDisplacedLocked would: usually there is nothing to fold.
   ThreadCache* mine = FindThreadCache(uid_);
@@ -1982,22 +1950,14 @@ void CacheImpl::EvictLocked(Pred over, DeadList* dead, EvictionOrder order) {
   // without the lock, so an unused victim is deregistered at once: no
   // retired mark, no fence, no second count (SettleLocked).
   const bool alone = AloneLocked();
+  EvictionUse use(this);
+  EvictionPolicy::Pass pass{goal, tick_.load(std::memory_order_relaxed),
+                            eviction_->StepsFor(index_.size()), &use};
   Region* candidates = nullptr;
-  size_t budget = index_.size() * (Region::kMaxPeriodsUsed + 2) + 1;
   size_t victims = 0;
-  while (over() && lru_tail_ != nullptr && budget-- > 0) {
-    Region* r = lru_tail_;
-    if (!UnusedSincePlacedLocked(r)) {
-      if (r->periods_used < Region::kMaxPeriodsUsed) ++r->periods_used;
-      TouchLocked(r);
-      continue;
-    }
-    if (order == EvictionOrder::kLeastRecentlyUsed && r->periods_used > 0) {
-      --r->periods_used;
-      RequeueLocked(r);
-      continue;
-    }
-    if (order == EvictionOrder::kLargestUnused) r = LargestUnusedLocked(r);
+  while (over()) {
+    Region* r = eviction_->NextVictim(&pass);
+    if (r == nullptr) break;
     if (alone) {
       DetachLocked(r);
       KillLocked(r, dead);
@@ -2011,27 +1971,9 @@ void CacheImpl::EvictLocked(Pred over, DeadList* dead, EvictionOrder order) {
   if (candidates != nullptr) SettleLocked(candidates, dead);
 }
 
-Region* CacheImpl::LargestUnusedLocked(Region* tail) {
-  // Only the size classes above the tail's are searched: every region
-  // there weighs more than the tail, and each one visited is either taken
-  // or sent to the LRU head (out of unreused_), so an eviction visits O(1)
-  // regions on average however many share a class. Within the tail's own
-  // class (weights within 25%) the tail, the oldest, goes.
-  const int above_tail = SizeClassLists<Region>::ClassOf(EvictionWeight(tail)) + 1;
-  Region* larger = unreused_.ForEachFromLargest(above_tail, [this](Region* c) {
-    mu_.AssertHeld();  // LargestUnusedLocked calls this with mu_ held
-    if (UnusedSincePlacedLocked(c)) return true;
-    // Used since it was installed: what an eviction pass does at the tail.
-    if (c->periods_used < Region::kMaxPeriodsUsed) ++c->periods_used;
-    TouchLocked(c);  // leaves unreused_
-    return false;
-  });
-  return larger != nullptr ? larger : tail;
-}
-
 bool CacheImpl::NotAdmittedLocked(const Miss& miss, const MissPlan& plan) {
   const size_t max_regions = config_.max_regions;
-  if (max_regions < kAdmissionMinRegions || index_.size() < max_regions) return false;
+  if (max_regions == 0 || index_.size() < max_regions) return false;
   const size_t budget = ProcessBudget();
   if (budget != 0 && budget_->pinned() + (miss.page_end - miss.page_start) > budget) return false;
   // Pages that touch a cached region may merge with it (and replace it,
@@ -2041,13 +1983,7 @@ bool CacheImpl::NotAdmittedLocked(const Miss& miss, const MissPlan& plan) {
   if (plan.start != miss.plan_start || plan.end != miss.plan_end || plan.has_block()) {
     return false;
   }
-  const uint64_t key = (miss.page_start / page_) * 0x100000001B3ull ^ (miss.page_end / page_);
-  return !seen_misses_.TestAndSet(key);
-}
-
-bool CacheImpl::UnusedSincePlacedLocked(const Region* r) const {
-  uint64_t used = 0;
-  return TotalRefsLocked(r, &used) == 0 && used <= r->lru_stamp;
+  return !eviction_->AdmitsToFullCache(miss.page_start / page_, miss.page_end / page_);
 }
 
 void CacheImpl::FoldOrphansLocked() {

@@ -120,12 +120,11 @@
 #include "mrcache/core/address_churn.h"
 #include "mrcache/core/address_heat.h"
 #include "mrcache/core/covering_hints.h"
+#include "mrcache/core/eviction.h"
 #include "mrcache/core/interval_tree.h"
 #include "mrcache/core/invalidation_ring.h"
 #include "mrcache/core/log2_histogram.h"
 #include "mrcache/core/region.h"
-#include "mrcache/core/seen_filter.h"
-#include "mrcache/core/size_classes.h"
 #include "mrcache/core/thread_cache.h"
 #include "mrcache/monitors/memory_events.h"
 #include "mrcache/monitors/monitor.h"
@@ -159,8 +158,10 @@ namespace mrcache {
 // bytes is registered for itself and released at put (AcquireOversized).
 class CacheImpl : public MemoryEventListener, public PinBudget::Member {
  public:
-  static absl::StatusOr<std::unique_ptr<CacheImpl>> Create(const Config& config,
-                                                           std::unique_ptr<Registrar> registrar);
+  // `eviction` null: the default policy (MakeDefaultEvictionPolicy).
+  static absl::StatusOr<std::unique_ptr<CacheImpl>> Create(
+      const Config& config, std::unique_ptr<Registrar> registrar,
+      std::unique_ptr<EvictionPolicy> eviction = nullptr);
   ~CacheImpl() override;
 
   absl::StatusOr<Region*> Acquire(void* addr, size_t length, int access);
@@ -305,7 +306,10 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
     size_t length() const { return end - start; }
   };
 
-  CacheImpl(const Config& config, std::unique_ptr<Registrar> registrar);
+  CacheImpl(const Config& config, std::unique_ptr<Registrar> registrar,
+            std::unique_ptr<EvictionPolicy> eviction);
+  // The eviction policy's view of references and slot stamps (eviction.h).
+  class EvictionUse;
 
   // ECHILD naming `op` if this is a parent's cache in a fork child (whose
   // registrar must not be called), else OK. Out of line: the put fast path
@@ -458,15 +462,8 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   // pages exceed the budget (they are tried anyway, without evicting).
   size_t FitPlanLocked(MissPlan* plan, uintptr_t exact_start, uintptr_t exact_end, DeadList* dead)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Evicts unused regions until `bytes` left the index or none is left;
-  // returns the bytes that left it. Each victim is the heaviest unused
-  // region not used since it was registered, wherever it is in the LRU
-  // order (LargestUnusedLocked: bytes per merged part, by size class), if it
-  // outweighs the LRU tail, else the tail: when bytes are short, one large
-  // region frees what several small ones would, for one registration
-  // instead of several when they are used again (README.md, "Pinned-memory
-  // budget"). From its first call on, the cache lists new regions by size
-  // (evicts_by_size_).
+  // Evicts unused regions until `bytes` left the index or the policy names
+  // none (EvictionPolicy::Goal::kBytes); returns the bytes that left it.
   size_t EvictBytesLocked(size_t bytes, DeadList* dead) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Outside mu_: releases about `bytes` of unused regions, this cache's first,
   // then the other caches'; returns the bytes released.
@@ -520,10 +517,8 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   // entry). Reads no field of r.
   void FillLookupLocked(ThreadCache* tc, uintptr_t start, uintptr_t end, int access, Region* r,
                         Span span, ThreadCache::Line* slot) ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // A write-locked use of r: its stamp, and the policy told.
   void TouchLocked(Region* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The LRU list of cached regions (lru_head_ = most recently used).
-  void LruPushFrontLocked(Region* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void LruUnlinkLocked(Region* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Raises r->last_use to `used` (a slot's stamp that is about to go away, or
   // a shared hit's touch); an atomic maximum, so readers of mu_ may race.
   static void RaiseLastUse(Region* r, uint64_t used);
@@ -545,8 +540,8 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   // them belongs to a live thread other than the caller.
   MRCACHE_MISS_INLINE bool MarkSlotsLocked(const Region* r, uint8_t state)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Removes r from the index, its hints, the LRU and the size classes
-  // (state kInvalid); its slots are untouched.
+  // Removes r from the index, its hints and the eviction policy (state
+  // kInvalid); its slots are untouched.
   MRCACHE_MISS_INLINE void DetachLocked(Region* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // True if no live thread but the caller has a ThreadCache of this cache:
   // then no lock-free hit or put can run while the caller holds mu_.
@@ -562,38 +557,18 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   void InvalidateRangeLocked(uintptr_t start, uintptr_t end, Region** candidates)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SpoilPendingLocked(uintptr_t start, uintptr_t end) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Which unused region an eviction takes: the least recently used (when
-  // regions are counted), or the largest unused one (when bytes are).
-  enum class EvictionOrder { kLeastRecentlyUsed, kLargestUnused };
-  // Evicts unused regions in `order` while `over()` holds.
+  // Evicts the unused regions eviction_ names while `over()` holds (or
+  // until it names none).
   template <typename Pred>
   void EvictLocked(Pred over, DeadList* dead,
-                   EvictionOrder order = EvictionOrder::kLeastRecentlyUsed)
+                   EvictionPolicy::Goal goal = EvictionPolicy::Goal::kRegions)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The region EvictionOrder::kLargestUnused evicts, given that `tail` (the
-  // LRU tail) is unused and not hit since placed: the first unused region of
-  // unreused_ in a size class above the tail's (the largest class first,
-  // oldest first in each), else `tail`. A region of unreused_ found used
-  // since it was installed goes to the LRU head with a period of use, as an
-  // eviction pass at the tail would send it, and leaves unreused_.
-  Region* LargestUnusedLocked(Region* tail) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // What an eviction for bytes weighs r by: its bytes per part (region.h),
-  // at least 1.
-  static size_t EvictionWeight(const Region* r) {
-    const size_t w = r->length() / r->parts;
-    return w != 0 ? w : 1;
-  }
-  // True if r holds no reference and was not hit since it was last placed at
-  // the LRU head: an eviction may take it.
-  bool UnusedSincePlacedLocked(const Region* r) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The admission rule above for a miss that found no covering region and
-  // whose attempt would register `plan` (PlanForLocked): true if it is not
-  // admitted (a registration of its own). Records its pages.
+  // Whether a miss that found no covering region and whose attempt would
+  // register `plan` (PlanForLocked) is served by a registration of its own:
+  // the cache is full by count, the pin budget has room for the pages, the
+  // plan is exactly the requested pages, and the policy does not admit them
+  // (EvictionPolicy::AdmitsToFullCache).
   bool NotAdmittedLocked(const Miss& miss, const MissPlan& plan) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  static size_t AdmissionBits(size_t max_regions);
-  // Moves r to the LRU head without a new stamp: unused since placed stays
-  // true (an eviction pass that spends one of its periods_used).
-  void RequeueLocked(Region* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RecheckRetiredLocked(DeadList* dead) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FoldOrphansLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void BumpGenerationAndFence() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -709,18 +684,9 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   CoveringHints hints_ ABSL_GUARDED_BY(mu_);
   std::atomic<size_t> hint_lines_{0};
   std::atomic<size_t> wanted_hint_lines_{0};
-  Region* lru_head_ ABSL_GUARDED_BY(mu_) = nullptr;  // most recently used
-  Region* lru_tail_ ABSL_GUARDED_BY(mu_) = nullptr;
-  // Where evictions for bytes look first: the cached regions installed while
-  // evicts_by_size_ held and not placed at the LRU head since (lru_stamp ==
-  // install_stamp), by size. InstallLocked adds a region; TouchLocked and
-  // UnindexLocked take it out. evicts_by_size_ holds from creation if a pin
-  // budget binds, else from the first eviction for bytes (EvictBytesLocked,
-  // after a registrar's refusal): a cache without a budget pays nothing for
-  // the lists, and the regions it installed before are evicted for bytes
-  // only from the LRU tail.
-  SizeClassLists<Region> unreused_ ABSL_GUARDED_BY(mu_);
-  bool evicts_by_size_ ABSL_GUARDED_BY(mu_) = false;
+  // Which cached region an eviction takes, and admission (eviction.h): it
+  // orders exactly the regions in index_.
+  const std::unique_ptr<EvictionPolicy> eviction_ ABSL_PT_GUARDED_BY(mu_);
   Region* retired_ ABSL_GUARDED_BY(mu_) = nullptr;  // kInvalid regions still referenced
   ThreadCache* threads_ ABSL_GUARDED_BY(mu_) = nullptr;
   PendingMiss* pending_ ABSL_GUARDED_BY(mu_) = nullptr;
@@ -736,20 +702,6 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   };
   PageRange oversized_seen_[kOversizedSeen] ABSL_GUARDED_BY(mu_);
   unsigned oversized_next_ ABSL_GUARDED_BY(mu_) = 0;
-  // Admission. With max_regions of at least kAdmissionMinRegions, a miss
-  // that finds the cache full by count, while the pin budget has room for
-  // it, and that would register exactly its own pages (nothing to merge or
-  // bridge) is cached only if its pages were such a miss within the last 1
-  // to 2 windows of kAdmissionWindow x max_regions of them (seen_misses_,
-  // 16 bits per miss in each of its two bitsets); otherwise it gets
-  // a registration of its own, deregistered at put. Pages asked for once
-  // (a scan, a cold key) then do not push out regions used again and again;
-  // pages that come back are cached at their second miss. Smaller caches
-  // keep every miss (the window would be a handful of misses).
-  static constexpr size_t kAdmissionMinRegions = 64;
-  static constexpr size_t kAdmissionWindow = 2;
-  static constexpr size_t kAdmissionMaxBits = size_t{1} << 18;
-  SeenFilter seen_misses_ ABSL_GUARDED_BY(mu_);
   // The generation read before the last drain of ring_ (MaintainLocked),
   // raised by this cache's own bumps that no report raced with. A lookup
   // entry is filled with it, never with a later generation: a release pushed

@@ -54,32 +54,29 @@ class Region {
   // Guarded by the cache lock.
   int64_t shared_refs = 0;
   RegionState state = RegionState::kCached;
-  uint64_t lru_stamp = 0;      // last_use value when placed at the LRU head
+  // The eviction policy's (eviction.h) while the region is cached:
+  uint64_t lru_stamp = 0;      // the tick at which it was last placed at the LRU head
   uint64_t install_stamp = 0;  // lru_stamp when it was installed (a region
                                // never used since: lru_stamp still equal, and
                                // no slot's stamp above it)
-  // Eviction passes that found it used since it was placed, saturating at
-  // kMaxPeriodsUsed; an eviction for max_regions that finds it unused spends
-  // one before it may take it (generalised CLOCK: frequency of use, aged by
-  // evictions; CacheImpl::EvictLocked).
-  static constexpr uint8_t kMaxPeriodsUsed = 3;
+  // Eviction passes that found it used since it was placed (ClockEviction:
+  // frequency of use, aged by evictions).
   uint8_t periods_used = 0;
+  // The region's size class in the policy's size-class lists
+  // (size_classes.h), -1 if in none.
+  int16_t size_class = -1;
   // The regions this one stands for: 1, plus the parts of the regions a
   // merge union replaced (saturating). Evictions for bytes weigh a region
-  // by its bytes per part (CacheImpl::EvictionWeight): a union of small
-  // regions is worth what they were.
+  // by its bytes per part (ClockEviction::Weight): a union of small regions
+  // is worth what they were.
   uint16_t parts = 1;
-  // The region's size class in CacheImpl::unreused_ (size_classes.h), -1 if
-  // in none: listed while the cache evicts by size and the region was not
-  // placed at the LRU head since it was installed.
-  int16_t size_class = -1;
   bool on_retired_list = false;
   // When it was indexed it overlapped a region it did not replace (other
   // rights); counted in CacheImpl::overlapping_regions_ while indexed.
   bool overlaps_others = false;
   Region* lru_prev = nullptr;  // LRU list of cached regions (head = most recent)
   Region* lru_next = nullptr;
-  Region* size_prev = nullptr;  // CacheImpl::unreused_'s links (size_class)
+  Region* size_prev = nullptr;  // the policy's size-class links (size_class)
   Region* size_next = nullptr;
   Region* next_dead = nullptr;     // deregistration batch, or the retired list
   Region* prev_retired = nullptr;  // the retired list (on_retired_list)

@@ -1,0 +1,125 @@
+// eviction.cc: ClockEviction (eviction.h states the policy).
+#include "mrcache/core/eviction.h"
+
+namespace mrcache {
+
+ClockEviction::ClockEviction(size_t max_regions)
+    : admission_(max_regions >= kAdmissionMinRegions),
+      seen_misses_(AdmissionBits(max_regions), kAdmissionWindow * max_regions) {}
+
+size_t ClockEviction::AdmissionBits(size_t max_regions) {
+  // 16 bits per remembered miss in each bitset (about 1 in 10 unseen page
+  // ranges taken as seen), at most kAdmissionMaxBits; the smallest filter
+  // where admission is off.
+  if (max_regions < kAdmissionMinRegions) return 64;
+  const size_t bits = 16 * kAdmissionWindow * max_regions;
+  return bits < kAdmissionMaxBits ? bits : kAdmissionMaxBits;
+}
+
+void ClockEviction::Installed(Region* r, uint64_t tick) {
+  r->lru_stamp = tick;
+  r->install_stamp = tick;
+  PushFront(r);
+  if (by_size_) unreused_.PushNewest(r, Weight(r));
+}
+
+void ClockEviction::Merged(Region* r, const Region* part) {
+  // A union keeps the use its parts had earned.
+  if (part->periods_used > r->periods_used) r->periods_used = part->periods_used;
+}
+
+void ClockEviction::Touched(Region* r, uint64_t tick) { PlaceUsed(r, tick); }
+
+void ClockEviction::Removed(Region* r) {
+  Unlink(r);
+  unreused_.Remove(r);
+}
+
+void ClockEviction::Clear() {
+  lru_head_ = lru_tail_ = nullptr;
+  unreused_.Clear();
+}
+
+size_t ClockEviction::StepsFor(size_t regions) const {
+  // Each region is placed again at most kMaxPeriodsUsed + 1 times before it
+  // is taken.
+  return regions * (kMaxPeriodsUsed + 2) + 1;
+}
+
+Region* ClockEviction::NextVictim(Pass* pass) {
+  while (lru_tail_ != nullptr && pass->steps_left > 0) {
+    --pass->steps_left;
+    Region* r = lru_tail_;
+    if (!pass->use->UnusedSincePlaced(r)) {
+      if (r->periods_used < kMaxPeriodsUsed) ++r->periods_used;
+      PlaceUsed(r, pass->tick);
+      continue;
+    }
+    if (pass->goal == Goal::kRegions && r->periods_used > 0) {
+      --r->periods_used;
+      Requeue(r);
+      continue;
+    }
+    return pass->goal == Goal::kBytes ? LargestUnused(r, pass) : r;
+  }
+  return nullptr;
+}
+
+Region* ClockEviction::LargestUnused(Region* tail, Pass* pass) {
+  // Only the size classes above the tail's are searched: every region
+  // there weighs more than the tail, and each one visited is either taken
+  // or sent to the head (out of unreused_), so an eviction visits O(1)
+  // regions on average however many share a class. Within the tail's own
+  // class (weights within 25%) the tail, the oldest, goes.
+  const int above_tail = SizeClassLists<Region>::ClassOf(Weight(tail)) + 1;
+  Region* larger = unreused_.ForEachFromLargest(above_tail, [this, pass](Region* c) {
+    if (pass->use->UnusedSincePlaced(c)) return true;
+    // Used since it was installed: what a pass does at the tail.
+    if (c->periods_used < kMaxPeriodsUsed) ++c->periods_used;
+    PlaceUsed(c, pass->tick);  // leaves unreused_
+    return false;
+  });
+  return larger != nullptr ? larger : tail;
+}
+
+bool ClockEviction::AdmitsToFullCache(uint64_t first_page, uint64_t end_page) {
+  if (!admission_) return true;
+  return seen_misses_.TestAndSet(first_page * 0x100000001B3ull ^ end_page);
+}
+
+void ClockEviction::PlaceUsed(Region* r, uint64_t tick) {
+  r->lru_stamp = tick;
+  unreused_.Remove(r);  // placed again: reused
+  Requeue(r);
+}
+
+void ClockEviction::Requeue(Region* r) {
+  if (lru_head_ == r) return;
+  Unlink(r);
+  PushFront(r);
+}
+
+void ClockEviction::PushFront(Region* r) {
+  r->lru_prev = nullptr;
+  r->lru_next = lru_head_;
+  if (lru_head_ != nullptr) lru_head_->lru_prev = r;
+  lru_head_ = r;
+  if (lru_tail_ == nullptr) lru_tail_ = r;
+}
+
+void ClockEviction::Unlink(Region* r) {
+  Region* const prev = r->lru_prev;
+  Region* const next = r->lru_next;
+  if (prev != nullptr) prev->lru_next = next;
+  if (next != nullptr) next->lru_prev = prev;
+  // Selects rather than branches: an eviction unlinks the tail.
+  lru_head_ = lru_head_ == r ? next : lru_head_;
+  lru_tail_ = lru_tail_ == r ? prev : lru_tail_;
+  r->lru_prev = r->lru_next = nullptr;
+}
+
+std::unique_ptr<EvictionPolicy> MakeDefaultEvictionPolicy(size_t max_regions) {
+  return std::make_unique<ClockEviction>(max_regions);
+}
+
+}  // namespace mrcache
