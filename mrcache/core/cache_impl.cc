@@ -365,22 +365,8 @@ void CacheImpl::OnMemoryRelease(uintptr_t start, uintptr_t end) noexcept {
   // range overlaps become void (their buckets'), unless the ring asks to be
   // drained: then every entry does, so that each thread's next get drains.
   const bool drain_soon = ring_.Push(start, end);
-  BumpReleaseGens(start, end);
+  release_gens_.Bump(start, end);
   if (drain_soon) gen_.fetch_add(1, std::memory_order_acq_rel);
-}
-
-void CacheImpl::BumpReleaseGens(uintptr_t start, uintptr_t end) noexcept {
-  if (end <= start) return;
-  for (int level = 0; level < kReleaseLevels; ++level) {
-    const int shift = ReleaseShift(level);
-    const uintptr_t first = start >> shift;
-    const uintptr_t span = ((end - 1) >> shift) - first;
-    const uintptr_t n = span < kReleaseBuckets ? span + 1 : kReleaseBuckets;
-    for (uintptr_t i = 0; i < n; ++i) {
-      release_gen_[level * kReleaseBuckets + ((first + i) & (kReleaseBuckets - 1))].fetch_add(
-          1, std::memory_order_acq_rel);
-    }
-  }
 }
 
 // The fork handlers lock in one call and unlock in the next: beyond the
@@ -430,7 +416,7 @@ absl::StatusOr<Region*> CacheImpl::InlineAcquire(void* addr, size_t length, int 
     uint64_t gen = gen_.load(std::memory_order_acquire);
     // The release generation of the entry's region (cache_impl.h).
     const uint64_t released =
-        ReleaseGen(e->release_level, e->start).load(std::memory_order_acquire);
+        release_gens_.Counter(e->release_level, e->start).load(std::memory_order_acquire);
     if (e->gen == gen + released) {
       Region* r = e->region;
       ThreadCache::Line& slot = tc->lines[e->slot];
@@ -1698,9 +1684,9 @@ void CacheImpl::FillLookupLocked(ThreadCache* tc, uintptr_t start, uintptr_t end
   }
   // Without a slot of ours (all of its set count references) a hit could
   // not count its reference: no entry.
-  const int level = ReleaseLevel(span.start, span.end);
-  if (slot == nullptr || level == kReleaseLevels) return;
-  uint64_t released = ReleaseGen(level, span.start).load(std::memory_order_acquire);
+  const int level = ReleaseGenerations::LevelOf(span.start, span.end);
+  if (slot == nullptr || level == ReleaseGenerations::kLevels) return;
+  uint64_t released = release_gens_.Counter(level, span.start).load(std::memory_order_acquire);
   // After reading the counter: a release pushed since the drain may overlap
   // r and be counted in `released` already (cache_impl.h). Then, and for a
   // region no bucket holds, leave the entry out. (A release bumps after it
@@ -1715,9 +1701,8 @@ void CacheImpl::FillLookupLocked(ThreadCache* tc, uintptr_t start, uintptr_t end
     const uint64_t gen = gen_.load(std::memory_order_relaxed);
     for (size_t i = 0; i < ThreadCache::kWays && e == nullptr; ++i) {
       ThreadCache::Line& line = tc->lines[ThreadCache::ProbeIndex(home, i)];
-      if (line.gen == 0 ||
-          line.gen !=
-              gen + ReleaseGen(line.release_level, line.start).load(std::memory_order_relaxed)) {
+      if (line.gen == 0 || line.gen != gen + release_gens_.Counter(line.release_level, line.start)
+                                                 .load(std::memory_order_relaxed)) {
         e = &line;  // the first empty or stale line
       }
     }

@@ -30,7 +30,7 @@
 //    memory event when the ring asks to be drained (invalidation_ring.h:
 //    once per quarter of its capacity), so that the threads' next gets
 //    drain it;
-//  - the release generation of the entry's bucket: memory events bump, for
+//  - the release generation of the entry's bucket (release_generations.h): memory events bump, for
 //    each of three levels (2 MiB, 128 MiB, 8 GiB buckets, 256 counters per
 //    level, an address's bucket being (addr >> shift) mod 256), the counters
 //    of every bucket the released range overlaps. An entry uses the finest
@@ -125,6 +125,7 @@
 #include "mrcache/core/invalidation_ring.h"
 #include "mrcache/core/log2_histogram.h"
 #include "mrcache/core/region.h"
+#include "mrcache/core/release_generations.h"
 #include "mrcache/core/thread_cache.h"
 #include "mrcache/monitors/memory_events.h"
 #include "mrcache/monitors/monitor.h"
@@ -573,26 +574,6 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   void FoldOrphansLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void BumpGenerationAndFence() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  // Release generations (see the protocol comment at the top).
-  static constexpr int kReleaseLevels = 3;
-  static constexpr uintptr_t kReleaseBuckets = 256;  // per level, a power of two
-  static constexpr int ReleaseShift(int level) { return 21 + 6 * level; }
-  // The finest level whose bucket holds all of [start, end) (end > start),
-  // or kReleaseLevels if none does.
-  static int ReleaseLevel(uintptr_t start, uintptr_t end) {
-    const uintptr_t differ = start ^ (end - 1);
-    int level = 0;
-    while (level < kReleaseLevels && (differ >> ReleaseShift(level)) != 0) ++level;
-    return level;
-  }
-  // The counter of addr's bucket at `level` (< kReleaseLevels).
-  const std::atomic<uint64_t>& ReleaseGen(int level, uintptr_t addr) const {
-    return release_gen_[level * kReleaseBuckets +
-                        ((addr >> ReleaseShift(level)) & (kReleaseBuckets - 1))];
-  }
-  // Hook context: bumps the counter of every bucket [start, end) overlaps,
-  // at every level.
-  void BumpReleaseGens(uintptr_t start, uintptr_t end) noexcept;
   void LinkRetiredLocked(Region* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UnlinkRetiredLocked(Region* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -665,9 +646,8 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   // (a power of two, at most ThreadCache::kMaxSlots).
   std::atomic<size_t> wanted_thread_slots_{ThreadCache::kMinSlots};
 
-  // Release generations, kReleaseBuckets per level (hit path: read-mostly;
-  // memory events write them).
-  std::atomic<uint64_t> release_gen_[kReleaseLevels * kReleaseBuckets] = {};
+  // Release generations (hit path: read-mostly; memory events write them).
+  ReleaseGenerations release_gens_;
 
   InvalidationRing ring_;
 
