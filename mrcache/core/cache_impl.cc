@@ -1,12 +1,10 @@
 // cache_impl.cc: CacheImpl. The protocol is stated in cache_impl.h.
 #include "mrcache/core/cache_impl.h"
 
-#include <linux/membarrier.h>
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 #include <x86intrin.h>
 #endif
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -16,6 +14,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "mrcache/core/cache_impl-inl.h"
+#include "mrcache/core/fences.h"
 #include "mrcache/core/residency.h"
 #include "mrcache/core/tick_rate.h"
 #include "mrcache/errno_status.h"
@@ -39,33 +39,6 @@ namespace mrcache {
 namespace {
 
 std::atomic<uint64_t> g_next_cache_uid{1};
-
-// Asymmetric fences: with MEMBARRIER_CMD_PRIVATE_EXPEDITED the hit path needs
-// only a compiler barrier, and reclaimers pay one membarrier() per batch.
-// Without it, the hit path uses a full fence.
-bool UseMembarrier() {
-  static const bool ok = [] {
-    long cmds = syscall(SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
-    if (cmds < 0 || !(cmds & MEMBARRIER_CMD_PRIVATE_EXPEDITED)) return false;
-    return syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
-  }();
-  return ok;
-}
-// Read once at start-up so the hit path tests a constant.
-const bool g_membarrier = UseMembarrier();
-
-inline void ReaderFence() {
-  if (g_membarrier) {
-    std::atomic_signal_fence(std::memory_order_seq_cst);
-  } else {
-    std::atomic_thread_fence(std::memory_order_seq_cst);
-  }
-}
-
-void ReclaimerFence() {
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (g_membarrier) syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0);
-}
 
 uint64_t NowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -187,20 +160,6 @@ constexpr uint64_t kMergeCooldownMisses = 4096;
 // request covers, and one that joins other requests' bytes.
 constexpr size_t kAbsorbingShare = 4;
 constexpr size_t kJoiningShare = 16;
-
-// The calling thread's slot for r (its owner), or nullptr: the slot of the
-// thread's last hit if that was r, else the one in the set of r's start.
-// Either way a non-dead slot naming r (thread_cache.h).
-inline ThreadCache::Line* OwnSlot(ThreadCache* tc, const Region* r) {
-  if (tc->last_region == r) {
-    ThreadCache::Line* last = tc->last_slot;
-    if (last->ref_region == r &&
-        last->ref_state.load(std::memory_order_relaxed) != ThreadCache::kDead) {
-      return last;
-    }
-  }
-  return tc->FindSlot(r, r->start);
-}
 
 }  // namespace
 
@@ -397,49 +356,6 @@ absl::Status CacheImpl::CheckNotForked(const char* op) const {
 
 absl::StatusOr<Region*> CacheImpl::Acquire(void* addr, size_t length, int access) {
   return InlineAcquire(addr, length, access);
-}
-
-absl::StatusOr<Region*> CacheImpl::InlineAcquire(void* addr, size_t length, int access) {
-  // Releases reported after the fact (uffd) must be visible before we look.
-  SyncMemoryMonitors();
-  uintptr_t start = reinterpret_cast<uintptr_t>(addr);
-  uintptr_t end = start + length;
-  // Fast path: a valid entry of this thread's lookup table, and a reference
-  // counted in this thread's own slot (the same cache line when `addr` is in
-  // the region's first page). No shared cache line is written, and the Region
-  // is not read. `start < end` rejects length 0 and overflow.
-  // The entry is the first of its set, in probe order, that covers the
-  // request (usually the home line: one line read).
-  ThreadCache* tc = FindThreadCache(uid_);
-  const ThreadCache::Line* e = tc != nullptr ? tc->FindEntry(start, end, access) : nullptr;
-  if (e != nullptr && start < end) {
-    uint64_t gen = gen_.load(std::memory_order_acquire);
-    // The release generation of the entry's region (cache_impl.h).
-    const uint64_t released =
-        release_gens_.Counter(e->release_level, e->start).load(std::memory_order_acquire);
-    if (e->gen == gen + released) {
-      Region* r = e->region;
-      ThreadCache::Line& slot = tc->lines[e->slot];
-      // A live slot naming r is r's, and r is in the index (thread_cache.h;
-      // r's memory is not reused while an entry may name it: Quarantine).
-      if (slot.ref_region == r &&
-          slot.ref_state.load(std::memory_order_relaxed) == ThreadCache::kLive) {
-        int64_t count = slot.ref_count.load(std::memory_order_relaxed);
-        slot.ref_count.store(count + 1, std::memory_order_relaxed);
-        ReaderFence();
-        if (slot.ref_state.load(std::memory_order_acquire) == ThreadCache::kLive &&
-            gen_.load(std::memory_order_acquire) == gen) {
-          slot.ref_last_use.store(tick_.load(std::memory_order_relaxed), std::memory_order_relaxed);
-          ThreadCache::OwnerAdd(tc->hits, 1);
-          tc->last_region = r;
-          tc->last_slot = &slot;
-          return r;
-        }
-        slot.ref_count.store(count, std::memory_order_release);  // back off
-      }
-    }
-  }
-  return AcquireUncached(start, end, length, access);
 }
 
 // Out of line, so that the hit path above needs no stack frame of its own.
@@ -1131,34 +1047,6 @@ absl::StatusOr<Region*> CacheImpl::AcquireImplicitOdp(uintptr_t start, uintptr_t
 // ---- put ----------------------------------------------------------------
 
 absl::Status CacheImpl::Put(Region* r) { return InlinePut(r); }
-
-absl::Status CacheImpl::InlinePut(Region* r) {
-  // In a fork child a put could reach the parent's registrar (settling).
-  // Two read-mostly words: no shared-line traffic on the fast path.
-  if (__builtin_expect(ForkGeneration() != fork_generation_, 0)) return CheckNotForked("mrc_put");
-  // Fast path first: a reference counted in this thread's own slot. A
-  // non-dead slot of this cache naming r proves r is ours and alive (see
-  // thread_cache.h); implicit and bypass regions never have one. The slot of
-  // the thread's last hit is known without reading r.
-  ThreadCache* tc = FindThreadCache(uid_);
-  if (ThreadCache::Line* slot = tc != nullptr && r != nullptr ? OwnSlot(tc, r) : nullptr) {
-    int64_t count = slot->ref_count.load(std::memory_order_relaxed);
-    if (__builtin_expect(count > 0, 1)) {
-      slot->ref_count.store(count - 1, std::memory_order_release);
-      // Pairs with the reclaimer's [mark kRetired; fence; sum]: either it
-      // counts our decrement, or we see the mark and settle the region
-      // ourselves. The slot is thread-local memory: reading it after the
-      // decrement is safe even if r has been freed meanwhile.
-      ReaderFence();
-      if (__builtin_expect(slot->ref_state.load(std::memory_order_acquire) != ThreadCache::kLive,
-                           0)) {
-        SettleRetired();
-      }
-      return absl::OkStatus();
-    }
-  }
-  return PutShared(r);
-}
 
 __attribute__((noinline)) void CacheImpl::SettleRetired() {
   DeadList dead;
