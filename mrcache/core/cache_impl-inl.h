@@ -85,7 +85,8 @@ absl::Status CacheImpl::InlinePut(Region* r) {
   // thread_cache.h); implicit and bypass regions never have one. The slot of
   // the thread's last hit is known without reading r.
   ThreadCache* tc = FindThreadCache(uid_);
-  if (ThreadCache::Line* slot = tc != nullptr && r != nullptr ? cache_impl_internal::OwnSlot(tc, r) : nullptr) {
+  if (ThreadCache::Line* slot =
+          tc != nullptr && r != nullptr ? cache_impl_internal::OwnSlot(tc, r) : nullptr) {
     int64_t count = slot->ref_count.load(std::memory_order_relaxed);
     if (__builtin_expect(count > 0, 1)) {
       slot->ref_count.store(count - 1, std::memory_order_release);
@@ -101,7 +102,7 @@ absl::Status CacheImpl::InlinePut(Region* r) {
       return absl::OkStatus();
     }
   }
-  return PutShared(r);
+  return PutLocked(r);
 }
 
 }  // namespace mrcache

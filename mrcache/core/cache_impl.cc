@@ -296,7 +296,7 @@ CacheImpl::~CacheImpl() {
     FreeRegions(dead.head);
     (void)registrar_.release();  // owned by the parent's address space image
   } else {
-    Release(&dead);
+    Deregister(&dead);
   }
   FreeRegions(quarantine_.exchange(nullptr));  // no thread uses the cache any more
   Region* spare[2];
@@ -420,7 +420,7 @@ absl::StatusOr<Region*> CacheImpl::AcquireOversized(uintptr_t start, uintptr_t e
 }
 
 void CacheImpl::EndThreadCacheWindow(ThreadCache* tc) {
-  // The policy is stated at ThreadCache::kMaxSlots.
+  // The policy is stated at ThreadCache::kMaxLines.
   const size_t lines = tc->mask + 1;
   const uint64_t hits = tc->hits.load(std::memory_order_relaxed);
   const uint64_t gets = hits - tc->window_hits + tc->window_slow;
@@ -436,10 +436,10 @@ void CacheImpl::EndThreadCacheWindow(ThreadCache* tc) {
   tc->window_tick = tick_.load(std::memory_order_relaxed);
   size_t want = lines;
   if (displaced * ThreadCache::kGrowShare > gets) {
-    const size_t cap = wanted_thread_slots_.load(std::memory_order_relaxed);
+    const size_t cap = wanted_thread_lines_.load(std::memory_order_relaxed);
     want = displaced * 2 > gets ? lines * 8 : lines * 2;
     if (want > cap) want = cap > lines ? cap : lines;
-  } else if (displaced * ThreadCache::kShrinkShare <= gets && lines > ThreadCache::kMinSlots) {
+  } else if (displaced * ThreadCache::kShrinkShare <= gets && lines > ThreadCache::kMinLines) {
     // The regions the window used: those of the slots hit in it or still
     // counting a reference, and those it claimed slots for (an upper bound).
     uint64_t used = claims;
@@ -455,7 +455,7 @@ void CacheImpl::EndThreadCacheWindow(ThreadCache* tc) {
       }
     }
     if (used * 8 <= lines) {
-      want = ThreadCache::kMinSlots;
+      want = ThreadCache::kMinLines;
       while (want < used * 4) want *= 2;
     }
   }
@@ -469,7 +469,7 @@ void CacheImpl::ResizeThreadCache(ThreadCache* tc, size_t want) {
     MutexLock lock(&mu_);
     // Lookup entries simply start empty. Slots counting references move to
     // their region's set in the new table, state and all; one that finds
-    // its set full goes to its region's shared count and stamp, as does
+    // its set full goes to its region's locked count and stamp, as does
     // the stamp of a slot with no count. (A slot that is not kDead names a
     // live region, so reading it is safe; no two name the same region, so
     // none is found in the new table before it moves.)
@@ -487,7 +487,7 @@ void CacheImpl::ResizeThreadCache(ThreadCache* tc, size_t want) {
         slot->ref_count.store(count, std::memory_order_relaxed);
         slot->ref_last_use.store(used, std::memory_order_relaxed);
       } else {
-        r->shared_refs += count;
+        r->locked_refs += count;
         RaiseLastUse(r, used);
       }
     }
@@ -517,7 +517,7 @@ size_t CacheImpl::thread_table_lines() const {
 }
 
 ThreadCache* CacheImpl::AttachThread() {
-  auto* tc = new ThreadCache(ThreadCache::kMinSlots);  // outside mu_; grows with use
+  auto* tc = new ThreadCache(ThreadCache::kMinLines);  // outside mu_; grows with use
   tc->cache_uid = uid_;
   tc->cache = this;
   tc->reader_slot = static_cast<int>(next_reader_slot_.fetch_add(1, std::memory_order_relaxed));
@@ -560,7 +560,7 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
   AdaptThreadCache(tc);
   GrowHints();
   if (tc->slow_hit_expected) {
-    if (Region* hit = HitShared(tc, &miss)) return hit;
+    if (Region* hit = HitShared(tc, miss)) return hit;
   }
   const uint64_t miss_t0 = NowTicks(tsc_ticks_);
   bool may_bypass = true;  // until a registration of its own is refused
@@ -574,7 +574,7 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
     Region* fresh = nullptr;
     auto discard = [&] {
       delete fresh;
-      Release(&dead);
+      Deregister(&dead);
     };
     size_t shortfall = 0;        // bytes the budget lacks after evicting our unused regions
     uint64_t installs_seen = 0;  // while no region covered the request
@@ -603,7 +603,7 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
       fresh = TakeSpareRegionLocked();
     }
     fresh = ReuseRegion(fresh);
-    Release(&dead);
+    Deregister(&dead);
     if (shortfall > 0) budget_->ReclaimOthers(this, shortfall);
 
     Attempt attempt = RegisterOutsideLock(miss, plan);
@@ -638,7 +638,7 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
       Region* r = InstallLocked(tc, miss, attempt, fresh, may_contain, &dead);
       CountInstalledMissLocked(attempt, miss_t0, end - start);
       lock.Unlock();
-      Release(&dead);
+      Deregister(&dead);
       // Prefetching is opt-in (odp_prefetch_bytes, explicit ODP only).
       if (__builtin_expect(odp_ == OdpMode::kExplicit, 0) && config_.odp_prefetch_bytes &&
           end - start >= config_.odp_prefetch_bytes) {
@@ -678,10 +678,10 @@ void CacheImpl::GrowHintsNow() {
   }
 }  // `fresh` now holds the old table and frees it here, unlocked.
 
-Region* CacheImpl::HitShared(ThreadCache* tc, Miss* miss) {
+Region* CacheImpl::HitShared(ThreadCache* tc, const Miss& miss) {
   ReaderMutexLock lock(&mu_, tc->reader_slot);
   Span span;
-  Region* hit = FindCoveringLocked(miss->start, miss->end, miss->access, &span);
+  Region* hit = FindCoveringLocked(miss.start, miss.end, miss.access, &span);
   if (hit == nullptr) return nullptr;
   // A writer drains the ring before it looks; a reader cannot, and a
   // release waiting there that overlaps the region may void it. Releases
@@ -692,13 +692,12 @@ Region* CacheImpl::HitShared(ThreadCache* tc, Miss* miss) {
   // The put finds its slot without reading the Region (OwnSlot).
   tc->last_region = hit;
   tc->last_slot = slot;
-  FillLookupLocked(tc, miss->start, miss->end, miss->user_access, hit, span, slot);
+  FillLookupLocked(tc, miss.start, miss.end, miss.user_access, hit, span, slot);
   // The CLOCK touch, on our slot as a lock-free hit's (EvictLocked reads
   // both): the region gets its second chance, and the hit reads no Region.
   slot->ref_last_use.store(tick_.load(std::memory_order_relaxed), std::memory_order_relaxed);
   ThreadCache::OwnerAdd(tc->read_locked_hits, 1);
   CountLockedHit(tc);
-  miss->counted = true;
   return hit;
 }
 
@@ -893,9 +892,9 @@ Region* CacheImpl::InstallLocked(ThreadCache* tc, const Miss& miss, const Attemp
   ++installs_;
   cached_bytes_ += r->length();
   // The tables sized by the index grow only when it outgrows them: rarely.
-  const size_t slots = wanted_thread_slots_.load(std::memory_order_relaxed);
-  if (__builtin_expect(index_.size() * 2 > slots && slots < ThreadCache::kMaxSlots, 0)) {
-    wanted_thread_slots_.store(slots * 2, std::memory_order_relaxed);
+  const size_t slots = wanted_thread_lines_.load(std::memory_order_relaxed);
+  if (__builtin_expect(index_.size() * 2 > slots && slots < ThreadCache::kMaxLines, 0)) {
+    wanted_thread_lines_.store(slots * 2, std::memory_order_relaxed);
   }
   const size_t hint_lines = wanted_hint_lines_.load(std::memory_order_relaxed);
   if (__builtin_expect(index_.size() >= CoveringHints::RegionsToOutgrow(hint_lines), 0)) {
@@ -987,7 +986,7 @@ absl::StatusOr<Region*> CacheImpl::AcquireBypass(uintptr_t start, uintptr_t end,
   r->reg = *reg;
   r->cache = this;
   r->bypass = true;
-  r->shared_refs = 1;
+  r->locked_refs = 1;
   (kind == BypassKind::kRemotePrivate ? remote_private_ : bypassed_)
       .fetch_add(1, std::memory_order_relaxed);
   histograms_.region_bytes.Add(end - start);
@@ -1054,11 +1053,11 @@ __attribute__((noinline)) void CacheImpl::SettleRetired() {
     MutexLock lock(&mu_);
     RecheckRetiredLocked(&dead);
   }
-  Release(&dead);
+  Deregister(&dead);
 }
 
 // A put that no slot of the calling thread counts: checked, under the lock.
-__attribute__((noinline)) absl::Status CacheImpl::PutShared(Region* r) {
+__attribute__((noinline)) absl::Status CacheImpl::PutLocked(Region* r) {
   if (r == nullptr) return ErrnoStatus(EINVAL, "mrc_put: null region");
   if (r->cache != this) return ErrnoStatus(EINVAL, "mrc_put: region belongs to another cache");
   if (IsImplicit(r)) {
@@ -1070,9 +1069,9 @@ __attribute__((noinline)) absl::Status CacheImpl::PutShared(Region* r) {
     return absl::OkStatus();
   }
   if (r->bypass) {
-    if (r->shared_refs != 1)
+    if (r->locked_refs != 1)
       return ErrnoStatus(EINVAL, "mrc_put: region put more times than it was got");
-    r->shared_refs = 0;
+    r->locked_refs = 0;
     TimedDeregister(r->reg);
     delete r;
     return absl::OkStatus();
@@ -1080,14 +1079,14 @@ __attribute__((noinline)) absl::Status CacheImpl::PutShared(Region* r) {
   DeadList dead;
   {
     MutexLock lock(&mu_);
-    --r->shared_refs;
+    --r->locked_refs;
     if (TotalRefsLocked(r) < 0) {
-      ++r->shared_refs;
+      ++r->locked_refs;
       return ErrnoStatus(EINVAL, "mrc_put: region put more times than it was got");
     }
     if (r->state == RegionState::kInvalid) RecheckRetiredLocked(&dead);
   }
-  Release(&dead);
+  Deregister(&dead);
   return absl::OkStatus();
 }
 
@@ -1107,7 +1106,7 @@ absl::Status CacheImpl::Invalidate(void* addr, size_t length) {
     SpoilPendingLocked(start, start + length);
     if (candidates != nullptr) SettleLocked(candidates, &dead);
   }
-  Release(&dead);
+  Deregister(&dead);
   return absl::OkStatus();
 }
 
@@ -1124,7 +1123,7 @@ absl::Status CacheImpl::Flush() {
         },
         &dead);
   }
-  Release(&dead);
+  Deregister(&dead);
   return absl::OkStatus();
 }
 
@@ -1385,7 +1384,7 @@ size_t CacheImpl::MakeRoom(size_t bytes) {
     MaintainLocked(&dead);
     released = EvictBytesLocked(bytes, &dead);
   }
-  Release(&dead);
+  Deregister(&dead);
   if (released < bytes && budget_ != nullptr) {
     released += budget_->ReclaimOthers(this, bytes - released);
   }
@@ -1401,7 +1400,7 @@ size_t CacheImpl::ReclaimUnused(size_t bytes) {
     MutexLock lock(&mu_);
     released = EvictBytesLocked(bytes, &dead);
   }
-  Release(&dead);
+  Deregister(&dead);
   return released;
 }
 
@@ -1514,17 +1513,17 @@ Region* CacheImpl::FindCoveringLocked(uintptr_t start, uintptr_t end, int access
 
 ThreadCache::Line* CacheImpl::TakeRefLocked(ThreadCache* tc, Region* r) {
   ThreadCache::Line* slot = TakeOwnSlotRefShared(tc, r, r->start);
-  return slot != nullptr ? slot : CountSharedRefLocked(tc, r);
+  return slot != nullptr ? slot : CountRefInRegionLocked(tc, r);
 }
 
 ThreadCache::Line* CacheImpl::TakeFirstRefLocked(ThreadCache* tc, Region* r) {
   ThreadCache::Line* slot = ClaimSlotShared(tc, r, r->start);
-  return slot != nullptr ? slot : CountSharedRefLocked(tc, r);
+  return slot != nullptr ? slot : CountRefInRegionLocked(tc, r);
 }
 
-ThreadCache::Line* CacheImpl::CountSharedRefLocked(ThreadCache* tc, Region* r) {
+ThreadCache::Line* CacheImpl::CountRefInRegionLocked(ThreadCache* tc, Region* r) {
   ++tc->window_displaced;
-  ++r->shared_refs;  // every slot of the set counts another live region of ours
+  ++r->locked_refs;  // every slot of the set counts another live region of ours
   return nullptr;
 }
 
@@ -1636,7 +1635,7 @@ void CacheImpl::TouchLocked(Region* r) {
 }
 
 int64_t CacheImpl::TotalRefsLocked(const Region* r, uint64_t* last_use) const {
-  int64_t total = r->shared_refs;
+  int64_t total = r->locked_refs;
   uint64_t used = r->last_use.load(std::memory_order_relaxed);
   for (const ThreadCache* tc = threads_; tc != nullptr; tc = tc->next) {
     if (const ThreadCache::Line* slot = tc->FindSlot(r, r->start)) {
@@ -1875,7 +1874,7 @@ void CacheImpl::FoldOrphansLocked() {
       if (r == nullptr || slot.ref_state.load(std::memory_order_relaxed) == ThreadCache::kDead) {
         continue;
       }
-      r->shared_refs += slot.ref_count.load(std::memory_order_relaxed);
+      r->locked_refs += slot.ref_count.load(std::memory_order_relaxed);
       RaiseLastUse(r, slot.ref_last_use.load(std::memory_order_relaxed));
     }
     FoldDisplacedLocked(tc);
@@ -1955,25 +1954,25 @@ void CacheImpl::TimedDeregister(const Registration& reg) {
   }
 }
 
-void CacheImpl::ReleaseDead(DeadList* dead) {
+void CacheImpl::DeregisterDeadNow(DeadList* dead) {
   if (__builtin_expect(has_retire_cb_.load(std::memory_order_acquire), 0)) {
-    ReleaseDeadReporting(dead);
+    DeregisterDeadReporting(dead);
     return;
   }
-  ReleaseEach(dead, nullptr);
+  DeregisterEach(dead, nullptr);
 }
 
-void CacheImpl::ReleaseDeadReporting(DeadList* dead) {
+void CacheImpl::DeregisterDeadReporting(DeadList* dead) {
   Cache::RetireCallback cb;
   {
     MutexLock lock(&mu_);
     cb = retire_cb_;
   }
-  ReleaseEach(dead, cb ? &cb : nullptr);
+  DeregisterEach(dead, cb ? &cb : nullptr);
 }
 
-void CacheImpl::ReleaseEach(DeadList* dead, const Cache::RetireCallback* cb) {
-  // Release calls this with a region on the list: no test before the first.
+void CacheImpl::DeregisterEach(DeadList* dead, const Cache::RetireCallback* cb) {
+  // Deregister calls this with a region on the list: no test before the first.
   // Usually one region (an eviction), no watched ranges (only uffd watches)
   // and no retire callback.
   Region* r = dead->head;

@@ -12,7 +12,7 @@
 // only the shared locked hit (HitShared), which changes nothing another
 // reader reads but the covering hints (seqlocked, covering_hints.h): it
 // looks the hints and the index up, counts its reference in a slot of its
-// own thread (never in shared_refs), fills its own lookup entry and stamps
+// own thread (never in locked_refs), fills its own lookup entry and stamps
 // that slot's recency (never the LRU list). Reclaimers write-lock,
 // so none runs beside it: a region it finds is in the index and alive, and
 // the next reclaimer sees its reference (the lock orders them). Releases may
@@ -85,7 +85,7 @@
 // sees the decrement, or T sees the mark and rechecks the retired list, so a
 // retired region is deregistered at its last put, never later and never
 // before. A put never loses a count: the slot is T's own, counts move between
-// slots and shared_refs only under mu_ (table resize, orphan folding), and a
+// slots and locked_refs only under mu_ (table resize, orphan folding), and a
 // put that finds no live slot of T naming the region takes the locked path.
 //
 // Slot identity: a region is killed (KillLocked) only under mu_, after it
@@ -323,15 +323,15 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   // Acquire and Put after their lock-free paths found nothing.
   absl::StatusOr<Region*> AcquireUncached(uintptr_t start, uintptr_t end, size_t length,
                                           int access);
-  absl::Status PutShared(Region* r);
+  absl::Status PutLocked(Region* r);
   // Deregisters the retired regions whose last reference is gone.
   void SettleRetired();
   // A get answered from the index with mu_ held for reading (the header
   // comment), or nullptr: nothing covers the request, a release waiting in
   // the ring may overlap the region (only a writer drains it), or the reference would need the
-  // region's shared count (all slots of its set count others). Counts the
+  // region's locked count (all slots of its set count others). Counts the
   // get as a slow hit only when it returns a region.
-  Region* HitShared(ThreadCache* tc, Miss* miss) ABSL_LOCKS_EXCLUDED(mu_);
+  Region* HitShared(ThreadCache* tc, const Miss& miss) ABSL_LOCKS_EXCLUDED(mu_);
   // Outside mu_: grows hints_ to wanted_hint_lines_, allocating and freeing
   // outside the lock (GrowHintsNow; no call when it has them already).
   void GrowHints() ABSL_LOCKS_EXCLUDED(mu_) {
@@ -419,7 +419,7 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   ThreadCache* AttachThread();
   // Counts a slow-path get of the calling thread (tc's owner) and, at the
   // end of a window (a table's worth of gets), resizes its table
-  // (ThreadCache::kMaxSlots states when: EndThreadCacheWindow).
+  // (ThreadCache::kMaxLines states when: EndThreadCacheWindow).
   void AdaptThreadCache(ThreadCache* tc) {
     ++tc->window_slow;
     const uint64_t gets =
@@ -437,7 +437,10 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   // migrate the slots).
   void ResizeThreadCache(ThreadCache* tc, size_t lines);
 
-  // All *Locked functions require mu_ (checked: ABSL_EXCLUSIVE_LOCKS_REQUIRED).
+  // Every *Locked function requires mu_, held exclusively
+  // (ABSL_EXCLUSIVE_LOCKS_REQUIRED) unless its annotation is
+  // ABSL_SHARED_LOCKS_REQUIRED: then held for reading suffices. Checked by
+  // scripts/check_thread_safety.
   // Every writer's first step: advances the tick, drains the invalidation
   // ring, folds orphaned threads' counts, and settles retired regions whose
   // last reference is gone (into `dead`); the last three only when there is
@@ -476,7 +479,7 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   // True if regions died by invalidation in [start, end) lately: widening a
   // miss over it (merging, bridging) is unlikely to pay off.
   bool InvalidatedLatelyLocked(uintptr_t start, uintptr_t end, uint64_t now) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Without the lock: the bridged range for a plan with a block, or false.
   bool BridgeOutsideLock(const MissPlan& plan, uintptr_t* start, uintptr_t* end) const;
   // The range of an indexed region as the index or a covering hint holds
@@ -490,7 +493,7 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   Region* FindCoveringLocked(uintptr_t start, uintptr_t end, int access, Span* span = nullptr)
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Counts a reference to r for tc: in tc's slot for r (returned), or in
-  // r->shared_refs if all of its set count references (nullptr).
+  // r->locked_refs if all of its set count references (nullptr).
   ThreadCache::Line* TakeRefLocked(ThreadCache* tc, Region* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The same for a region just installed, which no slot names yet (a slot
   // that is not kDead names a live region, and r was not one: thread_cache.h),
@@ -498,8 +501,8 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   ThreadCache::Line* TakeFirstRefLocked(ThreadCache* tc, Region* r)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Their fallback when every slot of r's set counts references: the
-  // reference goes to r->shared_refs; returns nullptr (no slot).
-  ThreadCache::Line* CountSharedRefLocked(ThreadCache* tc, Region* r)
+  // reference goes to r->locked_refs; returns nullptr (no slot).
+  ThreadCache::Line* CountRefInRegionLocked(ThreadCache* tc, Region* r)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Counts a reference to r (in the index, starting at r_start) in one of
   // tc's own slots (a claimed one if none names r yet) and returns the slot;
@@ -536,7 +539,7 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   // The sum of r's shared and per-thread counts; with last_use, also the max
   // of r's own stamp and its live slots' stamps.
   int64_t TotalRefsLocked(const Region* r, uint64_t* last_use = nullptr) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Sets the state of every thread's non-dead slot naming r; true if one of
   // them belongs to a live thread other than the caller.
   MRCACHE_MISS_INLINE bool MarkSlotsLocked(const Region* r, uint8_t state)
@@ -546,7 +549,7 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   MRCACHE_MISS_INLINE void DetachLocked(Region* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // True if no live thread but the caller has a ThreadCache of this cache:
   // then no lock-free hit or put can run while the caller holds mu_.
-  MRCACHE_MISS_INLINE bool AloneLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  MRCACHE_MISS_INLINE bool AloneLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Removes r from the index and LRU (DetachLocked), marks its slots
   // retired, and queues it on `candidates` (via
   // next_dead); SettleLocked then fences (if another thread has a slot
@@ -578,17 +581,17 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   void UnlinkRetiredLocked(Region* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Outside mu_: deregisters, reports, and quarantines the regions of
-  // `dead` (ReleaseDead, not called when the list is empty, as it often is).
-  void Release(DeadList* dead) {
-    if (dead->head != nullptr) ReleaseDead(dead);
+  // `dead` (DeregisterDeadNow, not called when the list is empty, as it often is).
+  void Deregister(DeadList* dead) {
+    if (dead->head != nullptr) DeregisterDeadNow(dead);
   }
-  void ReleaseDead(DeadList* dead);
-  // ReleaseDead when a retire callback is set: ReleaseEach with a copy of
+  void DeregisterDeadNow(DeadList* dead);
+  // DeregisterDeadNow when a retire callback is set: DeregisterEach with a copy of
   // it taken under mu_.
-  __attribute__((noinline)) void ReleaseDeadReporting(DeadList* dead);
+  __attribute__((noinline)) void DeregisterDeadReporting(DeadList* dead);
   // Deregisters, stops watching, reports to `cb` (if not null) and
   // quarantines each region of `dead`, which is not empty.
-  inline void ReleaseEach(DeadList* dead, const Cache::RetireCallback* cb);
+  inline void DeregisterEach(DeadList* dead, const Cache::RetireCallback* cb);
   // Outside mu_: keeps the deregistered r from being freed until a batch of
   // kQuarantineBatch is complete, then bumps the generation and frees the
   // batch. A lookup entry may still name r (entries are voided by their
@@ -643,8 +646,8 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   alignas(64) std::atomic<uint64_t> gen_{1};
   std::atomic<uint64_t> tick_{1};
   // The most lines a thread's table grows to: about two per cached region
-  // (a power of two, at most ThreadCache::kMaxSlots).
-  std::atomic<size_t> wanted_thread_slots_{ThreadCache::kMinSlots};
+  // (a power of two, at most ThreadCache::kMaxLines).
+  std::atomic<size_t> wanted_thread_lines_{ThreadCache::kMinLines};
 
   // Release generations (hit path: read-mostly; memory events write them).
   ReleaseGenerations release_gens_;
@@ -660,7 +663,7 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   // (UnindexLocked). hint_lines_ mirrors hints_.lines() for GrowHints;
   // wanted_hint_lines_ is what the largest index so far asked for
   // (CoveringHints::LinesFor, raised by InstallLocked), as
-  // wanted_thread_slots_ is for the thread tables.
+  // wanted_thread_lines_ is for the thread tables.
   CoveringHints hints_ ABSL_GUARDED_BY(mu_);
   std::atomic<size_t> hint_lines_{0};
   std::atomic<size_t> wanted_hint_lines_{0};
@@ -701,7 +704,7 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   uint64_t folded_hits_ ABSL_GUARDED_BY(mu_) = 0;              // hits of orphaned threads
   uint64_t folded_read_locked_hits_ ABSL_GUARDED_BY(mu_) = 0;  // their read-locked hits
   // The read-locked hits of every thread, orphaned ones included.
-  uint64_t ReadLockedHitsLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  uint64_t ReadLockedHitsLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   Cache::RetireCallback retire_cb_ ABSL_GUARDED_BY(mu_);  // (copied out before calling)
   // Deregistered Regions waiting to be freed (Quarantine), linked through
   // next_dead, and their number.
@@ -726,7 +729,7 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   // does): a miss that saw no covering region and no install since needs no
   // second look for one another thread registered meanwhile.
   uint64_t installs_ ABSL_GUARDED_BY(mu_) = 0;
-  // Whether retire_cb_ is set (written under mu_): Release copies the
+  // Whether retire_cb_ is set (written under mu_): Deregister copies the
   // callback only then, so that a miss without one takes mu_ twice, not 3 times.
   std::atomic<bool> has_retire_cb_{false};
 

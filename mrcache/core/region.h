@@ -1,11 +1,11 @@
 // region.h: one cached registration and the state the cache keeps about it.
 //
 // A Region covers the aligned range [start, end) with one registration. Its
-// reference count is distributed: `shared_refs` (changed under the cache lock)
+// reference count is distributed: `locked_refs` (changed under the cache lock)
 // plus one counter per thread (ThreadCache::Line::ref_count, changed lock-free
 // by its owner thread). The true count is their sum; it is only ever computed
 // under the cache lock, after the generation bump + asymmetric fence protocol
-// described in cache_impl.h. shared_refs alone may be negative (a region got
+// described in cache_impl.h. locked_refs alone may be negative (a region got
 // on one thread and put on another).
 //
 // Fields marked [immutable] never change after the region is published; a
@@ -52,7 +52,7 @@ class Region {
   std::atomic<uint64_t> last_use{0};
 
   // Guarded by the cache lock.
-  int64_t shared_refs = 0;
+  int64_t locked_refs = 0;
   RegionState state = RegionState::kCached;
   // The eviction policy's (eviction.h) while the region is cached:
   uint64_t lru_stamp = 0;      // the tick at which it was last placed at the LRU head
