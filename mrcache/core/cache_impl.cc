@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "mrcache/core/cache_impl-inl.h"
+#include "mrcache/core/dcheck.h"
 #include "mrcache/core/fences.h"
 #include "mrcache/core/residency.h"
 #include "mrcache/core/tick_rate.h"
@@ -261,6 +262,7 @@ CacheImpl::~CacheImpl() {
   {
     MutexLock lock(&mu_);
     FoldOrphansLocked();
+    MRCACHE_DCHECK(IndexAgreesLocked());
     Region* all = nullptr;
     index_.ForEach([&all](uintptr_t, uintptr_t, Region* r) {
       r->next_dead = all;
@@ -1116,6 +1118,7 @@ absl::Status CacheImpl::Flush() {
   {
     MutexLock lock(&mu_);
     MaintainLocked(&dead);
+    MRCACHE_DCHECK(IndexAgreesLocked());
     EvictLocked(
         [this] {
           mu_.AssertHeld();  // EvictLocked calls this with mu_ held
@@ -1539,6 +1542,11 @@ ThreadCache::Line* CacheImpl::TakeOwnSlotRefShared(ThreadCache* tc, Region* r, u
 ThreadCache::Line* CacheImpl::ClaimSlotShared(ThreadCache* tc, Region* r, uintptr_t r_start) {
   ++tc->window_claims;
   if (ThreadCache::Line* slot = tc->ClaimableSlot(r_start)) {
+    // A slot is reused only once it counts no reference (its region's
+    // readers left), or once its region is dead.
+    MRCACHE_DCHECK(slot->ref_region == nullptr ||
+                   slot->ref_state.load(std::memory_order_relaxed) == ThreadCache::kDead ||
+                   slot->ref_count.load(std::memory_order_relaxed) == 0);
     // Claim the slot: its previous region holds no reference from us, and
     // keeps the recency the slot recorded for it (it is alive unless dead).
     const bool dead = slot->ref_state.load(std::memory_order_relaxed) == ThreadCache::kDead;
@@ -1649,7 +1657,8 @@ int64_t CacheImpl::TotalRefsLocked(const Region* r, uint64_t* last_use) const {
 }
 
 void CacheImpl::DetachLocked(Region* r) {
-  index_.DetachNode(r->start, r);  // the node is part of r, freed with it
+  MRCACHE_DCHECK(r->state == RegionState::kCached);  // a region leaves the index once
+  index_.DetachNode(r->start, r);                    // the node is part of r, freed with it
   // Overlapping another region (other rights) is rare.
   if (__builtin_expect(r->overlaps_others, 0)) --overlapping_regions_;
   hints_.Void(r);  // its covering hints
@@ -1707,6 +1716,8 @@ void CacheImpl::SettleLocked(Region* candidates, DeadList* dead) {
 }
 
 void CacheImpl::KillLocked(Region* r, DeadList* dead) {
+  // Only a region with no reference left is deregistered.
+  MRCACHE_DCHECK(r->state != RegionState::kDead && TotalRefsLocked(r) == 0);
   r->state = RegionState::kDead;
   // Slots naming r now hold meaningless counts: let their owners reclaim
   // them. This happens before r is freed, so no non-dead slot ever names a
@@ -1743,6 +1754,24 @@ void CacheImpl::UnlinkRetiredLocked(Region* r) {
   if (retired_ == r) retired_ = r->next_dead;
   r->prev_retired = r->next_dead = nullptr;
   r->on_retired_list = false;
+}
+
+bool CacheImpl::IndexAgreesLocked() const {
+  struct Sum {
+    const CacheImpl* self;
+    size_t bytes, overlapping;
+    bool agree;
+  } sum{this, 0, 0, true};
+  index_.ForEach([&sum](uintptr_t s, uintptr_t e, Region* r) {
+    sum.bytes += e - s;
+    sum.overlapping += r->overlaps_others ? 1 : 0;
+    sum.agree = sum.agree && r->state == RegionState::kCached && r->cache == sum.self &&
+                !r->bypass && !r->on_retired_list && r->start == s && r->end == e;
+  });
+  for (const Region* r = retired_; r != nullptr; r = r->next_dead) {
+    sum.agree = sum.agree && r->state == RegionState::kInvalid && r->on_retired_list;
+  }
+  return sum.agree && sum.bytes == cached_bytes_ && sum.overlapping == overlapping_regions_;
 }
 
 void CacheImpl::RecheckRetiredLocked(DeadList* dead) {
@@ -1830,6 +1859,8 @@ void CacheImpl::EvictLocked(Pred over, DeadList* dead, EvictionPolicy::Goal goal
   while (over()) {
     Region* r = eviction_->NextVictim(&pass);
     if (r == nullptr) break;
+    // A policy names only cached regions that are unused (eviction.h).
+    MRCACHE_DCHECK(r->state == RegionState::kCached && use.UnusedSincePlaced(r));
     if (alone) {
       DetachLocked(r);
       KillLocked(r, dead);

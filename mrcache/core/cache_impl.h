@@ -574,6 +574,11 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   // (EvictionPolicy::AdmitsToFullCache).
   bool NotAdmittedLocked(const Miss& miss, const MissPlan& plan) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RecheckRetiredLocked(DeadList* dead) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // True if the index and the regions agree: every indexed region is
+  // cached, this cache's, at the range the index holds; cached_bytes_ and
+  // overlapping_regions_ count them; every retired region is kInvalid.
+  // O(regions): for MRCACHE_DCHECK.
+  bool IndexAgreesLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   void FoldOrphansLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void BumpGenerationAndFence() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

@@ -1,6 +1,8 @@
 // eviction.cc: ClockEviction (eviction.h states the policy).
 #include "mrcache/core/eviction.h"
 
+#include "mrcache/core/dcheck.h"
+
 namespace mrcache {
 
 ClockEviction::ClockEviction(size_t max_regions)
@@ -17,6 +19,7 @@ size_t ClockEviction::AdmissionBits(size_t max_regions) {
 }
 
 void ClockEviction::Installed(Region* r, uint64_t tick) {
+  MRCACHE_DCHECK(r->lru_prev == nullptr && r->lru_next == nullptr && lru_head_ != r);
   r->lru_stamp = tick;
   r->install_stamp = tick;
   PushFront(r);
@@ -50,6 +53,7 @@ Region* ClockEviction::NextVictim(Pass* pass) {
   while (lru_tail_ != nullptr && pass->steps_left > 0) {
     --pass->steps_left;
     Region* r = lru_tail_;
+    MRCACHE_DCHECK(r->state == RegionState::kCached);  // the list holds indexed regions only
     if (!pass->use->UnusedSincePlaced(r)) {
       if (r->periods_used < kMaxPeriodsUsed) ++r->periods_used;
       PlaceUsed(r, pass->tick);
