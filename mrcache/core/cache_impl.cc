@@ -17,6 +17,7 @@
 #include "mrcache/core/cache_impl-inl.h"
 #include "mrcache/core/dcheck.h"
 #include "mrcache/core/fences.h"
+#include "mrcache/core/range.h"
 #include "mrcache/core/residency.h"
 #include "mrcache/core/tick_rate.h"
 #include "mrcache/errno_status.h"
@@ -133,24 +134,11 @@ uint64_t TicksToNs(uint64_t ticks) {
   return static_cast<uint64_t>(static_cast<double>(ticks) * clock.ns_per_tick);
 }
 
-inline uintptr_t AlignDown(uintptr_t v, size_t a) { return v & ~(uintptr_t(a) - 1); }
-// 0 on overflow.
-inline uintptr_t AlignUp(uintptr_t v, size_t a) {
-  uintptr_t r = (v + a - 1) & ~(uintptr_t(a) - 1);
-  return r < v ? 0 : r;
-}
-
 void AtomicMax(std::atomic<uint64_t>& a, uint64_t v) {
   uint64_t cur = a.load(std::memory_order_relaxed);
   while (cur < v && !a.compare_exchange_weak(cur, v, std::memory_order_relaxed)) {
   }
 }
-
-constexpr int kMaxMissAttempts = 16;
-
-// How long a miss waits for another thread's release of the same addresses
-// to finish (see AcquireSlow) before it gives up with EAGAIN.
-constexpr uint64_t kReleaseWaitNs = 10'000'000'000;
 
 // A miss widens beyond its own pages (merging) only where no region died by
 // invalidation within this many misses (see address_heat.h).
@@ -401,13 +389,13 @@ absl::StatusOr<Region*> CacheImpl::AcquireOversized(uintptr_t start, uintptr_t e
     if (FindCoveringLocked(start, end, access) != nullptr) return nullptr;
     const size_t pinned = budget_->pinned();
     if (pinned + need <= budget) return nullptr;  // caching it evicts nothing
-    for (PageRange& seen : oversized_seen_) {
-      if (seen.start == page_start && seen.end == page_end) {
-        seen = PageRange{};
+    for (Range& seen : oversized_seen_) {
+      if (seen == Range{page_start, page_end}) {
+        seen = Range{};
         return nullptr;
       }
     }
-    oversized_seen_[oversized_next_++ % kOversizedSeen] = PageRange{page_start, page_end};
+    oversized_seen_[oversized_next_++ % kOversizedSeen] = Range{page_start, page_end};
     missing = pinned + need - budget;
   }
   MakeRoom(missing);
@@ -532,29 +520,6 @@ ThreadCache* CacheImpl::AttachThread() {
   return tc;
 }
 
-CacheImpl::Miss CacheImpl::StartMiss(uintptr_t start, uintptr_t end, int user_access) const {
-  Miss m;
-  m.start = start;
-  m.end = end;
-  m.user_access = user_access;
-  // Explicit ODP registers every region on demand; lookups stay keyed by
-  // what the caller asked for. (An or rather than a choice: no jump.)
-  m.access = user_access | (odp_ == OdpMode::kExplicit ? kAccessOnDemand : 0);
-  // The smallest range ever registered: the request rounded to the region
-  // granularity, or to pages if the granularity is coarser.
-  const size_t fine = align_ < page_ ? align_ : page_;
-  m.page_start = AlignDown(start, fine);
-  m.page_end = AlignUp(end, fine);
-  // Remote rights: the region reaches only requested pages (remote_keys),
-  // so alignment coarser than a page does not apply.
-  m.remote = (user_access & kAccessRemoteBits) != 0;
-  m.plan_start = m.remote ? m.page_start : AlignDown(start, align_);
-  m.plan_end = m.remote ? m.page_end : AlignUp(end, align_);
-  if (m.plan_end == 0) m.NarrowToPages();
-  m.allow_merge = config_.max_merge_bytes > 0;
-  return m;
-}
-
 absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start, uintptr_t end,
                                                int user_access) {
   Miss miss = StartMiss(start, end, user_access);
@@ -664,7 +629,7 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
       CountServedMiss(miss_t0, end - start);
       return raced;
     }
-    absl::Status spoiled = AfterSpoil(&miss, attempt, in_flight);
+    absl::Status spoiled = RetryAfterSpoil(&miss, attempt, in_flight);
     if (!spoiled.ok()) return spoiled;
   }
 }
@@ -682,7 +647,7 @@ void CacheImpl::GrowHintsNow() {
 
 Region* CacheImpl::HitShared(ThreadCache* tc, const Miss& miss) {
   ReaderMutexLock lock(&mu_, tc->reader_slot);
-  Span span;
+  Range span;
   Region* hit = FindCoveringLocked(miss.start, miss.end, miss.access, &span);
   if (hit == nullptr) return nullptr;
   // A writer drains the ring before it looks; a reader cannot, and a
@@ -722,11 +687,11 @@ Region* CacheImpl::TakeCoveringLocked(ThreadCache* tc, Miss* miss) {
 
 void CacheImpl::HandOutLocked(ThreadCache* tc, Region* r, const Miss& miss) {
   ThreadCache::Line* slot = TakeRefLocked(tc, r);
-  FillLookupLocked(tc, miss.start, miss.end, miss.user_access, r, Span{r->start, r->end}, slot);
+  FillLookupLocked(tc, miss.start, miss.end, miss.user_access, r, Range{r->start, r->end}, slot);
   TouchLocked(r);
 }
 
-CacheImpl::MissPlan CacheImpl::PlanForLocked(const Miss& miss) {
+MissPlan CacheImpl::PlanForLocked(const Miss& miss) {
   // Merging is on by default (config.h: max_merge_bytes).
   if (__builtin_expect(miss.allow_merge, 1)) {
     return PlanMissLocked(miss.plan_start, miss.plan_end, miss.access);
@@ -746,17 +711,14 @@ size_t CacheImpl::PlanAttemptLocked(Miss* miss, MissPlan* plan, PendingMiss* pen
       budget_ != nullptr ? FitPlanLocked(plan, miss->page_start, miss->page_end, dead) : 0;
   // A pending miss records every change to what it may register; once the
   // registered range is known, only changes that overlap it spoil it.
-  pending->start =
-      plan->has_block() && plan->block_start < plan->start ? plan->block_start : plan->start;
-  pending->end = plan->has_block() && plan->block_end > plan->end ? plan->block_end : plan->end;
-  pending->next = pending_;
-  pending->prev = nullptr;
-  if (pending_ != nullptr) pending_->prev = pending;
-  pending_ = pending;
+  pending_.Link(
+      pending,
+      plan->has_block() && plan->block_start < plan->start ? plan->block_start : plan->start,
+      plan->has_block() && plan->block_end > plan->end ? plan->block_end : plan->end);
   return shortfall;
 }
 
-CacheImpl::Attempt CacheImpl::RegisterOutsideLock(const Miss& miss, const MissPlan& plan) {
+Attempt CacheImpl::RegisterOutsideLock(const Miss& miss, const MissPlan& plan) {
   uintptr_t start = plan.start, end = plan.end;
   int access = miss.access | plan.local;
   const bool bridged = plan.has_block() && BridgeOutsideLock(plan, &start, &end);
@@ -794,13 +756,7 @@ void CacheImpl::EndAttemptLocked(const MissPlan& plan, const Attempt& attempt,
       if (err == EFAULT || err == EINVAL) bridge_failed_.Mark(attempt.start, attempt.end, now);
     }
   }
-  // Usually the latest miss to start, at the head.
-  if (__builtin_expect(pending->prev == nullptr, 1)) {
-    pending_ = pending->next;
-  } else {
-    pending->prev->next = pending->next;
-  }
-  if (pending->next != nullptr) pending->next->prev = pending->prev;
+  pending_.Unlink(pending);
 }
 
 absl::Status CacheImpl::AfterRefusal(Miss* miss, const Attempt& attempt) {
@@ -844,36 +800,6 @@ absl::Status CacheImpl::AfterRefusal(Miss* miss, const Attempt& attempt) {
   }
   registrar_failures_.fetch_add(1, std::memory_order_relaxed);
   return attempt.reg.status();
-}
-
-absl::Status CacheImpl::AfterSpoil(Miss* miss, const Attempt& attempt, bool in_flight) {
-  if (in_flight) {
-    // A release of these addresses is under way in another thread (the
-    // kernel may already have handed them to this caller's new mapping). It
-    // ends when that thread leaves its system call, however long it is
-    // descheduled: wait for it, without spending an attempt.
-    if (++miss->in_flight_waits > kMaxMissAttempts * 16 ||
-        !WaitForReleasesInFlight(attempt.start, attempt.end, kReleaseWaitNs)) {
-      return ErrnoStatus(EAGAIN,
-                         "mrc_get: other threads kept releasing this memory while it was "
-                         "registered");
-    }
-    return absl::OkStatus();
-  }
-  if (attempt.widened_range) {
-    // Releases keep landing in what widening added: register exactly the
-    // requested pages, which only a release of the caller's own memory can
-    // spoil.
-    if (++miss->widened_spoils >= 2) miss->NarrowToPages();
-    return absl::OkStatus();
-  }
-  // Only this: a get never fails because other memory changed.
-  if (++miss->exact_spoils >= kMaxMissAttempts) {
-    return ErrnoStatus(EAGAIN,
-                       "mrc_get: the requested memory kept being released while it was "
-                       "registered");
-  }
-  return absl::OkStatus();
 }
 
 Region* CacheImpl::InstallLocked(ThreadCache* tc, const Miss& miss, const Attempt& attempt,
@@ -924,7 +850,7 @@ Region* CacheImpl::InstallLocked(ThreadCache* tc, const Miss& miss, const Attemp
   if (replaced != nullptr) SettleLocked(replaced, dead);
   // A streaming thread's new region gets no lookup entry (thread_cache.h).
   if (!tc->streaming) {
-    FillLookupLocked(tc, miss.start, miss.end, miss.user_access, r, Span{r->start, r->end}, slot);
+    FillLookupLocked(tc, miss.start, miss.end, miss.user_access, r, Range{r->start, r->end}, slot);
   }
   const size_t max_regions = config_.max_regions;
   const size_t max_bytes = config_.max_bytes;
@@ -1222,7 +1148,7 @@ void CacheImpl::MaintainSlowLocked(DeadList* dead) {
   RecheckRetiredLocked(dead);
 }
 
-CacheImpl::MissPlan CacheImpl::PlanMissLocked(uintptr_t start, uintptr_t end, int access) {
+MissPlan CacheImpl::PlanMissLocked(uintptr_t start, uintptr_t end, int access) {
   const int remote = access & kAccessRemoteBits;
   const int odp = access & kAccessOnDemand;
   auto compatible = [remote, odp](const Region* r) {
@@ -1478,8 +1404,8 @@ bool CacheImpl::BridgeOutsideLock(const MissPlan& plan, uintptr_t* start, uintpt
   return true;
 }
 
-Region* CacheImpl::FindCoveringLocked(uintptr_t start, uintptr_t end, int access, Span* span) {
-  Span unused;
+Region* CacheImpl::FindCoveringLocked(uintptr_t start, uintptr_t end, int access, Range* span) {
+  Range unused;
   if (span == nullptr) span = &unused;
   // First the hint of the last get that started on this page, if its region
   // is still in the index (covering_hints.h).
@@ -1497,7 +1423,7 @@ Region* CacheImpl::FindCoveringLocked(uintptr_t start, uintptr_t end, int access
   if (index_.FindLastStartingAtOrBefore(start, &s, &e, &last) && end <= e &&
       AccessCompatible(last->reg.access, access)) {
     hints_.Fill(start, last);
-    *span = Span{s, e};
+    *span = Range{s, e};
     return last;
   }
   if (overlapping_regions_ == 0) return nullptr;
@@ -1509,7 +1435,7 @@ Region* CacheImpl::FindCoveringLocked(uintptr_t start, uintptr_t end, int access
   });
   if (found != nullptr) {
     hints_.Fill(start, found);
-    *span = Span{found->start, found->end};
+    *span = Range{found->start, found->end};
   }
   return found;
 }
@@ -1564,7 +1490,7 @@ ThreadCache::Line* CacheImpl::ClaimSlotShared(ThreadCache* tc, Region* r, uintpt
 }
 
 void CacheImpl::FillLookupLocked(ThreadCache* tc, uintptr_t start, uintptr_t end, int access,
-                                 Region* r, Span span, ThreadCache::Line* slot) {
+                                 Region* r, Range span, ThreadCache::Line* slot) {
   // The entry holds the region's range (so a later get of any part of it
   // hits) and sits in the set of the requested start. Entries of that set
   // that cover the request go first: only one may, or a stale one could
@@ -1827,11 +1753,7 @@ void CacheImpl::InvalidateRangeLocked(uintptr_t start, uintptr_t end, Region** c
   }
 }
 
-void CacheImpl::SpoilPendingLocked(uintptr_t start, uintptr_t end) {
-  for (PendingMiss* p = pending_; p != nullptr; p = p->next) {
-    if (p->start < end && start < p->end) p->Record(start, end);
-  }
-}
+void CacheImpl::SpoilPendingLocked(uintptr_t start, uintptr_t end) { pending_.Spoil(start, end); }
 
 template <typename Pred>
 void CacheImpl::EvictLocked(Pred over, DeadList* dead, EvictionPolicy::Goal goal) {

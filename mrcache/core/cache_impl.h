@@ -124,6 +124,8 @@
 #include "mrcache/core/interval_tree.h"
 #include "mrcache/core/invalidation_ring.h"
 #include "mrcache/core/log2_histogram.h"
+#include "mrcache/core/miss.h"
+#include "mrcache/core/range.h"
 #include "mrcache/core/region.h"
 #include "mrcache/core/release_generations.h"
 #include "mrcache/core/thread_cache.h"
@@ -216,97 +218,6 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
       head = r;
     }
   };
-  // A miss registering outside the lock (linked in pending_ under mu_, both
-  // ways, so that it leaves the list without walking it).
-  // [start, end) is everything it may register (a bridging plan's whole
-  // block); the invalidations that overlap it meanwhile are recorded, the
-  // first kExact of them exactly and the rest as their hull. Once the miss
-  // knows what it registered, only a recorded invalidation that overlaps
-  // that range spoils it: unrelated releases elsewhere in a bridging block
-  // (a busy allocator next door) do not, wherever they fall around it.
-  struct PendingMiss {
-    static constexpr int kExact = 8;
-    uintptr_t start = 0, end = 0;
-    uintptr_t seen_start[kExact], seen_end[kExact];  // the first `seen` are set
-    int seen = 0;
-    uintptr_t hull_start = UINTPTR_MAX, hull_end = 0;
-    PendingMiss* next = nullptr;
-    PendingMiss* prev = nullptr;  // toward pending_ (null at the head)
-    void Record(uintptr_t s, uintptr_t e) {
-      if (seen < kExact) {
-        seen_start[seen] = s;
-        seen_end[seen++] = e;
-        return;
-      }
-      if (s < hull_start) hull_start = s;
-      if (e > hull_end) hull_end = e;
-    }
-    bool Spoils(uintptr_t s, uintptr_t e) const {
-      if (__builtin_expect(seen == 0, 1)) return false;  // the hull grows after kExact
-      for (int i = 0; i < seen; ++i) {
-        if (seen_start[i] < e && s < seen_end[i]) return true;
-      }
-      return hull_start < e && s < hull_end;
-    }
-  };
-
-  // What a miss registers: [start, end) (the request merged with the regions
-  // it overlaps), with the local rights of those regions added to the
-  // request's. If block_end > block_start, bridging may widen it, within
-  // [block_start, block_end), over resident memory of the same mapping, when
-  // that reaches the nearest compatible region below (ending at below_end)
-  // or above (starting at above_start), adding bridge_local.
-  struct MissPlan {
-    uintptr_t start = 0, end = 0;
-    int local = 0;
-    uintptr_t block_start = 0, block_end = 0;
-    uintptr_t below_end = 0, above_start = UINTPTR_MAX;
-    int bridge_local = 0;
-    // Whether any region at all overlapped the request when it was planned
-    // (PlanForLocked, exact then). False: no region can lie inside [start,
-    // end) unless one was installed since. A plan rebuilt later
-    // (FitPlanLocked narrowing it) keeps the default, true: unknown.
-    bool overlapped = true;
-    bool has_block() const { return block_end > block_start; }
-  };
-
-  // One get that missed the lock-free path, across its attempts. The first
-  // block is fixed by the request; the second is what earlier attempts
-  // taught (AfterRefusal and AfterSpoil change it).
-  struct Miss {
-    uintptr_t start = 0, end = 0;  // as asked
-    int user_access = 0;           // as asked (lookups are keyed by it)
-    int access = 0;                // registered: user_access, on demand under explicit ODP
-    uintptr_t page_start = 0, page_end = 0;  // the smallest range ever registered
-    bool remote = false;                     // remote rights: never aligned beyond pages
-
-    uintptr_t plan_start = 0, plan_end = 0;  // what the next plan widens from
-    bool allow_merge = false;
-    bool counted = false;     // counted already, as a miss or a slow hit
-    int memory_refusals = 0;  // registrar ENOMEM/EAGAIN so far
-    int widened_spoils = 0;   // attempts whose widened registration was spoiled
-    int exact_spoils = 0;     // attempts whose registration of the requested pages was spoiled
-    int in_flight_waits = 0;  // attempts that met another thread's release under way
-    // From now on: exactly the requested pages, no merging.
-    void NarrowToPages() {
-      allow_merge = false;
-      plan_start = page_start;
-      plan_end = page_end;
-    }
-  };
-  // One registration made outside the lock for a Miss.
-  struct Attempt {
-    uintptr_t start = 0, end = 0;  // registered (the plan, bridged or not)
-    int access = 0;
-    bool bridged = false;
-    bool widened_range = false;  // beyond the requested pages
-    bool widened = false;        // beyond the requested pages or rights
-    bool watched = true;         // the monitor saw the range (or there is none)
-    absl::StatusOr<Registration> reg;
-    uint64_t register_ticks = 0;  // the registrar call's time (NowTicks units)
-    size_t length() const { return end - start; }
-  };
-
   CacheImpl(const Config& config, std::unique_ptr<Registrar> registrar,
             std::unique_ptr<EvictionPolicy> eviction);
   // The eviction policy's view of references and slot stamps (eviction.h).
@@ -347,7 +258,12 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   MRCACHE_MISS_INLINE absl::StatusOr<Region*> AcquireSlow(ThreadCache* tc, uintptr_t start,
                                                           uintptr_t end, int access);
   // The Miss of a get of [start, end) (page_end == 0: the range wraps).
-  Miss StartMiss(uintptr_t start, uintptr_t end, int user_access) const;
+  Miss StartMiss(uintptr_t start, uintptr_t end, int user_access) const {
+    // Explicit ODP registers every region on demand; lookups stay keyed by
+    // what the caller asked for.
+    return Miss::Of(start, end, user_access, odp_ == OdpMode::kExplicit ? kAccessOnDemand : 0,
+                    align_, page_, config_.max_merge_bytes > 0);
+  }
   // A region covering the miss's request, handed out (HandOutLocked), or
   // nullptr; counts the get once, as a slow hit or a miss.
   Region* TakeCoveringLocked(ThreadCache* tc, Miss* miss) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -372,10 +288,6 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   // Without mu_, after the registrar refused `attempt`: OK to try again
   // (narrowed, or after making room), else the error for the caller.
   __attribute__((cold)) absl::Status AfterRefusal(Miss* miss, const Attempt& attempt);
-  // Without mu_, after `attempt` was spoiled by a release (in flight: still
-  // under way): OK to try again, else EAGAIN. Only a release of the
-  // requested pages themselves can exhaust the attempts.
-  __attribute__((cold)) absl::Status AfterSpoil(Miss* miss, const Attempt& attempt, bool in_flight);
   // Makes `fresh` the region of a successful attempt: indexed, on the LRU,
   // replacing the compatible regions it contains, handed to the caller; then
   // evicts down to max_regions and max_bytes.
@@ -482,15 +394,11 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Without the lock: the bridged range for a plan with a block, or false.
   bool BridgeOutsideLock(const MissPlan& plan, uintptr_t* start, uintptr_t* end) const;
-  // The range of an indexed region as the index or a covering hint holds
-  // it: what the shared hit uses instead of reading the Region (at 10^6
-  // regions, a Region is a cache miss).
-  struct Span {
-    uintptr_t start = 0, end = 0;
-  };
   // The region covering [start, end) with compatible rights, or nullptr; its
-  // range in *span if given.
-  Region* FindCoveringLocked(uintptr_t start, uintptr_t end, int access, Span* span = nullptr)
+  // range in *span if given, as the index or a covering hint holds it: what
+  // the read-locked hit uses instead of reading the Region (at 10^6 regions,
+  // a Region is a cache miss).
+  Region* FindCoveringLocked(uintptr_t start, uintptr_t end, int access, Range* span = nullptr)
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Counts a reference to r for tc: in tc's slot for r (returned), or in
   // r->locked_refs if all of its set count references (nullptr).
@@ -520,7 +428,7 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   // range is `span` and whose slot of tc is `slot` (nullptr: none, and no
   // entry). Reads no field of r.
   void FillLookupLocked(ThreadCache* tc, uintptr_t start, uintptr_t end, int access, Region* r,
-                        Span span, ThreadCache::Line* slot) ABSL_SHARED_LOCKS_REQUIRED(mu_);
+                        Range span, ThreadCache::Line* slot) ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // A write-locked use of r: its stamp, and the policy told.
   void TouchLocked(Region* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Raises r->last_use to `used` (a slot's stamp that is about to go away, or
@@ -677,7 +585,7 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   const std::unique_ptr<EvictionPolicy> eviction_ ABSL_PT_GUARDED_BY(mu_);
   Region* retired_ ABSL_GUARDED_BY(mu_) = nullptr;  // kInvalid regions still referenced
   ThreadCache* threads_ ABSL_GUARDED_BY(mu_) = nullptr;
-  PendingMiss* pending_ ABSL_GUARDED_BY(mu_) = nullptr;
+  PendingMisses pending_ ABSL_GUARDED_BY(mu_);
   AddressHeat invalidated_ ABSL_GUARDED_BY(mu_);    // where regions died by invalidation
   AddressHeat bridge_failed_ ABSL_GUARDED_BY(mu_);  // where bridging found nothing or failed
   // Whether regions keep dying by invalidation: under a pin budget, merge
@@ -685,10 +593,7 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   AddressChurn churn_ ABSL_GUARDED_BY(mu_);
   // AcquireOversized's last pages served uncached (second sight).
   static constexpr int kOversizedSeen = 4;
-  struct PageRange {
-    uintptr_t start = 0, end = 0;
-  };
-  PageRange oversized_seen_[kOversizedSeen] ABSL_GUARDED_BY(mu_);
+  Range oversized_seen_[kOversizedSeen] ABSL_GUARDED_BY(mu_);
   unsigned oversized_next_ ABSL_GUARDED_BY(mu_) = 0;
   // The generation read before the last drain of ring_ (MaintainLocked),
   // raised by this cache's own bumps that no report raced with. A lookup

@@ -26,14 +26,14 @@ namespace mrcache {
 // Prints "mrcache: invariant violated: <condition> (<file>:<line>)" to
 // stderr and aborts.
 [[noreturn]] __attribute__((cold, noinline)) void DcheckFailed(const char* condition,
-                                                                const char* file, int line);
+                                                               const char* file, int line);
 
 }  // namespace mrcache
 
 #if MRCACHE_DCHECKS
-#define MRCACHE_DCHECK(condition)                                                        \
-  (__builtin_expect(static_cast<bool>(condition), 1)                                     \
-       ? static_cast<void>(0)                                                            \
+#define MRCACHE_DCHECK(condition)                    \
+  (__builtin_expect(static_cast<bool>(condition), 1) \
+       ? static_cast<void>(0)                        \
        : ::mrcache::DcheckFailed(#condition, __FILE__, __LINE__))
 #else
 // Not evaluated; still compiled, so that a check cannot rot in -c opt.
