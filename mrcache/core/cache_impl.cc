@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "mrcache/core/bypass.h"
 #include "mrcache/core/cache_impl-inl.h"
 #include "mrcache/core/dcheck.h"
 #include "mrcache/core/fences.h"
@@ -270,16 +271,14 @@ CacheImpl::~CacheImpl() {
       dead.Push(r);
     }
     eviction_->Clear();
-    for (const auto& refs : implicit_refs_) held += refs.load() > 0 ? 1 : 0;
+    held += implicit_.Held();
   }
   if (held > 0 && !child) {
     Log(LogLevel::kWarning,
         absl::StrCat("warning: destroying a cache while ", held,
                      " region(s) are still held; releasing their registrations"));
   }
-  for (auto& slot : implicit_odp_) {
-    if (Region* r = slot.exchange(nullptr)) dead.Push(r);
-  }
+  implicit_.TakeAll([&dead](Region* r) { dead.Push(r); });
   if (child) {
     // fork(): the registrations belong to the parent. Free our bookkeeping
     // only; never call the registrar, whose kernel objects the parent shares.
@@ -389,13 +388,7 @@ absl::StatusOr<Region*> CacheImpl::AcquireOversized(uintptr_t start, uintptr_t e
     if (FindCoveringLocked(start, end, access) != nullptr) return nullptr;
     const size_t pinned = budget_->pinned();
     if (pinned + need <= budget) return nullptr;  // caching it evicts nothing
-    for (Range& seen : oversized_seen_) {
-      if (seen == Range{page_start, page_end}) {
-        seen = Range{};
-        return nullptr;
-      }
-    }
-    oversized_seen_[oversized_next_++ % kOversizedSeen] = Range{page_start, page_end};
+    if (oversized_seen_.SeenAgain(Range{page_start, page_end})) return nullptr;
     missing = pinned + need - budget;
   }
   MakeRoom(missing);
@@ -925,8 +918,7 @@ absl::StatusOr<Region*> CacheImpl::AcquireBypass(uintptr_t start, uintptr_t end,
 absl::StatusOr<Region*> CacheImpl::ImplicitRegion(int access) {
   // One implicit MR per set of remote rights, so that its rkey grants exactly
   // what was asked for; local write is always included.
-  std::atomic<Region*>& slot = implicit_odp_[(access & kAccessRemoteBits) >> 1];
-  if (Region* r = slot.load(std::memory_order_acquire)) return r;
+  if (Region* r = implicit_.Find(access)) return r;
   auto reg = TimedImplicitRegister(kAccessLocalWrite | (access & kAccessRemoteBits));
   if (!reg.ok()) return reg.status();
   auto* r = new Region;
@@ -934,13 +926,12 @@ absl::StatusOr<Region*> CacheImpl::ImplicitRegion(int access) {
   r->end = UINTPTR_MAX;
   r->reg = *reg;
   r->cache = this;
-  Region* expected = nullptr;
-  if (!slot.compare_exchange_strong(expected, r, std::memory_order_acq_rel)) {
+  Region* published = implicit_.Publish(access, r);
+  if (published != r) {
     TimedDeregister(r->reg);  // another thread won the race
     delete r;
-    return expected;
   }
-  return r;
+  return published;
 }
 
 absl::StatusOr<Registration> CacheImpl::TimedImplicitRegister(int access) {
@@ -951,10 +942,6 @@ absl::StatusOr<Registration> CacheImpl::TimedImplicitRegister(int access) {
   return reg;
 }
 
-bool CacheImpl::IsImplicit(const Region* r) const {
-  return r->start == 0 && r->end == UINTPTR_MAX && r->cache == this;
-}
-
 absl::StatusOr<Region*> CacheImpl::AcquireImplicitOdp(uintptr_t start, uintptr_t end, int access) {
   auto implicit = ImplicitRegion(access);
   if (!implicit.ok()) return implicit.status();
@@ -963,7 +950,7 @@ absl::StatusOr<Region*> CacheImpl::AcquireImplicitOdp(uintptr_t start, uintptr_t
     // A bit the implicit MR lacks (e.g. HUGETLB): a dedicated ODP registration.
     return AcquireBypass(start, end, access | kAccessOnDemand);
   }
-  implicit_refs_[(access & kAccessRemoteBits) >> 1].fetch_add(1, std::memory_order_relaxed);
+  implicit_.CountGet(r);
   slow_hits_.fetch_add(1, std::memory_order_relaxed);
   if (config_.odp_prefetch_bytes && end - start >= config_.odp_prefetch_bytes) {
     (void)registrar_->Prefetch(r->reg, reinterpret_cast<void*>(start), end - start);
@@ -988,10 +975,8 @@ __attribute__((noinline)) void CacheImpl::SettleRetired() {
 __attribute__((noinline)) absl::Status CacheImpl::PutLocked(Region* r) {
   if (r == nullptr) return ErrnoStatus(EINVAL, "mrc_put: null region");
   if (r->cache != this) return ErrnoStatus(EINVAL, "mrc_put: region belongs to another cache");
-  if (IsImplicit(r)) {
-    auto& refs = implicit_refs_[(r->reg.access & kAccessRemoteBits) >> 1];
-    if (refs.fetch_sub(1, std::memory_order_relaxed) <= 0) {
-      refs.fetch_add(1, std::memory_order_relaxed);
+  if (ImplicitOdpRegions::Is(r->reg)) {
+    if (!implicit_.CountPut(r)) {
       return ErrnoStatus(EINVAL, "mrc_put: region put more times than it was got");
     }
     return absl::OkStatus();
@@ -1060,7 +1045,7 @@ absl::Status CacheImpl::DeviceWrite(Region* r, size_t offset, const void* src, s
   if (r == nullptr || src == nullptr)
     return ErrnoStatus(EINVAL, "device write: null region or source");
   if (absl::Status child = CheckNotForked("device write"); !child.ok()) return child;
-  if (IsImplicit(r)) {
+  if (ImplicitOdpRegions::Is(r->reg)) {
     // The implicit MR spans everything: offset is an absolute address.
     return registrar_->DeviceWrite(r->reg, offset, src, length);
   }
@@ -1896,7 +1881,7 @@ void CacheImpl::TimedDeregister(const Registration& reg) {
   absl::Status s = registrar_->Deregister(reg);
   histograms_.deregister_ns.Add(TicksToNs(AddTicksSince(registrar_ticks_, t0, tsc_ticks_)));
   deregistrations_.fetch_add(1, std::memory_order_relaxed);
-  const bool implicit = reg.addr == nullptr && reg.length == SIZE_MAX;
+  const bool implicit = ImplicitOdpRegions::Is(reg);
   pinned_bytes_.fetch_sub(implicit ? 0 : reg.length, std::memory_order_relaxed);
   if (!implicit && budget_ != nullptr && !(reg.access & kAccessOnDemand)) {
     budget_->SubPinned(reg.length);
@@ -1932,7 +1917,7 @@ void CacheImpl::DeregisterEach(DeadList* dead, const Cache::RetireCallback* cb) 
   do {
     Region* next = r->next_dead;
     TimedDeregister(r->reg);
-    if (__builtin_expect(watch_ranges_, 0) && !IsImplicit(r)) {
+    if (__builtin_expect(watch_ranges_, 0) && !ImplicitOdpRegions::Is(r->reg)) {
       monitor_->Unwatch(reinterpret_cast<void*>(r->start), r->length());
     }
     if (__builtin_expect(cb != nullptr, 0)) {

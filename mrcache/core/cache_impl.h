@@ -119,6 +119,7 @@
 #include "mrcache/config.h"
 #include "mrcache/core/address_churn.h"
 #include "mrcache/core/address_heat.h"
+#include "mrcache/core/bypass.h"
 #include "mrcache/core/covering_hints.h"
 #include "mrcache/core/eviction.h"
 #include "mrcache/core/interval_tree.h"
@@ -138,13 +139,10 @@
 namespace mrcache {
 
 // The miss path's functions between AcquireUncached and the registrar call
-// (and the timed deregistration) are inlined into their callers. After a
-// system call, returns to the frames made before it are mispredicted on the
-// development VM (about 5 ns a frame, up to 8 frames), so every frame between
-// the miss and the registrar's system call costs the miss once more; three
-// frames fewer took 37-40 ns off the miss with the sim registrar (8 ns with
-// one that makes no system call; bench/RESULTS.md, "The miss: fewer frames
-// around the registrar call"). They are defined in cache_impl.cc and may be
+// (and the timed deregistration) are inlined into their callers: after a
+// system call, every return to a frame made before it is mispredicted, so
+// each frame between the miss and the registrar's system call costs the miss
+// again. They are defined in cache_impl.cc (or cache_impl-inl.h) and may be
 // called only there.
 #define MRCACHE_MISS_INLINE inline __attribute__((always_inline))
 
@@ -318,7 +316,7 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   // its pages for itself (after evicting unused regions, least recently used
   // first, only until it fits), deregistered at its put and counted as
   // bypassed, so the room goes back to regions that are reused. Second
-  // sight: pages served so among the last kOversizedSeen such misses are
+  // sight: pages served so among the last OversizedSeen::kSeen such misses are
   // cached the next time, so that a large buffer reused soon stays
   // registered. Returns nullptr where the request takes the normal path
   // (no budget, a covering region, room enough, second sight, or a refused
@@ -327,7 +325,6 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   absl::StatusOr<Region*> AcquireImplicitOdp(uintptr_t start, uintptr_t end, int access);
   absl::StatusOr<Region*> ImplicitRegion(int access);
   absl::StatusOr<Registration> TimedImplicitRegister(int access);
-  bool IsImplicit(const Region* r) const;
   ThreadCache* AttachThread();
   // Counts a slow-path get of the calling thread (tc's owner) and, at the
   // end of a window (a table's worth of gets), resizes its table
@@ -550,10 +547,9 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   // The process's pin budget, joined at creation; null when regions pin
   // nothing (on-demand paging, or a registrar whose pins_memory() is false).
   PinBudget* budget_ = nullptr;
-  // odp=implicit: whole-address-space MRs, one per set of remote rights
-  // (index: remote access bits >> 1), registered on first use.
-  std::atomic<Region*> implicit_odp_[8] = {};
-  std::atomic<int64_t> implicit_refs_[8] = {};
+  // odp=implicit: whole-address-space MRs, one per set of remote rights,
+  // registered on first use.
+  ImplicitOdpRegions implicit_;
 
   // Hit-path shared state: read-mostly.
   alignas(64) std::atomic<uint64_t> gen_{1};
@@ -592,9 +588,7 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   // unions join other requests' bytes only while they do not.
   AddressChurn churn_ ABSL_GUARDED_BY(mu_);
   // AcquireOversized's last pages served uncached (second sight).
-  static constexpr int kOversizedSeen = 4;
-  Range oversized_seen_[kOversizedSeen] ABSL_GUARDED_BY(mu_);
-  unsigned oversized_next_ ABSL_GUARDED_BY(mu_) = 0;
+  OversizedSeen oversized_seen_ ABSL_GUARDED_BY(mu_);
   // The generation read before the last drain of ring_ (MaintainLocked),
   // raised by this cache's own bumps that no report raced with. A lookup
   // entry is filled with it, never with a later generation: a release pushed

@@ -76,9 +76,9 @@ struct MissPlan {
 // block is fixed by the request; the second is what earlier attempts
 // taught (AfterRefusal and AfterSpoil change it).
 struct Miss {
-  uintptr_t start = 0, end = 0;  // as asked
-  int user_access = 0;           // as asked (lookups are keyed by it)
-  int access = 0;                // registered: user_access, on demand under explicit ODP
+  uintptr_t start = 0, end = 0;            // as asked
+  int user_access = 0;                     // as asked (lookups are keyed by it)
+  int access = 0;                          // registered: user_access, on demand under explicit ODP
   uintptr_t page_start = 0, page_end = 0;  // the smallest range ever registered
   bool remote = false;                     // remote rights: never aligned beyond pages
 

@@ -4,8 +4,8 @@
 // reference count is distributed: `locked_refs` (changed under the cache lock)
 // plus one counter per thread (ThreadCache::Line::ref_count, changed lock-free
 // by its owner thread). The true count is their sum; it is only ever computed
-// under the cache lock, after the generation bump + asymmetric fence protocol
-// described in cache_impl.h. locked_refs alone may be negative (a region got
+// under the cache lock, after the reclaimer marked the region's slots retired
+// and fenced (the protocol in cache_impl.h). locked_refs alone may be negative (a region got
 // on one thread and put on another).
 //
 // Fields marked [immutable] never change after the region is published; a
@@ -78,7 +78,13 @@ class Region {
   Region* lru_next = nullptr;
   Region* size_prev = nullptr;  // the policy's size-class links (size_class)
   Region* size_next = nullptr;
-  Region* next_dead = nullptr;     // deregistration batch, or the retired list
+  // The one singly linked list the region is on, if any, one at a time:
+  // under the cache lock, a DeadList (to deregister once the lock is
+  // released), the retired list (with prev_retired), the candidates of
+  // UnindexLocked awaiting SettleLocked, or a collection being built by one
+  // function (merge victims, invalidated regions, the destructor's sweep);
+  // after deregistration, the quarantine, then a batch of spare Regions.
+  Region* next_dead = nullptr;
   Region* prev_retired = nullptr;  // the retired list (on_retired_list)
   // The bytes requested through this region when it was registered, widened
   // to cover the requested bytes of the regions it merged (set before it is
