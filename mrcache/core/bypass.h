@@ -34,15 +34,12 @@ class ImplicitOdpRegions {
   }
 
   // The region of access's set, or nullptr if none is published yet.
-  Region* Find(int access) const {
-    return regions_[SetOf(access)].load(std::memory_order_acquire);
-  }
+  Region* Find(int access) const { return regions_[SetOf(access)].load(std::memory_order_acquire); }
   // Publishes r as the region of access's set unless another thread did
   // first; returns the region published (r, or the other thread's).
   Region* Publish(int access, Region* r) {
     Region* expected = nullptr;
-    if (regions_[SetOf(access)].compare_exchange_strong(expected, r,
-                                                        std::memory_order_acq_rel)) {
+    if (regions_[SetOf(access)].compare_exchange_strong(expected, r, std::memory_order_acq_rel)) {
       return r;
     }
     return expected;

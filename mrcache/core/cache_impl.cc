@@ -863,8 +863,7 @@ Region* CacheImpl::UnindexContainedLocked(Region* r, bool* overlaps_others) {
   index_.ForEachOverlap(
       r->start, r->end, [r, &victims, &others](uintptr_t s, uintptr_t e, Region* o) {
         if (o == r) return;
-        if (s >= r->start && e <= r->end && o->remote_access() == r->remote_access() &&
-            (o->reg.access & kAccessOnDemand) == (r->reg.access & kAccessOnDemand) &&
+        if (s >= r->start && e <= r->end && MergeCompatible(o->reg.access, r->reg.access) &&
             AccessCompatible(r->reg.access, o->reg.access)) {
           o->next_dead = victims;
           victims = o;
@@ -1135,10 +1134,7 @@ void CacheImpl::MaintainSlowLocked(DeadList* dead) {
 
 MissPlan CacheImpl::PlanMissLocked(uintptr_t start, uintptr_t end, int access) {
   const int remote = access & kAccessRemoteBits;
-  const int odp = access & kAccessOnDemand;
-  auto compatible = [remote, odp](const Region* r) {
-    return r->remote_access() == remote && (r->reg.access & kAccessOnDemand) == odp;
-  };
+  auto compatible = [access](const Region* r) { return MergeCompatible(r->reg.access, access); };
   const uint64_t now = misses_.load(std::memory_order_relaxed);
   // Asked on every plan, so that its windows stay near kWindowMisses.
   const bool churning = churn_.Churning(now, invalidations_.load(std::memory_order_relaxed));

@@ -112,7 +112,14 @@ class Region {
 // exactly the same remote rights (an rkey never grants more than asked), and
 // every other requested bit present.
 inline bool AccessCompatible(int have, int want) {
-  return (have & kAccessRemoteBits) == (want & kAccessRemoteBits) && (want & ~have) == 0;
+  return ((have ^ want) & kAccessRemoteBits) == 0 && (want & ~have) == 0;
+}
+
+// True if regions registered with `a` and `b` may be merged into one union
+// (which takes the local rights of both): the same remote rights and the
+// same on-demand paging.
+inline bool MergeCompatible(int a, int b) {
+  return ((a ^ b) & (kAccessRemoteBits | kAccessOnDemand)) == 0;
 }
 
 }  // namespace mrcache
