@@ -164,7 +164,8 @@ CacheImpl::CacheImpl(const Config& config, std::unique_ptr<Registrar> registrar,
       fork_generation_(ForkGeneration()),
       tsc_ticks_(Ticks().tsc),
       eviction_(eviction != nullptr ? std::move(eviction)
-                                    : MakeDefaultEvictionPolicy(config.max_regions)) {}
+                                    : MakeDefaultEvictionPolicy(config.max_regions)),
+      clock_(dynamic_cast<ClockEviction*>(eviction_.get())) {}
 
 class CacheImpl::EvictionUse final : public EvictionPolicy::Use {
  public:
@@ -834,11 +835,11 @@ Region* CacheImpl::InstallLocked(ThreadCache* tc, const Miss& miss, const Attemp
   // cover, and keeps what the policy knew of them.
   uint32_t parts = 1;
   for (Region* p = replaced; p != nullptr; p = p->next_dead) {
-    eviction_->Merged(r, p);
+    WithPolicy([r, p](auto& policy) { policy.Merged(r, p); });
     if (p->used_start < miss.start || p->used_end > miss.end) parts += p->parts;
   }
   r->parts = parts < UINT16_MAX ? static_cast<uint16_t>(parts) : UINT16_MAX;
-  eviction_->Installed(r, tick);
+  WithPolicy([r, tick](auto& policy) { policy.Installed(r, tick); });
   ThreadCache::Line* slot = TakeFirstRefLocked(tc, r);
   if (replaced != nullptr) SettleLocked(replaced, dead);
   // A streaming thread's new region gets no lookup entry (thread_cache.h).
@@ -1546,7 +1547,7 @@ void CacheImpl::TouchLocked(Region* r) {
   if (r->state != RegionState::kCached) return;
   const uint64_t tick = tick_.load(std::memory_order_relaxed);
   r->last_use.store(tick, std::memory_order_relaxed);
-  eviction_->Touched(r, tick);
+  WithPolicy([r, tick](auto& policy) { policy.Touched(r, tick); });
 }
 
 int64_t CacheImpl::TotalRefsLocked(const Region* r, uint64_t* last_use) const {
@@ -1570,7 +1571,7 @@ void CacheImpl::DetachLocked(Region* r) {
   if (__builtin_expect(r->overlaps_others, 0)) --overlapping_regions_;
   hints_.Void(r);  // its covering hints
   cached_bytes_ -= r->length();
-  eviction_->Removed(r);
+  WithPolicy([r](auto& policy) { policy.Removed(r); });
   r->state = RegionState::kInvalid;
 }
 
@@ -1756,11 +1757,15 @@ void CacheImpl::EvictLocked(Pred over, DeadList* dead, EvictionPolicy::Goal goal
   const bool alone = AloneLocked();
   EvictionUse use(this);
   EvictionPolicy::Pass pass{goal, tick_.load(std::memory_order_relaxed),
-                            eviction_->StepsFor(index_.size()), &use};
+                            WithPolicy([this](auto& policy) {
+                              mu_.AssertHeld();  // WithPolicy calls this with mu_ held
+                              return policy.StepsFor(index_.size());
+                            }),
+                            &use};
   Region* candidates = nullptr;
   size_t victims = 0;
   while (over()) {
-    Region* r = eviction_->NextVictim(&pass);
+    Region* r = WithPolicy([&pass](auto& policy) { return policy.NextVictim(&pass); });
     if (r == nullptr) break;
     // A policy names only cached regions that are unused (eviction.h).
     MRCACHE_DCHECK(r->state == RegionState::kCached && use.UnusedSincePlaced(r));

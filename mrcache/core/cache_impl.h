@@ -579,6 +579,14 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   // Which cached region an eviction takes, and admission (eviction.h): it
   // orders exactly the regions in index_.
   const std::unique_ptr<EvictionPolicy> eviction_ ABSL_PT_GUARDED_BY(mu_);
+  // eviction_ if it is the default policy, else null (see WithPolicy).
+  ClockEviction* const clock_ ABSL_PT_GUARDED_BY(mu_);
+  // call(policy) on eviction_: on clock_ when set, so that the default
+  // policy's calls on the miss path are direct and inlined, not virtual.
+  template <typename Call>
+  auto WithPolicy(Call call) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return clock_ != nullptr ? call(*clock_) : call(*eviction_);
+  }
   Region* retired_ ABSL_GUARDED_BY(mu_) = nullptr;  // kInvalid regions still referenced
   ThreadCache* threads_ ABSL_GUARDED_BY(mu_) = nullptr;
   PendingMisses pending_ ABSL_GUARDED_BY(mu_);

@@ -1,8 +1,6 @@
 // eviction.cc: ClockEviction (eviction.h states the policy).
 #include "mrcache/core/eviction.h"
 
-#include "mrcache/core/dcheck.h"
-
 namespace mrcache {
 
 ClockEviction::ClockEviction(size_t max_regions)
@@ -18,35 +16,9 @@ size_t ClockEviction::AdmissionBits(size_t max_regions) {
   return bits < kAdmissionMaxBits ? bits : kAdmissionMaxBits;
 }
 
-void ClockEviction::Installed(Region* r, uint64_t tick) {
-  MRCACHE_DCHECK(r->lru_prev == nullptr && r->lru_next == nullptr && lru_head_ != r);
-  r->lru_stamp = tick;
-  r->install_stamp = tick;
-  PushFront(r);
-  if (by_size_) unreused_.PushNewest(r, Weight(r));
-}
-
-void ClockEviction::Merged(Region* r, const Region* part) {
-  // A union keeps the use its parts had earned.
-  if (part->periods_used > r->periods_used) r->periods_used = part->periods_used;
-}
-
-void ClockEviction::Touched(Region* r, uint64_t tick) { PlaceUsed(r, tick); }
-
-void ClockEviction::Removed(Region* r) {
-  Unlink(r);
-  unreused_.Remove(r);
-}
-
 void ClockEviction::Clear() {
   lru_head_ = lru_tail_ = nullptr;
   unreused_.Clear();
-}
-
-size_t ClockEviction::StepsFor(size_t regions) const {
-  // Each region is placed again at most kMaxPeriodsUsed + 1 times before it
-  // is taken.
-  return regions * (kMaxPeriodsUsed + 2) + 1;
 }
 
 Region* ClockEviction::NextVictim(Pass* pass) {
@@ -89,37 +61,6 @@ Region* ClockEviction::LargestUnused(Region* tail, Pass* pass) {
 bool ClockEviction::AdmitsToFullCache(uint64_t first_page, uint64_t end_page) {
   if (!admission_) return true;
   return seen_misses_.TestAndSet(first_page * 0x100000001B3ull ^ end_page);
-}
-
-void ClockEviction::PlaceUsed(Region* r, uint64_t tick) {
-  r->lru_stamp = tick;
-  unreused_.Remove(r);  // placed again: reused
-  Requeue(r);
-}
-
-void ClockEviction::Requeue(Region* r) {
-  if (lru_head_ == r) return;
-  Unlink(r);
-  PushFront(r);
-}
-
-void ClockEviction::PushFront(Region* r) {
-  r->lru_prev = nullptr;
-  r->lru_next = lru_head_;
-  if (lru_head_ != nullptr) lru_head_->lru_prev = r;
-  lru_head_ = r;
-  if (lru_tail_ == nullptr) lru_tail_ = r;
-}
-
-void ClockEviction::Unlink(Region* r) {
-  Region* const prev = r->lru_prev;
-  Region* const next = r->lru_next;
-  if (prev != nullptr) prev->lru_next = next;
-  if (next != nullptr) next->lru_prev = prev;
-  // Selects rather than branches: an eviction unlinks the tail.
-  lru_head_ = lru_head_ == r ? next : lru_head_;
-  lru_tail_ = lru_tail_ == r ? prev : lru_tail_;
-  r->lru_prev = r->lru_next = nullptr;
 }
 
 std::unique_ptr<EvictionPolicy> MakeDefaultEvictionPolicy(size_t max_regions) {

@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "mrcache/core/dcheck.h"
 #include "mrcache/core/region.h"
 #include "mrcache/core/seen_filter.h"
 #include "mrcache/core/size_classes.h"
@@ -121,12 +122,28 @@ class ClockEviction final : public EvictionPolicy {
 
   explicit ClockEviction(size_t max_regions);
 
-  void Installed(Region* r, uint64_t tick) override;
-  void Merged(Region* r, const Region* part) override;
-  void Touched(Region* r, uint64_t tick) override;
-  void Removed(Region* r) override;
+  // Defined here, inline: a cache with this policy calls them directly
+  // (CacheImpl::WithPolicy), on every miss.
+  void Installed(Region* r, uint64_t tick) override {
+    MRCACHE_DCHECK(r->lru_prev == nullptr && r->lru_next == nullptr && lru_head_ != r);
+    r->lru_stamp = tick;
+    r->install_stamp = tick;
+    PushFront(r);
+    if (by_size_) unreused_.PushNewest(r, Weight(r));
+  }
+  void Merged(Region* r, const Region* part) override {
+    // A union keeps the use its parts had earned.
+    if (part->periods_used > r->periods_used) r->periods_used = part->periods_used;
+  }
+  void Touched(Region* r, uint64_t tick) override { PlaceUsed(r, tick); }
+  void Removed(Region* r) override {
+    Unlink(r);
+    unreused_.Remove(r);
+  }
   void Clear() override;
-  size_t StepsFor(size_t regions) const override;
+  // Each region is placed again at most kMaxPeriodsUsed + 1 times before it
+  // is taken.
+  size_t StepsFor(size_t regions) const override { return regions * (kMaxPeriodsUsed + 2) + 1; }
   Region* NextVictim(Pass* pass) override;
   void ExpectEvictionsForBytes() override { by_size_ = true; }
   bool AdmitsToFullCache(uint64_t first_page, uint64_t end_page) override;
@@ -144,12 +161,35 @@ class ClockEviction final : public EvictionPolicy {
 
  private:
   // Places r at the head as used: a new stamp, and out of unreused_.
-  void PlaceUsed(Region* r, uint64_t tick);
+  void PlaceUsed(Region* r, uint64_t tick) {
+    r->lru_stamp = tick;
+    unreused_.Remove(r);  // placed again: reused
+    Requeue(r);
+  }
   // Moves r to the head without a new stamp: unused since placed stays true
   // (an eviction pass that spends one of its periods_used).
-  void Requeue(Region* r);
-  void PushFront(Region* r);
-  void Unlink(Region* r);
+  void Requeue(Region* r) {
+    if (lru_head_ == r) return;
+    Unlink(r);
+    PushFront(r);
+  }
+  void PushFront(Region* r) {
+    r->lru_prev = nullptr;
+    r->lru_next = lru_head_;
+    if (lru_head_ != nullptr) lru_head_->lru_prev = r;
+    lru_head_ = r;
+    if (lru_tail_ == nullptr) lru_tail_ = r;
+  }
+  void Unlink(Region* r) {
+    Region* const prev = r->lru_prev;
+    Region* const next = r->lru_next;
+    if (prev != nullptr) prev->lru_next = next;
+    if (next != nullptr) next->lru_prev = prev;
+    // Selects rather than branches: an eviction unlinks the tail.
+    lru_head_ = lru_head_ == r ? next : lru_head_;
+    lru_tail_ = lru_tail_ == r ? prev : lru_tail_;
+    r->lru_prev = r->lru_next = nullptr;
+  }
   // The region a pass for bytes takes given that `tail` is unused and not
   // hit since placed: the first unused region of unreused_ in a size class
   // above the tail's (the largest class first, oldest first in each), else

@@ -14,6 +14,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "mrcache/core/range.h"
 #include "mrcache/registrar.h"
 
 namespace mrcache {
@@ -93,7 +94,26 @@ struct Miss {
   // range wraps): registered with `extra_access` added, in units of `align`
   // (pages of `page` bytes at least), merging if `allow_merge`.
   static Miss Of(uintptr_t start, uintptr_t end, int user_access, int extra_access, size_t align,
-                 size_t page, bool allow_merge);
+                 size_t page, bool allow_merge) {
+    Miss m;
+    m.start = start;
+    m.end = end;
+    m.user_access = user_access;
+    m.access = user_access | extra_access;
+    // The smallest range ever registered: the request rounded to the region
+    // granularity, or to pages if the granularity is coarser.
+    const size_t fine = align < page ? align : page;
+    m.page_start = AlignDown(start, fine);
+    m.page_end = AlignUp(end, fine);
+    // Remote rights: the region reaches only requested pages (remote_keys),
+    // so alignment coarser than a page does not apply.
+    m.remote = (user_access & kAccessRemoteBits) != 0;
+    m.plan_start = m.remote ? m.page_start : AlignDown(start, align);
+    m.plan_end = m.remote ? m.page_end : AlignUp(end, align);
+    if (m.plan_end == 0) m.NarrowToPages();
+    m.allow_merge = allow_merge;
+    return m;
+  }
   // From now on: exactly the requested pages, no merging.
   void NarrowToPages() {
     allow_merge = false;
