@@ -404,46 +404,9 @@ absl::StatusOr<Region*> CacheImpl::AcquireOversized(uintptr_t start, uintptr_t e
 }
 
 void CacheImpl::EndThreadCacheWindow(ThreadCache* tc) {
-  // The policy is stated at ThreadCache::kMaxLines.
-  const size_t lines = tc->mask + 1;
-  const uint64_t hits = tc->hits.load(std::memory_order_relaxed);
-  const uint64_t gets = hits - tc->window_hits + tc->window_slow;
-  const uint64_t claims = tc->window_claims;
-  const uint64_t displaced = tc->window_displaced;
-  const uint64_t since = tc->window_tick;
-  tc->streaming = hits == tc->window_hits && tc->window_locked_hits == 0;
-  tc->window_hits = hits;
-  tc->window_slow = 0;
-  tc->window_claims = 0;
-  tc->window_displaced = 0;
-  tc->window_locked_hits = 0;
-  tc->window_tick = tick_.load(std::memory_order_relaxed);
-  size_t want = lines;
-  if (displaced * ThreadCache::kGrowShare > gets) {
-    const size_t cap = wanted_thread_lines_.load(std::memory_order_relaxed);
-    want = displaced * 2 > gets ? lines * 8 : lines * 2;
-    if (want > cap) want = cap > lines ? cap : lines;
-  } else if (displaced * ThreadCache::kShrinkShare <= gets && lines > ThreadCache::kMinLines) {
-    // The regions the window used: those of the slots hit in it or still
-    // counting a reference, and those it claimed slots for (an upper bound).
-    uint64_t used = claims;
-    for (size_t i = 0; i < lines; ++i) {
-      const ThreadCache::Line& slot = tc->lines[i];
-      if (slot.ref_region == nullptr ||
-          slot.ref_state.load(std::memory_order_relaxed) == ThreadCache::kDead) {
-        continue;
-      }
-      if (slot.ref_count.load(std::memory_order_relaxed) != 0 ||
-          slot.ref_last_use.load(std::memory_order_relaxed) >= since) {
-        ++used;
-      }
-    }
-    if (used * 8 <= lines) {
-      want = ThreadCache::kMinLines;
-      while (want < used * 4) want *= 2;
-    }
-  }
-  if (want != lines) ResizeThreadCache(tc, want);
+  const size_t want = tc->EndWindow(tick_.load(std::memory_order_relaxed),
+                                    wanted_thread_lines_.load(std::memory_order_relaxed));
+  if (want != tc->mask + 1) ResizeThreadCache(tc, want);
 }
 
 void CacheImpl::ResizeThreadCache(ThreadCache* tc, size_t want) {
@@ -1765,7 +1728,8 @@ void CacheImpl::EvictLocked(Pred over, DeadList* dead, EvictionPolicy::Goal goal
   Region* candidates = nullptr;
   size_t victims = 0;
   while (over()) {
-    Region* r = WithPolicy([&pass](auto& policy) { return policy.NextVictim(&pass); });
+    Region* r =
+        clock_ != nullptr ? clock_->NextVictimBy(&pass, &use) : eviction_->NextVictim(&pass);
     if (r == nullptr) break;
     // A policy names only cached regions that are unused (eviction.h).
     MRCACHE_DCHECK(r->state == RegionState::kCached && use.UnusedSincePlaced(r));

@@ -328,7 +328,7 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   ThreadCache* AttachThread();
   // Counts a slow-path get of the calling thread (tc's owner) and, at the
   // end of a window (a table's worth of gets), resizes its table
-  // (ThreadCache::kMaxLines states when: EndThreadCacheWindow).
+  // (ThreadCache::EndWindow decides, as ThreadCache::kMaxLines states).
   void AdaptThreadCache(ThreadCache* tc) {
     ++tc->window_slow;
     const uint64_t gets =

@@ -21,26 +21,6 @@ void ClockEviction::Clear() {
   unreused_.Clear();
 }
 
-Region* ClockEviction::NextVictim(Pass* pass) {
-  while (lru_tail_ != nullptr && pass->steps_left > 0) {
-    --pass->steps_left;
-    Region* r = lru_tail_;
-    MRCACHE_DCHECK(r->state == RegionState::kCached);  // the list holds indexed regions only
-    if (!pass->use->UnusedSincePlaced(r)) {
-      if (r->periods_used < kMaxPeriodsUsed) ++r->periods_used;
-      PlaceUsed(r, pass->tick);
-      continue;
-    }
-    if (pass->goal == Goal::kRegions && r->periods_used > 0) {
-      --r->periods_used;
-      Requeue(r);
-      continue;
-    }
-    return pass->goal == Goal::kBytes ? LargestUnused(r, pass) : r;
-  }
-  return nullptr;
-}
-
 Region* ClockEviction::LargestUnused(Region* tail, Pass* pass) {
   // Only the size classes above the tail's are searched: every region
   // there weighs more than the tail, and each one visited is either taken

@@ -144,7 +144,29 @@ class ClockEviction final : public EvictionPolicy {
   // Each region is placed again at most kMaxPeriodsUsed + 1 times before it
   // is taken.
   size_t StepsFor(size_t regions) const override { return regions * (kMaxPeriodsUsed + 2) + 1; }
-  Region* NextVictim(Pass* pass) override;
+  Region* NextVictim(Pass* pass) override { return NextVictimBy(pass, pass->use); }
+  // NextVictim asking `use` (pass->use, as its own type): a cache whose
+  // probe is a final class calls this, and the probe, directly.
+  template <typename UseT>
+  Region* NextVictimBy(Pass* pass, UseT* use) {
+    while (lru_tail_ != nullptr && pass->steps_left > 0) {
+      --pass->steps_left;
+      Region* r = lru_tail_;
+      MRCACHE_DCHECK(r->state == RegionState::kCached);  // the list holds indexed regions only
+      if (!use->UnusedSincePlaced(r)) {
+        if (r->periods_used < kMaxPeriodsUsed) ++r->periods_used;
+        PlaceUsed(r, pass->tick);
+        continue;
+      }
+      if (pass->goal == Goal::kRegions && r->periods_used > 0) {
+        --r->periods_used;
+        Requeue(r);
+        continue;
+      }
+      return pass->goal == Goal::kBytes ? LargestUnused(r, pass) : r;
+    }
+    return nullptr;
+  }
   void ExpectEvictionsForBytes() override { by_size_ = true; }
   bool AdmitsToFullCache(uint64_t first_page, uint64_t end_page) override;
 

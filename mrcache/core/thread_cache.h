@@ -98,6 +98,12 @@ struct alignas(64) ThreadCache {
   static constexpr size_t kMinLines = 64;     // power of two (4 KiB), >= kWays
   static constexpr size_t kMaxLines = 65536;  // power of two (4 MiB)
   static constexpr uint64_t kGrowShare = 64;
+
+  // Owner only: ends the window (kMaxLines states when), starting the next
+  // at cache tick `tick`, and returns the lines the table should have from
+  // now on (its size if unchanged), at most `cap` when it grows (the cache's
+  // two lines per region) and never below its size then. Sets `streaming`.
+  size_t EndWindow(uint64_t tick, size_t cap);
   static constexpr uint64_t kShrinkShare = 256;
 
   enum RefState : uint8_t { kLive = 0, kRetired = 1, kDead = 2 };
