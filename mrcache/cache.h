@@ -25,16 +25,19 @@
 //
 // Invalidation (memory hooks): OnMemoryRelease never takes the lock, never
 // allocates, never deregisters; it records the range in a bounded,
-// preallocated ring and bumps a generation. The next Get (or Flush, Put of a
-// retired region, Invalidate, stats) drains the ring under the lock. If the
-// ring overflows, the drain retires every region (conservative, bounded).
+// preallocated ring and bumps the release generations of the buckets the
+// range overlaps. The next get that leaves the fast path (of any
+// thread), Flush or Invalidate drains the ring under the lock. A range that finds the ring full
+// is kept as part of one 2 MiB-aligned hull of such ranges, drained last:
+// releases are never lost, only coarsened.
 //
-// Fast path: each thread keeps a small table of recent lookups per cache,
-// validated by the cache's generation, and per-thread reference counters, so a
-// hit writes only thread-local memory. Reclaimers (eviction, invalidation)
-// bump the generation and issue an asymmetric memory barrier (membarrier)
-// before summing the per-thread counters: a concurrent hit either sees the
-// new generation and backs off, or its increment is counted.
+// Fast path: each thread keeps a small table of recent lookups per cache and
+// its own reference slots, so a hit writes only thread-local memory. A
+// reclaimer (eviction, invalidation, merge, flush) marks the slots naming the
+// region retired, issues an asymmetric memory barrier (membarrier), and only
+// then sums the per-thread counters: a concurrent hit either sees the mark
+// and backs off, or its increment is counted. core/cache_impl.h states the
+// whole protocol.
 #ifndef MRCACHE_CACHE_H_
 #define MRCACHE_CACHE_H_
 
@@ -121,10 +124,14 @@ class Cache {
   // Deregisters everything (see mrc_cache_destroy).
   ~Cache();
 
+  // A get of [addr, addr + length) with `access`, the reference owned by the
+  // returned RegionRef, which puts it when destroyed: the C++ way.
   absl::StatusOr<RegionRef> Get(void* addr, size_t length, int access);
-  // The same, returning a raw referenced region (for the C API).
+  // The same get, the reference owned by the caller, who gives it up with
+  // exactly one Put (the C API's mrc_get / mrc_put).
   absl::StatusOr<Region*> Acquire(void* addr, size_t length, int access);
-  // EINVAL for a null region.
+  // Gives up one reference Acquire returned. EINVAL for a null region, one
+  // of another cache, or a region put more times than it was got.
   absl::Status Put(Region* region);
   absl::Status Invalidate(void* addr, size_t length);
   absl::Status Flush();

@@ -1,12 +1,10 @@
 // cache_impl.cc: CacheImpl. The protocol is stated in cache_impl.h.
 #include "mrcache/core/cache_impl.h"
 
-#include <linux/membarrier.h>
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 #include <x86intrin.h>
 #endif
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -16,6 +14,11 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "mrcache/core/bypass.h"
+#include "mrcache/core/cache_impl-inl.h"
+#include "mrcache/core/dcheck.h"
+#include "mrcache/core/fences.h"
+#include "mrcache/core/range.h"
 #include "mrcache/core/residency.h"
 #include "mrcache/core/tick_rate.h"
 #include "mrcache/errno_status.h"
@@ -39,33 +42,6 @@ namespace mrcache {
 namespace {
 
 std::atomic<uint64_t> g_next_cache_uid{1};
-
-// Asymmetric fences: with MEMBARRIER_CMD_PRIVATE_EXPEDITED the hit path needs
-// only a compiler barrier, and reclaimers pay one membarrier() per batch.
-// Without it, the hit path uses a full fence.
-bool UseMembarrier() {
-  static const bool ok = [] {
-    long cmds = syscall(SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
-    if (cmds < 0 || !(cmds & MEMBARRIER_CMD_PRIVATE_EXPEDITED)) return false;
-    return syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
-  }();
-  return ok;
-}
-// Read once at start-up so the hit path tests a constant.
-const bool g_membarrier = UseMembarrier();
-
-inline void ReaderFence() {
-  if (g_membarrier) {
-    std::atomic_signal_fence(std::memory_order_seq_cst);
-  } else {
-    std::atomic_thread_fence(std::memory_order_seq_cst);
-  }
-}
-
-void ReclaimerFence() {
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (g_membarrier) syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0);
-}
 
 uint64_t NowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -159,24 +135,11 @@ uint64_t TicksToNs(uint64_t ticks) {
   return static_cast<uint64_t>(static_cast<double>(ticks) * clock.ns_per_tick);
 }
 
-inline uintptr_t AlignDown(uintptr_t v, size_t a) { return v & ~(uintptr_t(a) - 1); }
-// 0 on overflow.
-inline uintptr_t AlignUp(uintptr_t v, size_t a) {
-  uintptr_t r = (v + a - 1) & ~(uintptr_t(a) - 1);
-  return r < v ? 0 : r;
-}
-
 void AtomicMax(std::atomic<uint64_t>& a, uint64_t v) {
   uint64_t cur = a.load(std::memory_order_relaxed);
   while (cur < v && !a.compare_exchange_weak(cur, v, std::memory_order_relaxed)) {
   }
 }
-
-constexpr int kMaxMissAttempts = 16;
-
-// How long a miss waits for another thread's release of the same addresses
-// to finish (see AcquireSlow) before it gives up with EAGAIN.
-constexpr uint64_t kReleaseWaitNs = 10'000'000'000;
 
 // A miss widens beyond its own pages (merging) only where no region died by
 // invalidation within this many misses (see address_heat.h).
@@ -188,23 +151,10 @@ constexpr uint64_t kMergeCooldownMisses = 4096;
 constexpr size_t kAbsorbingShare = 4;
 constexpr size_t kJoiningShare = 16;
 
-// The calling thread's slot for r (its owner), or nullptr: the slot of the
-// thread's last hit if that was r, else the one in the set of r's start.
-// Either way a non-dead slot naming r (thread_cache.h).
-inline ThreadCache::Line* OwnSlot(ThreadCache* tc, const Region* r) {
-  if (tc->last_region == r) {
-    ThreadCache::Line* last = tc->last_slot;
-    if (last->ref_region == r &&
-        last->ref_state.load(std::memory_order_relaxed) != ThreadCache::kDead) {
-      return last;
-    }
-  }
-  return tc->FindSlot(r, r->start);
-}
-
 }  // namespace
 
-CacheImpl::CacheImpl(const Config& config, std::unique_ptr<Registrar> registrar)
+CacheImpl::CacheImpl(const Config& config, std::unique_ptr<Registrar> registrar,
+                     std::unique_ptr<EvictionPolicy> eviction)
     : config_(config),
       registrar_(std::move(registrar)),
       uid_(g_next_cache_uid.fetch_add(1)),
@@ -213,23 +163,31 @@ CacheImpl::CacheImpl(const Config& config, std::unique_ptr<Registrar> registrar)
       pid_(getpid()),
       fork_generation_(ForkGeneration()),
       tsc_ticks_(Ticks().tsc),
-      seen_misses_(AdmissionBits(config.max_regions), kAdmissionWindow * config.max_regions) {}
+      eviction_(eviction != nullptr ? std::move(eviction)
+                                    : MakeDefaultEvictionPolicy(config.max_regions)),
+      clock_(dynamic_cast<ClockEviction*>(eviction_.get())) {}
 
-size_t CacheImpl::AdmissionBits(size_t max_regions) {
-  // 16 bits per remembered miss in each bitset (about 1 in 10 unseen page
-  // ranges taken as seen), at most kAdmissionMaxBits; the smallest filter
-  // where admission is off.
-  if (max_regions < kAdmissionMinRegions) return 64;
-  const size_t bits = 16 * kAdmissionWindow * max_regions;
-  return bits < kAdmissionMaxBits ? bits : kAdmissionMaxBits;
-}
+class CacheImpl::EvictionUse final : public EvictionPolicy::Use {
+ public:
+  explicit EvictionUse(const CacheImpl* cache) : cache_(cache) {}
+  bool UnusedSincePlaced(const Region* r) override {
+    cache_->mu_.AssertHeld();  // made by EvictLocked, under mu_
+    uint64_t used = 0;
+    return cache_->TotalRefsLocked(r, &used) == 0 && used <= r->lru_stamp;
+  }
 
-absl::StatusOr<std::unique_ptr<CacheImpl>> CacheImpl::Create(const Config& config,
-                                                             std::unique_ptr<Registrar> registrar) {
+ private:
+  const CacheImpl* cache_;
+};
+
+absl::StatusOr<std::unique_ptr<CacheImpl>> CacheImpl::Create(
+    const Config& config, std::unique_ptr<Registrar> registrar,
+    std::unique_ptr<EvictionPolicy> eviction) {
   if (registrar == nullptr) return ErrnoStatus(EINVAL, "no registrar");
   absl::Status valid = config.Validate();
   if (!valid.ok()) return valid;
-  std::unique_ptr<CacheImpl> cache(new CacheImpl(config, std::move(registrar)));
+  std::unique_ptr<CacheImpl> cache(
+      new CacheImpl(config, std::move(registrar), std::move(eviction)));
 
   // On-demand paging: resolve the mode against the device's capabilities.
   auto odp = ResolveOdpMode(config.odp, cache->registrar_->odp_capabilities());
@@ -278,8 +236,9 @@ absl::StatusOr<std::unique_ptr<CacheImpl>> CacheImpl::Create(const Config& confi
   }
   {
     MutexLock lock(&cache->mu_);
-    // Another cache may have made this one evict for bytes already.
-    cache->evicts_by_size_ = cache->evicts_by_size_ || cache->ProcessBudget() != 0;
+    // Under a binding budget evictions for bytes come (another cache's
+    // ReclaimUnused may have said so already).
+    if (cache->ProcessBudget() != 0) cache->eviction_->ExpectEvictionsForBytes();
   }
   return cache;
 }
@@ -293,6 +252,7 @@ CacheImpl::~CacheImpl() {
   {
     MutexLock lock(&mu_);
     FoldOrphansLocked();
+    MRCACHE_DCHECK(IndexAgreesLocked());
     Region* all = nullptr;
     index_.ForEach([&all](uintptr_t, uintptr_t, Region* r) {
       r->next_dead = all;
@@ -311,25 +271,22 @@ CacheImpl::~CacheImpl() {
       ++held;
       dead.Push(r);
     }
-    lru_head_ = lru_tail_ = nullptr;
-    unreused_.Clear();
-    for (const auto& refs : implicit_refs_) held += refs.load() > 0 ? 1 : 0;
+    eviction_->Clear();
+    held += implicit_.Held();
   }
   if (held > 0 && !child) {
     Log(LogLevel::kWarning,
         absl::StrCat("warning: destroying a cache while ", held,
                      " region(s) are still held; releasing their registrations"));
   }
-  for (auto& slot : implicit_odp_) {
-    if (Region* r = slot.exchange(nullptr)) dead.Push(r);
-  }
+  implicit_.TakeAll([&dead](Region* r) { dead.Push(r); });
   if (child) {
     // fork(): the registrations belong to the parent. Free our bookkeeping
     // only; never call the registrar, whose kernel objects the parent shares.
     FreeRegions(dead.head);
     (void)registrar_.release();  // owned by the parent's address space image
   } else {
-    Release(&dead);
+    Deregister(&dead);
   }
   FreeRegions(quarantine_.exchange(nullptr));  // no thread uses the cache any more
   Region* spare[2];
@@ -357,22 +314,8 @@ void CacheImpl::OnMemoryRelease(uintptr_t start, uintptr_t end) noexcept {
   // range overlaps become void (their buckets'), unless the ring asks to be
   // drained: then every entry does, so that each thread's next get drains.
   const bool drain_soon = ring_.Push(start, end);
-  BumpReleaseGens(start, end);
+  release_gens_.Bump(start, end);
   if (drain_soon) gen_.fetch_add(1, std::memory_order_acq_rel);
-}
-
-void CacheImpl::BumpReleaseGens(uintptr_t start, uintptr_t end) noexcept {
-  if (end <= start) return;
-  for (int level = 0; level < kReleaseLevels; ++level) {
-    const int shift = ReleaseShift(level);
-    const uintptr_t first = start >> shift;
-    const uintptr_t span = ((end - 1) >> shift) - first;
-    const uintptr_t n = span < kReleaseBuckets ? span + 1 : kReleaseBuckets;
-    for (uintptr_t i = 0; i < n; ++i) {
-      release_gen_[level * kReleaseBuckets + ((first + i) & (kReleaseBuckets - 1))].fetch_add(
-          1, std::memory_order_acq_rel);
-    }
-  }
 }
 
 // The fork handlers lock in one call and unlock in the next: beyond the
@@ -403,49 +346,6 @@ absl::Status CacheImpl::CheckNotForked(const char* op) const {
 
 absl::StatusOr<Region*> CacheImpl::Acquire(void* addr, size_t length, int access) {
   return InlineAcquire(addr, length, access);
-}
-
-absl::StatusOr<Region*> CacheImpl::InlineAcquire(void* addr, size_t length, int access) {
-  // Releases reported after the fact (uffd) must be visible before we look.
-  SyncMemoryMonitors();
-  uintptr_t start = reinterpret_cast<uintptr_t>(addr);
-  uintptr_t end = start + length;
-  // Fast path: a valid entry of this thread's lookup table, and a reference
-  // counted in this thread's own slot (the same cache line when `addr` is in
-  // the region's first page). No shared cache line is written, and the Region
-  // is not read. `start < end` rejects length 0 and overflow.
-  // The entry is the first of its set, in probe order, that covers the
-  // request (usually the home line: one line read).
-  ThreadCache* tc = FindThreadCache(uid_);
-  const ThreadCache::Line* e = tc != nullptr ? tc->FindEntry(start, end, access) : nullptr;
-  if (e != nullptr && start < end) {
-    uint64_t gen = gen_.load(std::memory_order_acquire);
-    // The release generation of the entry's region (cache_impl.h).
-    const uint64_t released =
-        ReleaseGen(e->release_level, e->start).load(std::memory_order_acquire);
-    if (e->gen == gen + released) {
-      Region* r = e->region;
-      ThreadCache::Line& slot = tc->lines[e->slot];
-      // A live slot naming r is r's, and r is in the index (thread_cache.h;
-      // r's memory is not reused while an entry may name it: Quarantine).
-      if (slot.ref_region == r &&
-          slot.ref_state.load(std::memory_order_relaxed) == ThreadCache::kLive) {
-        int64_t count = slot.ref_count.load(std::memory_order_relaxed);
-        slot.ref_count.store(count + 1, std::memory_order_relaxed);
-        ReaderFence();
-        if (slot.ref_state.load(std::memory_order_acquire) == ThreadCache::kLive &&
-            gen_.load(std::memory_order_acquire) == gen) {
-          slot.ref_last_use.store(tick_.load(std::memory_order_relaxed), std::memory_order_relaxed);
-          ThreadCache::OwnerAdd(tc->hits, 1);
-          tc->last_region = r;
-          tc->last_slot = &slot;
-          return r;
-        }
-        slot.ref_count.store(count, std::memory_order_release);  // back off
-      }
-    }
-  }
-  return AcquireUncached(start, end, length, access);
 }
 
 // Out of line, so that the hit path above needs no stack frame of its own.
@@ -489,13 +389,7 @@ absl::StatusOr<Region*> CacheImpl::AcquireOversized(uintptr_t start, uintptr_t e
     if (FindCoveringLocked(start, end, access) != nullptr) return nullptr;
     const size_t pinned = budget_->pinned();
     if (pinned + need <= budget) return nullptr;  // caching it evicts nothing
-    for (PageRange& seen : oversized_seen_) {
-      if (seen.start == page_start && seen.end == page_end) {
-        seen = PageRange{};
-        return nullptr;
-      }
-    }
-    oversized_seen_[oversized_next_++ % kOversizedSeen] = PageRange{page_start, page_end};
+    if (oversized_seen_.SeenAgain(Range{page_start, page_end})) return nullptr;
     missing = pinned + need - budget;
   }
   MakeRoom(missing);
@@ -510,46 +404,9 @@ absl::StatusOr<Region*> CacheImpl::AcquireOversized(uintptr_t start, uintptr_t e
 }
 
 void CacheImpl::EndThreadCacheWindow(ThreadCache* tc) {
-  // The policy is stated at ThreadCache::kMaxSlots.
-  const size_t lines = tc->mask + 1;
-  const uint64_t hits = tc->hits.load(std::memory_order_relaxed);
-  const uint64_t gets = hits - tc->window_hits + tc->window_slow;
-  const uint64_t claims = tc->window_claims;
-  const uint64_t displaced = tc->window_displaced;
-  const uint64_t since = tc->window_tick;
-  tc->streaming = hits == tc->window_hits && tc->window_locked_hits == 0;
-  tc->window_hits = hits;
-  tc->window_slow = 0;
-  tc->window_claims = 0;
-  tc->window_displaced = 0;
-  tc->window_locked_hits = 0;
-  tc->window_tick = tick_.load(std::memory_order_relaxed);
-  size_t want = lines;
-  if (displaced * ThreadCache::kGrowShare > gets) {
-    const size_t cap = wanted_thread_slots_.load(std::memory_order_relaxed);
-    want = displaced * 2 > gets ? lines * 8 : lines * 2;
-    if (want > cap) want = cap > lines ? cap : lines;
-  } else if (displaced * ThreadCache::kShrinkShare <= gets && lines > ThreadCache::kMinSlots) {
-    // The regions the window used: those of the slots hit in it or still
-    // counting a reference, and those it claimed slots for (an upper bound).
-    uint64_t used = claims;
-    for (size_t i = 0; i < lines; ++i) {
-      const ThreadCache::Line& slot = tc->lines[i];
-      if (slot.ref_region == nullptr ||
-          slot.ref_state.load(std::memory_order_relaxed) == ThreadCache::kDead) {
-        continue;
-      }
-      if (slot.ref_count.load(std::memory_order_relaxed) != 0 ||
-          slot.ref_last_use.load(std::memory_order_relaxed) >= since) {
-        ++used;
-      }
-    }
-    if (used * 8 <= lines) {
-      want = ThreadCache::kMinSlots;
-      while (want < used * 4) want *= 2;
-    }
-  }
-  if (want != lines) ResizeThreadCache(tc, want);
+  const size_t want = tc->EndWindow(tick_.load(std::memory_order_relaxed),
+                                    wanted_thread_lines_.load(std::memory_order_relaxed));
+  if (want != tc->mask + 1) ResizeThreadCache(tc, want);
 }
 
 void CacheImpl::ResizeThreadCache(ThreadCache* tc, size_t want) {
@@ -559,7 +416,7 @@ void CacheImpl::ResizeThreadCache(ThreadCache* tc, size_t want) {
     MutexLock lock(&mu_);
     // Lookup entries simply start empty. Slots counting references move to
     // their region's set in the new table, state and all; one that finds
-    // its set full goes to its region's shared count and stamp, as does
+    // its set full goes to its region's locked count and stamp, as does
     // the stamp of a slot with no count. (A slot that is not kDead names a
     // live region, so reading it is safe; no two name the same region, so
     // none is found in the new table before it moves.)
@@ -577,7 +434,7 @@ void CacheImpl::ResizeThreadCache(ThreadCache* tc, size_t want) {
         slot->ref_count.store(count, std::memory_order_relaxed);
         slot->ref_last_use.store(used, std::memory_order_relaxed);
       } else {
-        r->shared_refs += count;
+        r->locked_refs += count;
         RaiseLastUse(r, used);
       }
     }
@@ -607,7 +464,7 @@ size_t CacheImpl::thread_table_lines() const {
 }
 
 ThreadCache* CacheImpl::AttachThread() {
-  auto* tc = new ThreadCache(ThreadCache::kMinSlots);  // outside mu_; grows with use
+  auto* tc = new ThreadCache(ThreadCache::kMinLines);  // outside mu_; grows with use
   tc->cache_uid = uid_;
   tc->cache = this;
   tc->reader_slot = static_cast<int>(next_reader_slot_.fetch_add(1, std::memory_order_relaxed));
@@ -620,29 +477,6 @@ ThreadCache* CacheImpl::AttachThread() {
   return tc;
 }
 
-CacheImpl::Miss CacheImpl::StartMiss(uintptr_t start, uintptr_t end, int user_access) const {
-  Miss m;
-  m.start = start;
-  m.end = end;
-  m.user_access = user_access;
-  // Explicit ODP registers every region on demand; lookups stay keyed by
-  // what the caller asked for. (An or rather than a choice: no jump.)
-  m.access = user_access | (odp_ == OdpMode::kExplicit ? kAccessOnDemand : 0);
-  // The smallest range ever registered: the request rounded to the region
-  // granularity, or to pages if the granularity is coarser.
-  const size_t fine = align_ < page_ ? align_ : page_;
-  m.page_start = AlignDown(start, fine);
-  m.page_end = AlignUp(end, fine);
-  // Remote rights: the region reaches only requested pages (remote_keys),
-  // so alignment coarser than a page does not apply.
-  m.remote = (user_access & kAccessRemoteBits) != 0;
-  m.plan_start = m.remote ? m.page_start : AlignDown(start, align_);
-  m.plan_end = m.remote ? m.page_end : AlignUp(end, align_);
-  if (m.plan_end == 0) m.NarrowToPages();
-  m.allow_merge = config_.max_merge_bytes > 0;
-  return m;
-}
-
 absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start, uintptr_t end,
                                                int user_access) {
   Miss miss = StartMiss(start, end, user_access);
@@ -650,7 +484,7 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
   AdaptThreadCache(tc);
   GrowHints();
   if (tc->slow_hit_expected) {
-    if (Region* hit = HitShared(tc, &miss)) return hit;
+    if (Region* hit = HitShared(tc, miss)) return hit;
   }
   const uint64_t miss_t0 = NowTicks(tsc_ticks_);
   bool may_bypass = true;  // until a registration of its own is refused
@@ -664,7 +498,7 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
     Region* fresh = nullptr;
     auto discard = [&] {
       delete fresh;
-      Release(&dead);
+      Deregister(&dead);
     };
     size_t shortfall = 0;        // bytes the budget lacks after evicting our unused regions
     uint64_t installs_seen = 0;  // while no region covered the request
@@ -693,7 +527,7 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
       fresh = TakeSpareRegionLocked();
     }
     fresh = ReuseRegion(fresh);
-    Release(&dead);
+    Deregister(&dead);
     if (shortfall > 0) budget_->ReclaimOthers(this, shortfall);
 
     Attempt attempt = RegisterOutsideLock(miss, plan);
@@ -728,7 +562,7 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
       Region* r = InstallLocked(tc, miss, attempt, fresh, may_contain, &dead);
       CountInstalledMissLocked(attempt, miss_t0, end - start);
       lock.Unlock();
-      Release(&dead);
+      Deregister(&dead);
       // Prefetching is opt-in (odp_prefetch_bytes, explicit ODP only).
       if (__builtin_expect(odp_ == OdpMode::kExplicit, 0) && config_.odp_prefetch_bytes &&
           end - start >= config_.odp_prefetch_bytes) {
@@ -752,7 +586,7 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
       CountServedMiss(miss_t0, end - start);
       return raced;
     }
-    absl::Status spoiled = AfterSpoil(&miss, attempt, in_flight);
+    absl::Status spoiled = RetryAfterSpoil(&miss, attempt, in_flight);
     if (!spoiled.ok()) return spoiled;
   }
 }
@@ -768,10 +602,10 @@ void CacheImpl::GrowHintsNow() {
   }
 }  // `fresh` now holds the old table and frees it here, unlocked.
 
-Region* CacheImpl::HitShared(ThreadCache* tc, Miss* miss) {
+Region* CacheImpl::HitShared(ThreadCache* tc, const Miss& miss) {
   ReaderMutexLock lock(&mu_, tc->reader_slot);
-  Span span;
-  Region* hit = FindCoveringLocked(miss->start, miss->end, miss->access, &span);
+  Range span;
+  Region* hit = FindCoveringLocked(miss.start, miss.end, miss.access, &span);
   if (hit == nullptr) return nullptr;
   // A writer drains the ring before it looks; a reader cannot, and a
   // release waiting there that overlaps the region may void it. Releases
@@ -782,13 +616,12 @@ Region* CacheImpl::HitShared(ThreadCache* tc, Miss* miss) {
   // The put finds its slot without reading the Region (OwnSlot).
   tc->last_region = hit;
   tc->last_slot = slot;
-  FillLookupLocked(tc, miss->start, miss->end, miss->user_access, hit, span, slot);
+  FillLookupLocked(tc, miss.start, miss.end, miss.user_access, hit, span, slot);
   // The CLOCK touch, on our slot as a lock-free hit's (EvictLocked reads
   // both): the region gets its second chance, and the hit reads no Region.
   slot->ref_last_use.store(tick_.load(std::memory_order_relaxed), std::memory_order_relaxed);
   ThreadCache::OwnerAdd(tc->read_locked_hits, 1);
   CountLockedHit(tc);
-  miss->counted = true;
   return hit;
 }
 
@@ -811,11 +644,11 @@ Region* CacheImpl::TakeCoveringLocked(ThreadCache* tc, Miss* miss) {
 
 void CacheImpl::HandOutLocked(ThreadCache* tc, Region* r, const Miss& miss) {
   ThreadCache::Line* slot = TakeRefLocked(tc, r);
-  FillLookupLocked(tc, miss.start, miss.end, miss.user_access, r, Span{r->start, r->end}, slot);
+  FillLookupLocked(tc, miss.start, miss.end, miss.user_access, r, Range{r->start, r->end}, slot);
   TouchLocked(r);
 }
 
-CacheImpl::MissPlan CacheImpl::PlanForLocked(const Miss& miss) {
+MissPlan CacheImpl::PlanForLocked(const Miss& miss) {
   // Merging is on by default (config.h: max_merge_bytes).
   if (__builtin_expect(miss.allow_merge, 1)) {
     return PlanMissLocked(miss.plan_start, miss.plan_end, miss.access);
@@ -835,17 +668,14 @@ size_t CacheImpl::PlanAttemptLocked(Miss* miss, MissPlan* plan, PendingMiss* pen
       budget_ != nullptr ? FitPlanLocked(plan, miss->page_start, miss->page_end, dead) : 0;
   // A pending miss records every change to what it may register; once the
   // registered range is known, only changes that overlap it spoil it.
-  pending->start =
-      plan->has_block() && plan->block_start < plan->start ? plan->block_start : plan->start;
-  pending->end = plan->has_block() && plan->block_end > plan->end ? plan->block_end : plan->end;
-  pending->next = pending_;
-  pending->prev = nullptr;
-  if (pending_ != nullptr) pending_->prev = pending;
-  pending_ = pending;
+  pending_.Link(
+      pending,
+      plan->has_block() && plan->block_start < plan->start ? plan->block_start : plan->start,
+      plan->has_block() && plan->block_end > plan->end ? plan->block_end : plan->end);
   return shortfall;
 }
 
-CacheImpl::Attempt CacheImpl::RegisterOutsideLock(const Miss& miss, const MissPlan& plan) {
+Attempt CacheImpl::RegisterOutsideLock(const Miss& miss, const MissPlan& plan) {
   uintptr_t start = plan.start, end = plan.end;
   int access = miss.access | plan.local;
   const bool bridged = plan.has_block() && BridgeOutsideLock(plan, &start, &end);
@@ -883,13 +713,7 @@ void CacheImpl::EndAttemptLocked(const MissPlan& plan, const Attempt& attempt,
       if (err == EFAULT || err == EINVAL) bridge_failed_.Mark(attempt.start, attempt.end, now);
     }
   }
-  // Usually the latest miss to start, at the head.
-  if (__builtin_expect(pending->prev == nullptr, 1)) {
-    pending_ = pending->next;
-  } else {
-    pending->prev->next = pending->next;
-  }
-  if (pending->next != nullptr) pending->next->prev = pending->prev;
+  pending_.Unlink(pending);
 }
 
 absl::Status CacheImpl::AfterRefusal(Miss* miss, const Attempt& attempt) {
@@ -935,36 +759,6 @@ absl::Status CacheImpl::AfterRefusal(Miss* miss, const Attempt& attempt) {
   return attempt.reg.status();
 }
 
-absl::Status CacheImpl::AfterSpoil(Miss* miss, const Attempt& attempt, bool in_flight) {
-  if (in_flight) {
-    // A release of these addresses is under way in another thread (the
-    // kernel may already have handed them to this caller's new mapping). It
-    // ends when that thread leaves its system call, however long it is
-    // descheduled: wait for it, without spending an attempt.
-    if (++miss->in_flight_waits > kMaxMissAttempts * 16 ||
-        !WaitForReleasesInFlight(attempt.start, attempt.end, kReleaseWaitNs)) {
-      return ErrnoStatus(EAGAIN,
-                         "mrc_get: other threads kept releasing this memory while it was "
-                         "registered");
-    }
-    return absl::OkStatus();
-  }
-  if (attempt.widened_range) {
-    // Releases keep landing in what widening added: register exactly the
-    // requested pages, which only a release of the caller's own memory can
-    // spoil.
-    if (++miss->widened_spoils >= 2) miss->NarrowToPages();
-    return absl::OkStatus();
-  }
-  // Only this: a get never fails because other memory changed.
-  if (++miss->exact_spoils >= kMaxMissAttempts) {
-    return ErrnoStatus(EAGAIN,
-                       "mrc_get: the requested memory kept being released while it was "
-                       "registered");
-  }
-  return absl::OkStatus();
-}
-
 Region* CacheImpl::InstallLocked(ThreadCache* tc, const Miss& miss, const Attempt& attempt,
                                  Region* fresh, bool may_contain, DeadList* dead) {
   Region* r = fresh;
@@ -977,22 +771,20 @@ Region* CacheImpl::InstallLocked(ThreadCache* tc, const Miss& miss, const Attemp
   const bool whole = attempt.bridged | ((align_ > page_) & !miss.remote);
   r->used_start = whole ? r->start : miss.start;
   r->used_end = whole ? r->end : miss.end;
-  r->lru_stamp = tick_.load(std::memory_order_relaxed);
-  r->install_stamp = r->lru_stamp;
-  r->last_use.store(r->lru_stamp, std::memory_order_relaxed);
+  const uint64_t tick = tick_.load(std::memory_order_relaxed);
+  r->last_use.store(tick, std::memory_order_relaxed);
   index_.InsertNode(&r->index_node, r->start, r->end, r);
   ++installs_;
   cached_bytes_ += r->length();
   // The tables sized by the index grow only when it outgrows them: rarely.
-  const size_t slots = wanted_thread_slots_.load(std::memory_order_relaxed);
-  if (__builtin_expect(index_.size() * 2 > slots && slots < ThreadCache::kMaxSlots, 0)) {
-    wanted_thread_slots_.store(slots * 2, std::memory_order_relaxed);
+  const size_t slots = wanted_thread_lines_.load(std::memory_order_relaxed);
+  if (__builtin_expect(index_.size() * 2 > slots && slots < ThreadCache::kMaxLines, 0)) {
+    wanted_thread_lines_.store(slots * 2, std::memory_order_relaxed);
   }
   const size_t hint_lines = wanted_hint_lines_.load(std::memory_order_relaxed);
   if (__builtin_expect(index_.size() >= CoveringHints::RegionsToOutgrow(hint_lines), 0)) {
     wanted_hint_lines_.store(CoveringHints::LinesFor(index_.size()), std::memory_order_relaxed);
   }
-  LruPushFrontLocked(r);
   CountRegistration(r->length());
   // Without may_contain no indexed region overlaps r (InstallLocked's
   // contract), so r cannot overlap one it does not replace.
@@ -1002,20 +794,20 @@ Region* CacheImpl::InstallLocked(ThreadCache* tc, const Miss& miss, const Attemp
     r->overlaps_others = true;
     ++overlapping_regions_;
   }
-  // A union keeps the use its parts had earned (EvictLocked), and counts
-  // those whose requested bytes this request does not cover.
+  // A union counts the parts whose requested bytes this request does not
+  // cover, and keeps what the policy knew of them.
   uint32_t parts = 1;
   for (Region* p = replaced; p != nullptr; p = p->next_dead) {
-    if (p->periods_used > r->periods_used) r->periods_used = p->periods_used;
+    WithPolicy([r, p](auto& policy) { policy.Merged(r, p); });
     if (p->used_start < miss.start || p->used_end > miss.end) parts += p->parts;
   }
   r->parts = parts < UINT16_MAX ? static_cast<uint16_t>(parts) : UINT16_MAX;
-  if (evicts_by_size_) unreused_.PushNewest(r, EvictionWeight(r));
+  WithPolicy([r, tick](auto& policy) { policy.Installed(r, tick); });
   ThreadCache::Line* slot = TakeFirstRefLocked(tc, r);
   if (replaced != nullptr) SettleLocked(replaced, dead);
   // A streaming thread's new region gets no lookup entry (thread_cache.h).
   if (!tc->streaming) {
-    FillLookupLocked(tc, miss.start, miss.end, miss.user_access, r, Span{r->start, r->end}, slot);
+    FillLookupLocked(tc, miss.start, miss.end, miss.user_access, r, Range{r->start, r->end}, slot);
   }
   const size_t max_regions = config_.max_regions;
   const size_t max_bytes = config_.max_bytes;
@@ -1035,8 +827,7 @@ Region* CacheImpl::UnindexContainedLocked(Region* r, bool* overlaps_others) {
   index_.ForEachOverlap(
       r->start, r->end, [r, &victims, &others](uintptr_t s, uintptr_t e, Region* o) {
         if (o == r) return;
-        if (s >= r->start && e <= r->end && o->remote_access() == r->remote_access() &&
-            (o->reg.access & kAccessOnDemand) == (r->reg.access & kAccessOnDemand) &&
+        if (s >= r->start && e <= r->end && MergeCompatible(o->reg.access, r->reg.access) &&
             AccessCompatible(r->reg.access, o->reg.access)) {
           o->next_dead = victims;
           victims = o;
@@ -1079,7 +870,7 @@ absl::StatusOr<Region*> CacheImpl::AcquireBypass(uintptr_t start, uintptr_t end,
   r->reg = *reg;
   r->cache = this;
   r->bypass = true;
-  r->shared_refs = 1;
+  r->locked_refs = 1;
   (kind == BypassKind::kRemotePrivate ? remote_private_ : bypassed_)
       .fetch_add(1, std::memory_order_relaxed);
   histograms_.region_bytes.Add(end - start);
@@ -1090,8 +881,7 @@ absl::StatusOr<Region*> CacheImpl::AcquireBypass(uintptr_t start, uintptr_t end,
 absl::StatusOr<Region*> CacheImpl::ImplicitRegion(int access) {
   // One implicit MR per set of remote rights, so that its rkey grants exactly
   // what was asked for; local write is always included.
-  std::atomic<Region*>& slot = implicit_odp_[(access & kAccessRemoteBits) >> 1];
-  if (Region* r = slot.load(std::memory_order_acquire)) return r;
+  if (Region* r = implicit_.Find(access)) return r;
   auto reg = TimedImplicitRegister(kAccessLocalWrite | (access & kAccessRemoteBits));
   if (!reg.ok()) return reg.status();
   auto* r = new Region;
@@ -1099,13 +889,12 @@ absl::StatusOr<Region*> CacheImpl::ImplicitRegion(int access) {
   r->end = UINTPTR_MAX;
   r->reg = *reg;
   r->cache = this;
-  Region* expected = nullptr;
-  if (!slot.compare_exchange_strong(expected, r, std::memory_order_acq_rel)) {
+  Region* published = implicit_.Publish(access, r);
+  if (published != r) {
     TimedDeregister(r->reg);  // another thread won the race
     delete r;
-    return expected;
   }
-  return r;
+  return published;
 }
 
 absl::StatusOr<Registration> CacheImpl::TimedImplicitRegister(int access) {
@@ -1116,10 +905,6 @@ absl::StatusOr<Registration> CacheImpl::TimedImplicitRegister(int access) {
   return reg;
 }
 
-bool CacheImpl::IsImplicit(const Region* r) const {
-  return r->start == 0 && r->end == UINTPTR_MAX && r->cache == this;
-}
-
 absl::StatusOr<Region*> CacheImpl::AcquireImplicitOdp(uintptr_t start, uintptr_t end, int access) {
   auto implicit = ImplicitRegion(access);
   if (!implicit.ok()) return implicit.status();
@@ -1128,7 +913,7 @@ absl::StatusOr<Region*> CacheImpl::AcquireImplicitOdp(uintptr_t start, uintptr_t
     // A bit the implicit MR lacks (e.g. HUGETLB): a dedicated ODP registration.
     return AcquireBypass(start, end, access | kAccessOnDemand);
   }
-  implicit_refs_[(access & kAccessRemoteBits) >> 1].fetch_add(1, std::memory_order_relaxed);
+  implicit_.CountGet(r);
   slow_hits_.fetch_add(1, std::memory_order_relaxed);
   if (config_.odp_prefetch_bytes && end - start >= config_.odp_prefetch_bytes) {
     (void)registrar_->Prefetch(r->reg, reinterpret_cast<void*>(start), end - start);
@@ -1140,59 +925,29 @@ absl::StatusOr<Region*> CacheImpl::AcquireImplicitOdp(uintptr_t start, uintptr_t
 
 absl::Status CacheImpl::Put(Region* r) { return InlinePut(r); }
 
-absl::Status CacheImpl::InlinePut(Region* r) {
-  // In a fork child a put could reach the parent's registrar (settling).
-  // Two read-mostly words: no shared-line traffic on the fast path.
-  if (__builtin_expect(ForkGeneration() != fork_generation_, 0)) return CheckNotForked("mrc_put");
-  // Fast path first: a reference counted in this thread's own slot. A
-  // non-dead slot of this cache naming r proves r is ours and alive (see
-  // thread_cache.h); implicit and bypass regions never have one. The slot of
-  // the thread's last hit is known without reading r.
-  ThreadCache* tc = FindThreadCache(uid_);
-  if (ThreadCache::Line* slot = tc != nullptr && r != nullptr ? OwnSlot(tc, r) : nullptr) {
-    int64_t count = slot->ref_count.load(std::memory_order_relaxed);
-    if (__builtin_expect(count > 0, 1)) {
-      slot->ref_count.store(count - 1, std::memory_order_release);
-      // Pairs with the reclaimer's [mark kRetired; fence; sum]: either it
-      // counts our decrement, or we see the mark and settle the region
-      // ourselves. The slot is thread-local memory: reading it after the
-      // decrement is safe even if r has been freed meanwhile.
-      ReaderFence();
-      if (__builtin_expect(slot->ref_state.load(std::memory_order_acquire) != ThreadCache::kLive,
-                           0)) {
-        SettleRetired();
-      }
-      return absl::OkStatus();
-    }
-  }
-  return PutShared(r);
-}
-
 __attribute__((noinline)) void CacheImpl::SettleRetired() {
   DeadList dead;
   {
     MutexLock lock(&mu_);
     RecheckRetiredLocked(&dead);
   }
-  Release(&dead);
+  Deregister(&dead);
 }
 
 // A put that no slot of the calling thread counts: checked, under the lock.
-__attribute__((noinline)) absl::Status CacheImpl::PutShared(Region* r) {
+__attribute__((noinline)) absl::Status CacheImpl::PutLocked(Region* r) {
   if (r == nullptr) return ErrnoStatus(EINVAL, "mrc_put: null region");
   if (r->cache != this) return ErrnoStatus(EINVAL, "mrc_put: region belongs to another cache");
-  if (IsImplicit(r)) {
-    auto& refs = implicit_refs_[(r->reg.access & kAccessRemoteBits) >> 1];
-    if (refs.fetch_sub(1, std::memory_order_relaxed) <= 0) {
-      refs.fetch_add(1, std::memory_order_relaxed);
+  if (ImplicitOdpRegions::Is(r->reg)) {
+    if (!implicit_.CountPut(r)) {
       return ErrnoStatus(EINVAL, "mrc_put: region put more times than it was got");
     }
     return absl::OkStatus();
   }
   if (r->bypass) {
-    if (r->shared_refs != 1)
+    if (r->locked_refs != 1)
       return ErrnoStatus(EINVAL, "mrc_put: region put more times than it was got");
-    r->shared_refs = 0;
+    r->locked_refs = 0;
     TimedDeregister(r->reg);
     delete r;
     return absl::OkStatus();
@@ -1200,14 +955,14 @@ __attribute__((noinline)) absl::Status CacheImpl::PutShared(Region* r) {
   DeadList dead;
   {
     MutexLock lock(&mu_);
-    --r->shared_refs;
+    --r->locked_refs;
     if (TotalRefsLocked(r) < 0) {
-      ++r->shared_refs;
+      ++r->locked_refs;
       return ErrnoStatus(EINVAL, "mrc_put: region put more times than it was got");
     }
     if (r->state == RegionState::kInvalid) RecheckRetiredLocked(&dead);
   }
-  Release(&dead);
+  Deregister(&dead);
   return absl::OkStatus();
 }
 
@@ -1227,7 +982,7 @@ absl::Status CacheImpl::Invalidate(void* addr, size_t length) {
     SpoilPendingLocked(start, start + length);
     if (candidates != nullptr) SettleLocked(candidates, &dead);
   }
-  Release(&dead);
+  Deregister(&dead);
   return absl::OkStatus();
 }
 
@@ -1237,14 +992,15 @@ absl::Status CacheImpl::Flush() {
   {
     MutexLock lock(&mu_);
     MaintainLocked(&dead);
+    MRCACHE_DCHECK(IndexAgreesLocked());
     EvictLocked(
         [this] {
           mu_.AssertHeld();  // EvictLocked calls this with mu_ held
-          return lru_head_ != nullptr;
+          return index_.size() != 0;
         },
         &dead);
   }
-  Release(&dead);
+  Deregister(&dead);
   return absl::OkStatus();
 }
 
@@ -1252,7 +1008,7 @@ absl::Status CacheImpl::DeviceWrite(Region* r, size_t offset, const void* src, s
   if (r == nullptr || src == nullptr)
     return ErrnoStatus(EINVAL, "device write: null region or source");
   if (absl::Status child = CheckNotForked("device write"); !child.ok()) return child;
-  if (IsImplicit(r)) {
+  if (ImplicitOdpRegions::Is(r->reg)) {
     // The implicit MR spans everything: offset is an absolute address.
     return registrar_->DeviceWrite(r->reg, offset, src, length);
   }
@@ -1340,12 +1096,9 @@ void CacheImpl::MaintainSlowLocked(DeadList* dead) {
   RecheckRetiredLocked(dead);
 }
 
-CacheImpl::MissPlan CacheImpl::PlanMissLocked(uintptr_t start, uintptr_t end, int access) {
+MissPlan CacheImpl::PlanMissLocked(uintptr_t start, uintptr_t end, int access) {
   const int remote = access & kAccessRemoteBits;
-  const int odp = access & kAccessOnDemand;
-  auto compatible = [remote, odp](const Region* r) {
-    return r->remote_access() == remote && (r->reg.access & kAccessOnDemand) == odp;
-  };
+  auto compatible = [access](const Region* r) { return MergeCompatible(r->reg.access, access); };
   const uint64_t now = misses_.load(std::memory_order_relaxed);
   // Asked on every plan, so that its windows stay near kWindowMisses.
   const bool churning = churn_.Churning(now, invalidations_.load(std::memory_order_relaxed));
@@ -1486,14 +1239,14 @@ size_t CacheImpl::FitPlanLocked(MissPlan* plan, uintptr_t exact_start, uintptr_t
 }
 
 size_t CacheImpl::EvictBytesLocked(size_t bytes, DeadList* dead) {
-  evicts_by_size_ = true;  // regions installed from now on are listed by size
+  eviction_->ExpectEvictionsForBytes();
   const size_t before = cached_bytes_;
   EvictLocked(
       [this, before, bytes] {
         mu_.AssertHeld();  // EvictLocked calls this with mu_ held
         return before - cached_bytes_ < bytes;
       },
-      dead, EvictionOrder::kLargestUnused);
+      dead, EvictionPolicy::Goal::kBytes);
   return before - cached_bytes_;
 }
 
@@ -1505,7 +1258,7 @@ size_t CacheImpl::MakeRoom(size_t bytes) {
     MaintainLocked(&dead);
     released = EvictBytesLocked(bytes, &dead);
   }
-  Release(&dead);
+  Deregister(&dead);
   if (released < bytes && budget_ != nullptr) {
     released += budget_->ReclaimOthers(this, bytes - released);
   }
@@ -1521,7 +1274,7 @@ size_t CacheImpl::ReclaimUnused(size_t bytes) {
     MutexLock lock(&mu_);
     released = EvictBytesLocked(bytes, &dead);
   }
-  Release(&dead);
+  Deregister(&dead);
   return released;
 }
 
@@ -1596,8 +1349,8 @@ bool CacheImpl::BridgeOutsideLock(const MissPlan& plan, uintptr_t* start, uintpt
   return true;
 }
 
-Region* CacheImpl::FindCoveringLocked(uintptr_t start, uintptr_t end, int access, Span* span) {
-  Span unused;
+Region* CacheImpl::FindCoveringLocked(uintptr_t start, uintptr_t end, int access, Range* span) {
+  Range unused;
   if (span == nullptr) span = &unused;
   // First the hint of the last get that started on this page, if its region
   // is still in the index (covering_hints.h).
@@ -1615,7 +1368,7 @@ Region* CacheImpl::FindCoveringLocked(uintptr_t start, uintptr_t end, int access
   if (index_.FindLastStartingAtOrBefore(start, &s, &e, &last) && end <= e &&
       AccessCompatible(last->reg.access, access)) {
     hints_.Fill(start, last);
-    *span = Span{s, e};
+    *span = Range{s, e};
     return last;
   }
   if (overlapping_regions_ == 0) return nullptr;
@@ -1627,24 +1380,24 @@ Region* CacheImpl::FindCoveringLocked(uintptr_t start, uintptr_t end, int access
   });
   if (found != nullptr) {
     hints_.Fill(start, found);
-    *span = Span{found->start, found->end};
+    *span = Range{found->start, found->end};
   }
   return found;
 }
 
 ThreadCache::Line* CacheImpl::TakeRefLocked(ThreadCache* tc, Region* r) {
   ThreadCache::Line* slot = TakeOwnSlotRefShared(tc, r, r->start);
-  return slot != nullptr ? slot : CountSharedRefLocked(tc, r);
+  return slot != nullptr ? slot : CountRefInRegionLocked(tc, r);
 }
 
 ThreadCache::Line* CacheImpl::TakeFirstRefLocked(ThreadCache* tc, Region* r) {
   ThreadCache::Line* slot = ClaimSlotShared(tc, r, r->start);
-  return slot != nullptr ? slot : CountSharedRefLocked(tc, r);
+  return slot != nullptr ? slot : CountRefInRegionLocked(tc, r);
 }
 
-ThreadCache::Line* CacheImpl::CountSharedRefLocked(ThreadCache* tc, Region* r) {
+ThreadCache::Line* CacheImpl::CountRefInRegionLocked(ThreadCache* tc, Region* r) {
   ++tc->window_displaced;
-  ++r->shared_refs;  // every slot of the set counts another live region of ours
+  ++r->locked_refs;  // every slot of the set counts another live region of ours
   return nullptr;
 }
 
@@ -1660,6 +1413,11 @@ ThreadCache::Line* CacheImpl::TakeOwnSlotRefShared(ThreadCache* tc, Region* r, u
 ThreadCache::Line* CacheImpl::ClaimSlotShared(ThreadCache* tc, Region* r, uintptr_t r_start) {
   ++tc->window_claims;
   if (ThreadCache::Line* slot = tc->ClaimableSlot(r_start)) {
+    // A slot is reused only once it counts no reference (its region's
+    // readers left), or once its region is dead.
+    MRCACHE_DCHECK(slot->ref_region == nullptr ||
+                   slot->ref_state.load(std::memory_order_relaxed) == ThreadCache::kDead ||
+                   slot->ref_count.load(std::memory_order_relaxed) == 0);
     // Claim the slot: its previous region holds no reference from us, and
     // keeps the recency the slot recorded for it (it is alive unless dead).
     const bool dead = slot->ref_state.load(std::memory_order_relaxed) == ThreadCache::kDead;
@@ -1677,7 +1435,7 @@ ThreadCache::Line* CacheImpl::ClaimSlotShared(ThreadCache* tc, Region* r, uintpt
 }
 
 void CacheImpl::FillLookupLocked(ThreadCache* tc, uintptr_t start, uintptr_t end, int access,
-                                 Region* r, Span span, ThreadCache::Line* slot) {
+                                 Region* r, Range span, ThreadCache::Line* slot) {
   // The entry holds the region's range (so a later get of any part of it
   // hits) and sits in the set of the requested start. Entries of that set
   // that cover the request go first: only one may, or a stale one could
@@ -1692,9 +1450,9 @@ void CacheImpl::FillLookupLocked(ThreadCache* tc, uintptr_t start, uintptr_t end
   }
   // Without a slot of ours (all of its set count references) a hit could
   // not count its reference: no entry.
-  const int level = ReleaseLevel(span.start, span.end);
-  if (slot == nullptr || level == kReleaseLevels) return;
-  uint64_t released = ReleaseGen(level, span.start).load(std::memory_order_acquire);
+  const int level = ReleaseGenerations::LevelOf(span.start, span.end);
+  if (slot == nullptr || level == ReleaseGenerations::kLevels) return;
+  uint64_t released = release_gens_.Counter(level, span.start).load(std::memory_order_acquire);
   // After reading the counter: a release pushed since the drain may overlap
   // r and be counted in `released` already (cache_impl.h). Then, and for a
   // region no bucket holds, leave the entry out. (A release bumps after it
@@ -1709,9 +1467,8 @@ void CacheImpl::FillLookupLocked(ThreadCache* tc, uintptr_t start, uintptr_t end
     const uint64_t gen = gen_.load(std::memory_order_relaxed);
     for (size_t i = 0; i < ThreadCache::kWays && e == nullptr; ++i) {
       ThreadCache::Line& line = tc->lines[ThreadCache::ProbeIndex(home, i)];
-      if (line.gen == 0 ||
-          line.gen !=
-              gen + ReleaseGen(line.release_level, line.start).load(std::memory_order_relaxed)) {
+      if (line.gen == 0 || line.gen != gen + release_gens_.Counter(line.release_level, line.start)
+                                                 .load(std::memory_order_relaxed)) {
         e = &line;  // the first empty or stale line
       }
     }
@@ -1751,40 +1508,13 @@ void CacheImpl::FoldDisplacedLocked(ThreadCache* tc) {
 
 void CacheImpl::TouchLocked(Region* r) {
   if (r->state != RegionState::kCached) return;
-  uint64_t tick = tick_.load(std::memory_order_relaxed);
-  r->lru_stamp = tick;
+  const uint64_t tick = tick_.load(std::memory_order_relaxed);
   r->last_use.store(tick, std::memory_order_relaxed);
-  unreused_.Remove(r);  // placed again: reused
-  RequeueLocked(r);
-}
-
-void CacheImpl::RequeueLocked(Region* r) {
-  if (lru_head_ == r) return;
-  LruUnlinkLocked(r);
-  LruPushFrontLocked(r);
-}
-
-void CacheImpl::LruPushFrontLocked(Region* r) {
-  r->lru_prev = nullptr;
-  r->lru_next = lru_head_;
-  if (lru_head_ != nullptr) lru_head_->lru_prev = r;
-  lru_head_ = r;
-  if (lru_tail_ == nullptr) lru_tail_ = r;
-}
-
-void CacheImpl::LruUnlinkLocked(Region* r) {
-  Region* const prev = r->lru_prev;
-  Region* const next = r->lru_next;
-  if (prev != nullptr) prev->lru_next = next;
-  if (next != nullptr) next->lru_prev = prev;
-  // Selects rather than branches: an eviction unlinks the tail.
-  lru_head_ = lru_head_ == r ? next : lru_head_;
-  lru_tail_ = lru_tail_ == r ? prev : lru_tail_;
-  r->lru_prev = r->lru_next = nullptr;
+  WithPolicy([r, tick](auto& policy) { policy.Touched(r, tick); });
 }
 
 int64_t CacheImpl::TotalRefsLocked(const Region* r, uint64_t* last_use) const {
-  int64_t total = r->shared_refs;
+  int64_t total = r->locked_refs;
   uint64_t used = r->last_use.load(std::memory_order_relaxed);
   for (const ThreadCache* tc = threads_; tc != nullptr; tc = tc->next) {
     if (const ThreadCache::Line* slot = tc->FindSlot(r, r->start)) {
@@ -1798,13 +1528,13 @@ int64_t CacheImpl::TotalRefsLocked(const Region* r, uint64_t* last_use) const {
 }
 
 void CacheImpl::DetachLocked(Region* r) {
-  index_.DetachNode(r->start, r);  // the node is part of r, freed with it
+  MRCACHE_DCHECK(r->state == RegionState::kCached);  // a region leaves the index once
+  index_.DetachNode(r->start, r);                    // the node is part of r, freed with it
   // Overlapping another region (other rights) is rare.
   if (__builtin_expect(r->overlaps_others, 0)) --overlapping_regions_;
   hints_.Void(r);  // its covering hints
   cached_bytes_ -= r->length();
-  LruUnlinkLocked(r);
-  unreused_.Remove(r);
+  WithPolicy([r](auto& policy) { policy.Removed(r); });
   r->state = RegionState::kInvalid;
 }
 
@@ -1857,6 +1587,8 @@ void CacheImpl::SettleLocked(Region* candidates, DeadList* dead) {
 }
 
 void CacheImpl::KillLocked(Region* r, DeadList* dead) {
+  // Only a region with no reference left is deregistered.
+  MRCACHE_DCHECK(r->state != RegionState::kDead && TotalRefsLocked(r) == 0);
   r->state = RegionState::kDead;
   // Slots naming r now hold meaningless counts: let their owners reclaim
   // them. This happens before r is freed, so no non-dead slot ever names a
@@ -1893,6 +1625,24 @@ void CacheImpl::UnlinkRetiredLocked(Region* r) {
   if (retired_ == r) retired_ = r->next_dead;
   r->prev_retired = r->next_dead = nullptr;
   r->on_retired_list = false;
+}
+
+bool CacheImpl::IndexAgreesLocked() const {
+  struct Sum {
+    const CacheImpl* self;
+    size_t bytes, overlapping;
+    bool agree;
+  } sum{this, 0, 0, true};
+  index_.ForEach([&sum](uintptr_t s, uintptr_t e, Region* r) {
+    sum.bytes += e - s;
+    sum.overlapping += r->overlaps_others ? 1 : 0;
+    sum.agree = sum.agree && r->state == RegionState::kCached && r->cache == sum.self &&
+                !r->bypass && !r->on_retired_list && r->start == s && r->end == e;
+  });
+  for (const Region* r = retired_; r != nullptr; r = r->next_dead) {
+    sum.agree = sum.agree && r->state == RegionState::kInvalid && r->on_retired_list;
+  }
+  return sum.agree && sum.bytes == cached_bytes_ && sum.overlapping == overlapping_regions_;
 }
 
 void CacheImpl::RecheckRetiredLocked(DeadList* dead) {
@@ -1948,29 +1698,15 @@ void CacheImpl::InvalidateRangeLocked(uintptr_t start, uintptr_t end, Region** c
   }
 }
 
-void CacheImpl::SpoilPendingLocked(uintptr_t start, uintptr_t end) {
-  for (PendingMiss* p = pending_; p != nullptr; p = p->next) {
-    if (p->start < end && start < p->end) p->Record(start, end);
-  }
-}
+void CacheImpl::SpoilPendingLocked(uintptr_t start, uintptr_t end) { pending_.Spoil(start, end); }
 
 template <typename Pred>
-void CacheImpl::EvictLocked(Pred over, DeadList* dead, EvictionOrder order) {
-  // Generalised CLOCK over the LRU list: a region hit since it was last
-  // placed (the max of its own stamp and its threads' slot stamps >
-  // lru_stamp) goes back to the head and earns one period of use
-  // (periods_used, at most Region::kMaxPeriodsUsed). In LRU order (counted
-  // regions) one found unused spends a period and goes back to the head, and
-  // is evicted only with none left: a region used in many periods (a popular
-  // one) outlives several passes that a region used once does not. Evicting
-  // for bytes goes by size instead (LargestUnusedLocked): the largest region
-  // not used since it was installed goes before the tail, as one large
-  // region frees the bytes of several small ones and costs one registration
-  // if it comes back; periods there would keep large regions that hold the
-  // budget. Regions that hold references are skipped (moved to the head).
-  // The reference counts are re-checked after the fence in SettleLocked; a
-  // region that turned out to be in use stays retired until its last put
-  // (never deregistered early).
+void CacheImpl::EvictLocked(Pred over, DeadList* dead, EvictionPolicy::Goal goal) {
+  // The policy names each victim (eviction.h); reclamation takes it: out of
+  // the index, and deregistered once no reference is left. The reference
+  // counts are checked again after the fence in SettleLocked; a region that
+  // turned out to be in use stays retired until its last put (never
+  // deregistered early).
   // This thread's deferred stamps first: its own recent uses count. Tested
   // here, as FoldDisplacedLocked would: usually there is nothing to fold.
   ThreadCache* mine = FindThreadCache(uid_);
@@ -1982,22 +1718,21 @@ void CacheImpl::EvictLocked(Pred over, DeadList* dead, EvictionOrder order) {
   // without the lock, so an unused victim is deregistered at once: no
   // retired mark, no fence, no second count (SettleLocked).
   const bool alone = AloneLocked();
+  EvictionUse use(this);
+  EvictionPolicy::Pass pass{goal, tick_.load(std::memory_order_relaxed),
+                            WithPolicy([this](auto& policy) {
+                              mu_.AssertHeld();  // WithPolicy calls this with mu_ held
+                              return policy.StepsFor(index_.size());
+                            }),
+                            &use};
   Region* candidates = nullptr;
-  size_t budget = index_.size() * (Region::kMaxPeriodsUsed + 2) + 1;
   size_t victims = 0;
-  while (over() && lru_tail_ != nullptr && budget-- > 0) {
-    Region* r = lru_tail_;
-    if (!UnusedSincePlacedLocked(r)) {
-      if (r->periods_used < Region::kMaxPeriodsUsed) ++r->periods_used;
-      TouchLocked(r);
-      continue;
-    }
-    if (order == EvictionOrder::kLeastRecentlyUsed && r->periods_used > 0) {
-      --r->periods_used;
-      RequeueLocked(r);
-      continue;
-    }
-    if (order == EvictionOrder::kLargestUnused) r = LargestUnusedLocked(r);
+  while (over()) {
+    Region* r =
+        clock_ != nullptr ? clock_->NextVictimBy(&pass, &use) : eviction_->NextVictim(&pass);
+    if (r == nullptr) break;
+    // A policy names only cached regions that are unused (eviction.h).
+    MRCACHE_DCHECK(r->state == RegionState::kCached && use.UnusedSincePlaced(r));
     if (alone) {
       DetachLocked(r);
       KillLocked(r, dead);
@@ -2011,27 +1746,9 @@ void CacheImpl::EvictLocked(Pred over, DeadList* dead, EvictionOrder order) {
   if (candidates != nullptr) SettleLocked(candidates, dead);
 }
 
-Region* CacheImpl::LargestUnusedLocked(Region* tail) {
-  // Only the size classes above the tail's are searched: every region
-  // there weighs more than the tail, and each one visited is either taken
-  // or sent to the LRU head (out of unreused_), so an eviction visits O(1)
-  // regions on average however many share a class. Within the tail's own
-  // class (weights within 25%) the tail, the oldest, goes.
-  const int above_tail = SizeClassLists<Region>::ClassOf(EvictionWeight(tail)) + 1;
-  Region* larger = unreused_.ForEachFromLargest(above_tail, [this](Region* c) {
-    mu_.AssertHeld();  // LargestUnusedLocked calls this with mu_ held
-    if (UnusedSincePlacedLocked(c)) return true;
-    // Used since it was installed: what an eviction pass does at the tail.
-    if (c->periods_used < Region::kMaxPeriodsUsed) ++c->periods_used;
-    TouchLocked(c);  // leaves unreused_
-    return false;
-  });
-  return larger != nullptr ? larger : tail;
-}
-
 bool CacheImpl::NotAdmittedLocked(const Miss& miss, const MissPlan& plan) {
   const size_t max_regions = config_.max_regions;
-  if (max_regions < kAdmissionMinRegions || index_.size() < max_regions) return false;
+  if (max_regions == 0 || index_.size() < max_regions) return false;
   const size_t budget = ProcessBudget();
   if (budget != 0 && budget_->pinned() + (miss.page_end - miss.page_start) > budget) return false;
   // Pages that touch a cached region may merge with it (and replace it,
@@ -2041,13 +1758,7 @@ bool CacheImpl::NotAdmittedLocked(const Miss& miss, const MissPlan& plan) {
   if (plan.start != miss.plan_start || plan.end != miss.plan_end || plan.has_block()) {
     return false;
   }
-  const uint64_t key = (miss.page_start / page_) * 0x100000001B3ull ^ (miss.page_end / page_);
-  return !seen_misses_.TestAndSet(key);
-}
-
-bool CacheImpl::UnusedSincePlacedLocked(const Region* r) const {
-  uint64_t used = 0;
-  return TotalRefsLocked(r, &used) == 0 && used <= r->lru_stamp;
+  return !eviction_->AdmitsToFullCache(miss.page_start / page_, miss.page_end / page_);
 }
 
 void CacheImpl::FoldOrphansLocked() {
@@ -2066,7 +1777,7 @@ void CacheImpl::FoldOrphansLocked() {
       if (r == nullptr || slot.ref_state.load(std::memory_order_relaxed) == ThreadCache::kDead) {
         continue;
       }
-      r->shared_refs += slot.ref_count.load(std::memory_order_relaxed);
+      r->locked_refs += slot.ref_count.load(std::memory_order_relaxed);
       RaiseLastUse(r, slot.ref_last_use.load(std::memory_order_relaxed));
     }
     FoldDisplacedLocked(tc);
@@ -2135,7 +1846,7 @@ void CacheImpl::TimedDeregister(const Registration& reg) {
   absl::Status s = registrar_->Deregister(reg);
   histograms_.deregister_ns.Add(TicksToNs(AddTicksSince(registrar_ticks_, t0, tsc_ticks_)));
   deregistrations_.fetch_add(1, std::memory_order_relaxed);
-  const bool implicit = reg.addr == nullptr && reg.length == SIZE_MAX;
+  const bool implicit = ImplicitOdpRegions::Is(reg);
   pinned_bytes_.fetch_sub(implicit ? 0 : reg.length, std::memory_order_relaxed);
   if (!implicit && budget_ != nullptr && !(reg.access & kAccessOnDemand)) {
     budget_->SubPinned(reg.length);
@@ -2146,32 +1857,32 @@ void CacheImpl::TimedDeregister(const Registration& reg) {
   }
 }
 
-void CacheImpl::ReleaseDead(DeadList* dead) {
+void CacheImpl::DeregisterDeadNow(DeadList* dead) {
   if (__builtin_expect(has_retire_cb_.load(std::memory_order_acquire), 0)) {
-    ReleaseDeadReporting(dead);
+    DeregisterDeadReporting(dead);
     return;
   }
-  ReleaseEach(dead, nullptr);
+  DeregisterEach(dead, nullptr);
 }
 
-void CacheImpl::ReleaseDeadReporting(DeadList* dead) {
+void CacheImpl::DeregisterDeadReporting(DeadList* dead) {
   Cache::RetireCallback cb;
   {
     MutexLock lock(&mu_);
     cb = retire_cb_;
   }
-  ReleaseEach(dead, cb ? &cb : nullptr);
+  DeregisterEach(dead, cb ? &cb : nullptr);
 }
 
-void CacheImpl::ReleaseEach(DeadList* dead, const Cache::RetireCallback* cb) {
-  // Release calls this with a region on the list: no test before the first.
+void CacheImpl::DeregisterEach(DeadList* dead, const Cache::RetireCallback* cb) {
+  // Deregister calls this with a region on the list: no test before the first.
   // Usually one region (an eviction), no watched ranges (only uffd watches)
   // and no retire callback.
   Region* r = dead->head;
   do {
     Region* next = r->next_dead;
     TimedDeregister(r->reg);
-    if (__builtin_expect(watch_ranges_, 0) && !IsImplicit(r)) {
+    if (__builtin_expect(watch_ranges_, 0) && !ImplicitOdpRegions::Is(r->reg)) {
       monitor_->Unwatch(reinterpret_cast<void*>(r->start), r->length());
     }
     if (__builtin_expect(cb != nullptr, 0)) {

@@ -12,7 +12,7 @@
 // only the shared locked hit (HitShared), which changes nothing another
 // reader reads but the covering hints (seqlocked, covering_hints.h): it
 // looks the hints and the index up, counts its reference in a slot of its
-// own thread (never in shared_refs), fills its own lookup entry and stamps
+// own thread (never in locked_refs), fills its own lookup entry and stamps
 // that slot's recency (never the LRU list). Reclaimers write-lock,
 // so none runs beside it: a region it finds is in the index and alive, and
 // the next reclaimer sees its reference (the lock orders them). Releases may
@@ -30,7 +30,7 @@
 //    memory event when the ring asks to be drained (invalidation_ring.h:
 //    once per quarter of its capacity), so that the threads' next gets
 //    drain it;
-//  - the release generation of the entry's bucket: memory events bump, for
+//  - the release generation of the entry's bucket (release_generations.h): memory events bump, for
 //    each of three levels (2 MiB, 128 MiB, 8 GiB buckets, 256 counters per
 //    level, an address's bucket being (addr >> shift) mod 256), the counters
 //    of every bucket the released range overlaps. An entry uses the finest
@@ -85,7 +85,7 @@
 // sees the decrement, or T sees the mark and rechecks the retired list, so a
 // retired region is deregistered at its last put, never later and never
 // before. A put never loses a count: the slot is T's own, counts move between
-// slots and shared_refs only under mu_ (table resize, orphan folding), and a
+// slots and locked_refs only under mu_ (table resize, orphan folding), and a
 // put that finds no live slot of T naming the region takes the locked path.
 //
 // Slot identity: a region is killed (KillLocked) only under mu_, after it
@@ -119,13 +119,16 @@
 #include "mrcache/config.h"
 #include "mrcache/core/address_churn.h"
 #include "mrcache/core/address_heat.h"
+#include "mrcache/core/bypass.h"
 #include "mrcache/core/covering_hints.h"
+#include "mrcache/core/eviction.h"
 #include "mrcache/core/interval_tree.h"
 #include "mrcache/core/invalidation_ring.h"
 #include "mrcache/core/log2_histogram.h"
+#include "mrcache/core/miss.h"
+#include "mrcache/core/range.h"
 #include "mrcache/core/region.h"
-#include "mrcache/core/seen_filter.h"
-#include "mrcache/core/size_classes.h"
+#include "mrcache/core/release_generations.h"
 #include "mrcache/core/thread_cache.h"
 #include "mrcache/monitors/memory_events.h"
 #include "mrcache/monitors/monitor.h"
@@ -136,13 +139,10 @@
 namespace mrcache {
 
 // The miss path's functions between AcquireUncached and the registrar call
-// (and the timed deregistration) are inlined into their callers. After a
-// system call, returns to the frames made before it are mispredicted on the
-// development VM (about 5 ns a frame, up to 8 frames), so every frame between
-// the miss and the registrar's system call costs the miss once more; three
-// frames fewer took 37-40 ns off the miss with the sim registrar (8 ns with
-// one that makes no system call; bench/RESULTS.md, "The miss: fewer frames
-// around the registrar call"). They are defined in cache_impl.cc and may be
+// (and the timed deregistration) are inlined into their callers: after a
+// system call, every return to a frame made before it is mispredicted, so
+// each frame between the miss and the registrar's system call costs the miss
+// again. They are defined in cache_impl.cc (or cache_impl-inl.h) and may be
 // called only there.
 #define MRCACHE_MISS_INLINE inline __attribute__((always_inline))
 
@@ -159,8 +159,10 @@ namespace mrcache {
 // bytes is registered for itself and released at put (AcquireOversized).
 class CacheImpl : public MemoryEventListener, public PinBudget::Member {
  public:
-  static absl::StatusOr<std::unique_ptr<CacheImpl>> Create(const Config& config,
-                                                           std::unique_ptr<Registrar> registrar);
+  // `eviction` null: the default policy (MakeDefaultEvictionPolicy).
+  static absl::StatusOr<std::unique_ptr<CacheImpl>> Create(
+      const Config& config, std::unique_ptr<Registrar> registrar,
+      std::unique_ptr<EvictionPolicy> eviction = nullptr);
   ~CacheImpl() override;
 
   absl::StatusOr<Region*> Acquire(void* addr, size_t length, int access);
@@ -214,98 +216,10 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
       head = r;
     }
   };
-  // A miss registering outside the lock (linked in pending_ under mu_, both
-  // ways, so that it leaves the list without walking it).
-  // [start, end) is everything it may register (a bridging plan's whole
-  // block); the invalidations that overlap it meanwhile are recorded, the
-  // first kExact of them exactly and the rest as their hull. Once the miss
-  // knows what it registered, only a recorded invalidation that overlaps
-  // that range spoils it: unrelated releases elsewhere in a bridging block
-  // (a busy allocator next door) do not, wherever they fall around it.
-  struct PendingMiss {
-    static constexpr int kExact = 8;
-    uintptr_t start = 0, end = 0;
-    uintptr_t seen_start[kExact], seen_end[kExact];  // the first `seen` are set
-    int seen = 0;
-    uintptr_t hull_start = UINTPTR_MAX, hull_end = 0;
-    PendingMiss* next = nullptr;
-    PendingMiss* prev = nullptr;  // toward pending_ (null at the head)
-    void Record(uintptr_t s, uintptr_t e) {
-      if (seen < kExact) {
-        seen_start[seen] = s;
-        seen_end[seen++] = e;
-        return;
-      }
-      if (s < hull_start) hull_start = s;
-      if (e > hull_end) hull_end = e;
-    }
-    bool Spoils(uintptr_t s, uintptr_t e) const {
-      if (__builtin_expect(seen == 0, 1)) return false;  // the hull grows after kExact
-      for (int i = 0; i < seen; ++i) {
-        if (seen_start[i] < e && s < seen_end[i]) return true;
-      }
-      return hull_start < e && s < hull_end;
-    }
-  };
-
-  // What a miss registers: [start, end) (the request merged with the regions
-  // it overlaps), with the local rights of those regions added to the
-  // request's. If block_end > block_start, bridging may widen it, within
-  // [block_start, block_end), over resident memory of the same mapping, when
-  // that reaches the nearest compatible region below (ending at below_end)
-  // or above (starting at above_start), adding bridge_local.
-  struct MissPlan {
-    uintptr_t start = 0, end = 0;
-    int local = 0;
-    uintptr_t block_start = 0, block_end = 0;
-    uintptr_t below_end = 0, above_start = UINTPTR_MAX;
-    int bridge_local = 0;
-    // Whether any region at all overlapped the request when it was planned
-    // (PlanForLocked, exact then). False: no region can lie inside [start,
-    // end) unless one was installed since. A plan rebuilt later
-    // (FitPlanLocked narrowing it) keeps the default, true: unknown.
-    bool overlapped = true;
-    bool has_block() const { return block_end > block_start; }
-  };
-
-  // One get that missed the lock-free path, across its attempts. The first
-  // block is fixed by the request; the second is what earlier attempts
-  // taught (AfterRefusal and AfterSpoil change it).
-  struct Miss {
-    uintptr_t start = 0, end = 0;  // as asked
-    int user_access = 0;           // as asked (lookups are keyed by it)
-    int access = 0;                // registered: user_access, on demand under explicit ODP
-    uintptr_t page_start = 0, page_end = 0;  // the smallest range ever registered
-    bool remote = false;                     // remote rights: never aligned beyond pages
-
-    uintptr_t plan_start = 0, plan_end = 0;  // what the next plan widens from
-    bool allow_merge = false;
-    bool counted = false;     // counted already, as a miss or a slow hit
-    int memory_refusals = 0;  // registrar ENOMEM/EAGAIN so far
-    int widened_spoils = 0;   // attempts whose widened registration was spoiled
-    int exact_spoils = 0;     // attempts whose registration of the requested pages was spoiled
-    int in_flight_waits = 0;  // attempts that met another thread's release under way
-    // From now on: exactly the requested pages, no merging.
-    void NarrowToPages() {
-      allow_merge = false;
-      plan_start = page_start;
-      plan_end = page_end;
-    }
-  };
-  // One registration made outside the lock for a Miss.
-  struct Attempt {
-    uintptr_t start = 0, end = 0;  // registered (the plan, bridged or not)
-    int access = 0;
-    bool bridged = false;
-    bool widened_range = false;  // beyond the requested pages
-    bool widened = false;        // beyond the requested pages or rights
-    bool watched = true;         // the monitor saw the range (or there is none)
-    absl::StatusOr<Registration> reg;
-    uint64_t register_ticks = 0;  // the registrar call's time (NowTicks units)
-    size_t length() const { return end - start; }
-  };
-
-  CacheImpl(const Config& config, std::unique_ptr<Registrar> registrar);
+  CacheImpl(const Config& config, std::unique_ptr<Registrar> registrar,
+            std::unique_ptr<EvictionPolicy> eviction);
+  // The eviction policy's view of references and slot stamps (eviction.h).
+  class EvictionUse;
 
   // ECHILD naming `op` if this is a parent's cache in a fork child (whose
   // registrar must not be called), else OK. Out of line: the put fast path
@@ -318,15 +232,15 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   // Acquire and Put after their lock-free paths found nothing.
   absl::StatusOr<Region*> AcquireUncached(uintptr_t start, uintptr_t end, size_t length,
                                           int access);
-  absl::Status PutShared(Region* r);
+  absl::Status PutLocked(Region* r);
   // Deregisters the retired regions whose last reference is gone.
   void SettleRetired();
   // A get answered from the index with mu_ held for reading (the header
   // comment), or nullptr: nothing covers the request, a release waiting in
   // the ring may overlap the region (only a writer drains it), or the reference would need the
-  // region's shared count (all slots of its set count others). Counts the
+  // region's locked count (all slots of its set count others). Counts the
   // get as a slow hit only when it returns a region.
-  Region* HitShared(ThreadCache* tc, Miss* miss) ABSL_LOCKS_EXCLUDED(mu_);
+  Region* HitShared(ThreadCache* tc, const Miss& miss) ABSL_LOCKS_EXCLUDED(mu_);
   // Outside mu_: grows hints_ to wanted_hint_lines_, allocating and freeing
   // outside the lock (GrowHintsNow; no call when it has them already).
   void GrowHints() ABSL_LOCKS_EXCLUDED(mu_) {
@@ -342,7 +256,12 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   MRCACHE_MISS_INLINE absl::StatusOr<Region*> AcquireSlow(ThreadCache* tc, uintptr_t start,
                                                           uintptr_t end, int access);
   // The Miss of a get of [start, end) (page_end == 0: the range wraps).
-  Miss StartMiss(uintptr_t start, uintptr_t end, int user_access) const;
+  Miss StartMiss(uintptr_t start, uintptr_t end, int user_access) const {
+    // Explicit ODP registers every region on demand; lookups stay keyed by
+    // what the caller asked for.
+    return Miss::Of(start, end, user_access, odp_ == OdpMode::kExplicit ? kAccessOnDemand : 0,
+                    align_, page_, config_.max_merge_bytes > 0);
+  }
   // A region covering the miss's request, handed out (HandOutLocked), or
   // nullptr; counts the get once, as a slow hit or a miss.
   Region* TakeCoveringLocked(ThreadCache* tc, Miss* miss) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -367,10 +286,6 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   // Without mu_, after the registrar refused `attempt`: OK to try again
   // (narrowed, or after making room), else the error for the caller.
   __attribute__((cold)) absl::Status AfterRefusal(Miss* miss, const Attempt& attempt);
-  // Without mu_, after `attempt` was spoiled by a release (in flight: still
-  // under way): OK to try again, else EAGAIN. Only a release of the
-  // requested pages themselves can exhaust the attempts.
-  __attribute__((cold)) absl::Status AfterSpoil(Miss* miss, const Attempt& attempt, bool in_flight);
   // Makes `fresh` the region of a successful attempt: indexed, on the LRU,
   // replacing the compatible regions it contains, handed to the caller; then
   // evicts down to max_regions and max_bytes.
@@ -401,7 +316,7 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   // its pages for itself (after evicting unused regions, least recently used
   // first, only until it fits), deregistered at its put and counted as
   // bypassed, so the room goes back to regions that are reused. Second
-  // sight: pages served so among the last kOversizedSeen such misses are
+  // sight: pages served so among the last OversizedSeen::kSeen such misses are
   // cached the next time, so that a large buffer reused soon stays
   // registered. Returns nullptr where the request takes the normal path
   // (no budget, a covering region, room enough, second sight, or a refused
@@ -410,11 +325,10 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   absl::StatusOr<Region*> AcquireImplicitOdp(uintptr_t start, uintptr_t end, int access);
   absl::StatusOr<Region*> ImplicitRegion(int access);
   absl::StatusOr<Registration> TimedImplicitRegister(int access);
-  bool IsImplicit(const Region* r) const;
   ThreadCache* AttachThread();
   // Counts a slow-path get of the calling thread (tc's owner) and, at the
   // end of a window (a table's worth of gets), resizes its table
-  // (ThreadCache::kMaxSlots states when: EndThreadCacheWindow).
+  // (ThreadCache::EndWindow decides, as ThreadCache::kMaxLines states).
   void AdaptThreadCache(ThreadCache* tc) {
     ++tc->window_slow;
     const uint64_t gets =
@@ -432,7 +346,10 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   // migrate the slots).
   void ResizeThreadCache(ThreadCache* tc, size_t lines);
 
-  // All *Locked functions require mu_ (checked: ABSL_EXCLUSIVE_LOCKS_REQUIRED).
+  // Every *Locked function requires mu_, held exclusively
+  // (ABSL_EXCLUSIVE_LOCKS_REQUIRED) unless its annotation is
+  // ABSL_SHARED_LOCKS_REQUIRED: then held for reading suffices. Checked by
+  // scripts/check_thread_safety.
   // Every writer's first step: advances the tick, drains the invalidation
   // ring, folds orphaned threads' counts, and settles retired regions whose
   // last reference is gone (into `dead`); the last three only when there is
@@ -458,15 +375,8 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   // pages exceed the budget (they are tried anyway, without evicting).
   size_t FitPlanLocked(MissPlan* plan, uintptr_t exact_start, uintptr_t exact_end, DeadList* dead)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Evicts unused regions until `bytes` left the index or none is left;
-  // returns the bytes that left it. Each victim is the heaviest unused
-  // region not used since it was registered, wherever it is in the LRU
-  // order (LargestUnusedLocked: bytes per merged part, by size class), if it
-  // outweighs the LRU tail, else the tail: when bytes are short, one large
-  // region frees what several small ones would, for one registration
-  // instead of several when they are used again (README.md, "Pinned-memory
-  // budget"). From its first call on, the cache lists new regions by size
-  // (evicts_by_size_).
+  // Evicts unused regions until `bytes` left the index or the policy names
+  // none (EvictionPolicy::Goal::kBytes); returns the bytes that left it.
   size_t EvictBytesLocked(size_t bytes, DeadList* dead) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Outside mu_: releases about `bytes` of unused regions, this cache's first,
   // then the other caches'; returns the bytes released.
@@ -478,21 +388,17 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   // True if regions died by invalidation in [start, end) lately: widening a
   // miss over it (merging, bridging) is unlikely to pay off.
   bool InvalidatedLatelyLocked(uintptr_t start, uintptr_t end, uint64_t now) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Without the lock: the bridged range for a plan with a block, or false.
   bool BridgeOutsideLock(const MissPlan& plan, uintptr_t* start, uintptr_t* end) const;
-  // The range of an indexed region as the index or a covering hint holds
-  // it: what the shared hit uses instead of reading the Region (at 10^6
-  // regions, a Region is a cache miss).
-  struct Span {
-    uintptr_t start = 0, end = 0;
-  };
   // The region covering [start, end) with compatible rights, or nullptr; its
-  // range in *span if given.
-  Region* FindCoveringLocked(uintptr_t start, uintptr_t end, int access, Span* span = nullptr)
+  // range in *span if given, as the index or a covering hint holds it: what
+  // the read-locked hit uses instead of reading the Region (at 10^6 regions,
+  // a Region is a cache miss).
+  Region* FindCoveringLocked(uintptr_t start, uintptr_t end, int access, Range* span = nullptr)
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Counts a reference to r for tc: in tc's slot for r (returned), or in
-  // r->shared_refs if all of its set count references (nullptr).
+  // r->locked_refs if all of its set count references (nullptr).
   ThreadCache::Line* TakeRefLocked(ThreadCache* tc, Region* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The same for a region just installed, which no slot names yet (a slot
   // that is not kDead names a live region, and r was not one: thread_cache.h),
@@ -500,8 +406,8 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   ThreadCache::Line* TakeFirstRefLocked(ThreadCache* tc, Region* r)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Their fallback when every slot of r's set counts references: the
-  // reference goes to r->shared_refs; returns nullptr (no slot).
-  ThreadCache::Line* CountSharedRefLocked(ThreadCache* tc, Region* r)
+  // reference goes to r->locked_refs; returns nullptr (no slot).
+  ThreadCache::Line* CountRefInRegionLocked(ThreadCache* tc, Region* r)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Counts a reference to r (in the index, starting at r_start) in one of
   // tc's own slots (a claimed one if none names r yet) and returns the slot;
@@ -519,11 +425,9 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   // range is `span` and whose slot of tc is `slot` (nullptr: none, and no
   // entry). Reads no field of r.
   void FillLookupLocked(ThreadCache* tc, uintptr_t start, uintptr_t end, int access, Region* r,
-                        Span span, ThreadCache::Line* slot) ABSL_SHARED_LOCKS_REQUIRED(mu_);
+                        Range span, ThreadCache::Line* slot) ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // A write-locked use of r: its stamp, and the policy told.
   void TouchLocked(Region* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The LRU list of cached regions (lru_head_ = most recently used).
-  void LruPushFrontLocked(Region* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void LruUnlinkLocked(Region* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Raises r->last_use to `used` (a slot's stamp that is about to go away, or
   // a shared hit's touch); an atomic maximum, so readers of mu_ may race.
   static void RaiseLastUse(Region* r, uint64_t used);
@@ -540,17 +444,17 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   // The sum of r's shared and per-thread counts; with last_use, also the max
   // of r's own stamp and its live slots' stamps.
   int64_t TotalRefsLocked(const Region* r, uint64_t* last_use = nullptr) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Sets the state of every thread's non-dead slot naming r; true if one of
   // them belongs to a live thread other than the caller.
   MRCACHE_MISS_INLINE bool MarkSlotsLocked(const Region* r, uint8_t state)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Removes r from the index, its hints, the LRU and the size classes
-  // (state kInvalid); its slots are untouched.
+  // Removes r from the index, its hints and the eviction policy (state
+  // kInvalid); its slots are untouched.
   MRCACHE_MISS_INLINE void DetachLocked(Region* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // True if no live thread but the caller has a ThreadCache of this cache:
   // then no lock-free hit or put can run while the caller holds mu_.
-  MRCACHE_MISS_INLINE bool AloneLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  MRCACHE_MISS_INLINE bool AloneLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Removes r from the index and LRU (DetachLocked), marks its slots
   // retired, and queues it on `candidates` (via
   // next_dead); SettleLocked then fences (if another thread has a slot
@@ -562,77 +466,42 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   void InvalidateRangeLocked(uintptr_t start, uintptr_t end, Region** candidates)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SpoilPendingLocked(uintptr_t start, uintptr_t end) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Which unused region an eviction takes: the least recently used (when
-  // regions are counted), or the largest unused one (when bytes are).
-  enum class EvictionOrder { kLeastRecentlyUsed, kLargestUnused };
-  // Evicts unused regions in `order` while `over()` holds.
+  // Evicts the unused regions eviction_ names while `over()` holds (or
+  // until it names none).
   template <typename Pred>
   void EvictLocked(Pred over, DeadList* dead,
-                   EvictionOrder order = EvictionOrder::kLeastRecentlyUsed)
+                   EvictionPolicy::Goal goal = EvictionPolicy::Goal::kRegions)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The region EvictionOrder::kLargestUnused evicts, given that `tail` (the
-  // LRU tail) is unused and not hit since placed: the first unused region of
-  // unreused_ in a size class above the tail's (the largest class first,
-  // oldest first in each), else `tail`. A region of unreused_ found used
-  // since it was installed goes to the LRU head with a period of use, as an
-  // eviction pass at the tail would send it, and leaves unreused_.
-  Region* LargestUnusedLocked(Region* tail) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // What an eviction for bytes weighs r by: its bytes per part (region.h),
-  // at least 1.
-  static size_t EvictionWeight(const Region* r) {
-    const size_t w = r->length() / r->parts;
-    return w != 0 ? w : 1;
-  }
-  // True if r holds no reference and was not hit since it was last placed at
-  // the LRU head: an eviction may take it.
-  bool UnusedSincePlacedLocked(const Region* r) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The admission rule above for a miss that found no covering region and
-  // whose attempt would register `plan` (PlanForLocked): true if it is not
-  // admitted (a registration of its own). Records its pages.
+  // Whether a miss that found no covering region and whose attempt would
+  // register `plan` (PlanForLocked) is served by a registration of its own:
+  // the cache is full by count, the pin budget has room for the pages, the
+  // plan is exactly the requested pages, and the policy does not admit them
+  // (EvictionPolicy::AdmitsToFullCache).
   bool NotAdmittedLocked(const Miss& miss, const MissPlan& plan) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  static size_t AdmissionBits(size_t max_regions);
-  // Moves r to the LRU head without a new stamp: unused since placed stays
-  // true (an eviction pass that spends one of its periods_used).
-  void RequeueLocked(Region* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RecheckRetiredLocked(DeadList* dead) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // True if the index and the regions agree: every indexed region is
+  // cached, this cache's, at the range the index holds; cached_bytes_ and
+  // overlapping_regions_ count them; every retired region is kInvalid.
+  // O(regions): for MRCACHE_DCHECK.
+  bool IndexAgreesLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   void FoldOrphansLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void BumpGenerationAndFence() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  // Release generations (see the protocol comment at the top).
-  static constexpr int kReleaseLevels = 3;
-  static constexpr uintptr_t kReleaseBuckets = 256;  // per level, a power of two
-  static constexpr int ReleaseShift(int level) { return 21 + 6 * level; }
-  // The finest level whose bucket holds all of [start, end) (end > start),
-  // or kReleaseLevels if none does.
-  static int ReleaseLevel(uintptr_t start, uintptr_t end) {
-    const uintptr_t differ = start ^ (end - 1);
-    int level = 0;
-    while (level < kReleaseLevels && (differ >> ReleaseShift(level)) != 0) ++level;
-    return level;
-  }
-  // The counter of addr's bucket at `level` (< kReleaseLevels).
-  const std::atomic<uint64_t>& ReleaseGen(int level, uintptr_t addr) const {
-    return release_gen_[level * kReleaseBuckets +
-                        ((addr >> ReleaseShift(level)) & (kReleaseBuckets - 1))];
-  }
-  // Hook context: bumps the counter of every bucket [start, end) overlaps,
-  // at every level.
-  void BumpReleaseGens(uintptr_t start, uintptr_t end) noexcept;
   void LinkRetiredLocked(Region* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UnlinkRetiredLocked(Region* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Outside mu_: deregisters, reports, and quarantines the regions of
-  // `dead` (ReleaseDead, not called when the list is empty, as it often is).
-  void Release(DeadList* dead) {
-    if (dead->head != nullptr) ReleaseDead(dead);
+  // `dead` (DeregisterDeadNow, not called when the list is empty, as it often is).
+  void Deregister(DeadList* dead) {
+    if (dead->head != nullptr) DeregisterDeadNow(dead);
   }
-  void ReleaseDead(DeadList* dead);
-  // ReleaseDead when a retire callback is set: ReleaseEach with a copy of
+  void DeregisterDeadNow(DeadList* dead);
+  // DeregisterDeadNow when a retire callback is set: DeregisterEach with a copy of
   // it taken under mu_.
-  __attribute__((noinline)) void ReleaseDeadReporting(DeadList* dead);
+  __attribute__((noinline)) void DeregisterDeadReporting(DeadList* dead);
   // Deregisters, stops watching, reports to `cb` (if not null) and
   // quarantines each region of `dead`, which is not empty.
-  inline void ReleaseEach(DeadList* dead, const Cache::RetireCallback* cb);
+  inline void DeregisterEach(DeadList* dead, const Cache::RetireCallback* cb);
   // Outside mu_: keeps the deregistered r from being freed until a batch of
   // kQuarantineBatch is complete, then bumps the generation and frees the
   // batch. A lookup entry may still name r (entries are voided by their
@@ -678,21 +547,19 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   // The process's pin budget, joined at creation; null when regions pin
   // nothing (on-demand paging, or a registrar whose pins_memory() is false).
   PinBudget* budget_ = nullptr;
-  // odp=implicit: whole-address-space MRs, one per set of remote rights
-  // (index: remote access bits >> 1), registered on first use.
-  std::atomic<Region*> implicit_odp_[8] = {};
-  std::atomic<int64_t> implicit_refs_[8] = {};
+  // odp=implicit: whole-address-space MRs, one per set of remote rights,
+  // registered on first use.
+  ImplicitOdpRegions implicit_;
 
   // Hit-path shared state: read-mostly.
   alignas(64) std::atomic<uint64_t> gen_{1};
   std::atomic<uint64_t> tick_{1};
   // The most lines a thread's table grows to: about two per cached region
-  // (a power of two, at most ThreadCache::kMaxSlots).
-  std::atomic<size_t> wanted_thread_slots_{ThreadCache::kMinSlots};
+  // (a power of two, at most ThreadCache::kMaxLines).
+  std::atomic<size_t> wanted_thread_lines_{ThreadCache::kMinLines};
 
-  // Release generations, kReleaseBuckets per level (hit path: read-mostly;
-  // memory events write them).
-  std::atomic<uint64_t> release_gen_[kReleaseLevels * kReleaseBuckets] = {};
+  // Release generations (hit path: read-mostly; memory events write them).
+  ReleaseGenerations release_gens_;
 
   InvalidationRing ring_;
 
@@ -705,51 +572,31 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   // (UnindexLocked). hint_lines_ mirrors hints_.lines() for GrowHints;
   // wanted_hint_lines_ is what the largest index so far asked for
   // (CoveringHints::LinesFor, raised by InstallLocked), as
-  // wanted_thread_slots_ is for the thread tables.
+  // wanted_thread_lines_ is for the thread tables.
   CoveringHints hints_ ABSL_GUARDED_BY(mu_);
   std::atomic<size_t> hint_lines_{0};
   std::atomic<size_t> wanted_hint_lines_{0};
-  Region* lru_head_ ABSL_GUARDED_BY(mu_) = nullptr;  // most recently used
-  Region* lru_tail_ ABSL_GUARDED_BY(mu_) = nullptr;
-  // Where evictions for bytes look first: the cached regions installed while
-  // evicts_by_size_ held and not placed at the LRU head since (lru_stamp ==
-  // install_stamp), by size. InstallLocked adds a region; TouchLocked and
-  // UnindexLocked take it out. evicts_by_size_ holds from creation if a pin
-  // budget binds, else from the first eviction for bytes (EvictBytesLocked,
-  // after a registrar's refusal): a cache without a budget pays nothing for
-  // the lists, and the regions it installed before are evicted for bytes
-  // only from the LRU tail.
-  SizeClassLists<Region> unreused_ ABSL_GUARDED_BY(mu_);
-  bool evicts_by_size_ ABSL_GUARDED_BY(mu_) = false;
+  // Which cached region an eviction takes, and admission (eviction.h): it
+  // orders exactly the regions in index_.
+  const std::unique_ptr<EvictionPolicy> eviction_ ABSL_PT_GUARDED_BY(mu_);
+  // eviction_ if it is the default policy, else null (see WithPolicy).
+  ClockEviction* const clock_ ABSL_PT_GUARDED_BY(mu_);
+  // call(policy) on eviction_: on clock_ when set, so that the default
+  // policy's calls on the miss path are direct and inlined, not virtual.
+  template <typename Call>
+  auto WithPolicy(Call call) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return clock_ != nullptr ? call(*clock_) : call(*eviction_);
+  }
   Region* retired_ ABSL_GUARDED_BY(mu_) = nullptr;  // kInvalid regions still referenced
   ThreadCache* threads_ ABSL_GUARDED_BY(mu_) = nullptr;
-  PendingMiss* pending_ ABSL_GUARDED_BY(mu_) = nullptr;
+  PendingMisses pending_ ABSL_GUARDED_BY(mu_);
   AddressHeat invalidated_ ABSL_GUARDED_BY(mu_);    // where regions died by invalidation
   AddressHeat bridge_failed_ ABSL_GUARDED_BY(mu_);  // where bridging found nothing or failed
   // Whether regions keep dying by invalidation: under a pin budget, merge
   // unions join other requests' bytes only while they do not.
   AddressChurn churn_ ABSL_GUARDED_BY(mu_);
   // AcquireOversized's last pages served uncached (second sight).
-  static constexpr int kOversizedSeen = 4;
-  struct PageRange {
-    uintptr_t start = 0, end = 0;
-  };
-  PageRange oversized_seen_[kOversizedSeen] ABSL_GUARDED_BY(mu_);
-  unsigned oversized_next_ ABSL_GUARDED_BY(mu_) = 0;
-  // Admission. With max_regions of at least kAdmissionMinRegions, a miss
-  // that finds the cache full by count, while the pin budget has room for
-  // it, and that would register exactly its own pages (nothing to merge or
-  // bridge) is cached only if its pages were such a miss within the last 1
-  // to 2 windows of kAdmissionWindow x max_regions of them (seen_misses_,
-  // 16 bits per miss in each of its two bitsets); otherwise it gets
-  // a registration of its own, deregistered at put. Pages asked for once
-  // (a scan, a cold key) then do not push out regions used again and again;
-  // pages that come back are cached at their second miss. Smaller caches
-  // keep every miss (the window would be a handful of misses).
-  static constexpr size_t kAdmissionMinRegions = 64;
-  static constexpr size_t kAdmissionWindow = 2;
-  static constexpr size_t kAdmissionMaxBits = size_t{1} << 18;
-  SeenFilter seen_misses_ ABSL_GUARDED_BY(mu_);
+  OversizedSeen oversized_seen_ ABSL_GUARDED_BY(mu_);
   // The generation read before the last drain of ring_ (MaintainLocked),
   // raised by this cache's own bumps that no report raced with. A lookup
   // entry is filled with it, never with a later generation: a release pushed
@@ -769,7 +616,7 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   uint64_t folded_hits_ ABSL_GUARDED_BY(mu_) = 0;              // hits of orphaned threads
   uint64_t folded_read_locked_hits_ ABSL_GUARDED_BY(mu_) = 0;  // their read-locked hits
   // The read-locked hits of every thread, orphaned ones included.
-  uint64_t ReadLockedHitsLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  uint64_t ReadLockedHitsLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   Cache::RetireCallback retire_cb_ ABSL_GUARDED_BY(mu_);  // (copied out before calling)
   // Deregistered Regions waiting to be freed (Quarantine), linked through
   // next_dead, and their number.
@@ -794,7 +641,7 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   // does): a miss that saw no covering region and no install since needs no
   // second look for one another thread registered meanwhile.
   uint64_t installs_ ABSL_GUARDED_BY(mu_) = 0;
-  // Whether retire_cb_ is set (written under mu_): Release copies the
+  // Whether retire_cb_ is set (written under mu_): Deregister copies the
   // callback only then, so that a miss without one takes mu_ twice, not 3 times.
   std::atomic<bool> has_retire_cb_{false};
 

@@ -1,11 +1,11 @@
 // region.h: one cached registration and the state the cache keeps about it.
 //
 // A Region covers the aligned range [start, end) with one registration. Its
-// reference count is distributed: `shared_refs` (changed under the cache lock)
+// reference count is distributed: `locked_refs` (changed under the cache lock)
 // plus one counter per thread (ThreadCache::Line::ref_count, changed lock-free
 // by its owner thread). The true count is their sum; it is only ever computed
-// under the cache lock, after the generation bump + asymmetric fence protocol
-// described in cache_impl.h. shared_refs alone may be negative (a region got
+// under the cache lock, after the reclaimer marked the region's slots retired
+// and fenced (the protocol in cache_impl.h). locked_refs alone may be negative (a region got
 // on one thread and put on another).
 //
 // Fields marked [immutable] never change after the region is published; a
@@ -52,36 +52,39 @@ class Region {
   std::atomic<uint64_t> last_use{0};
 
   // Guarded by the cache lock.
-  int64_t shared_refs = 0;
+  int64_t locked_refs = 0;
   RegionState state = RegionState::kCached;
-  uint64_t lru_stamp = 0;      // last_use value when placed at the LRU head
+  // The eviction policy's (eviction.h) while the region is cached:
+  uint64_t lru_stamp = 0;      // the tick at which it was last placed at the LRU head
   uint64_t install_stamp = 0;  // lru_stamp when it was installed (a region
                                // never used since: lru_stamp still equal, and
                                // no slot's stamp above it)
-  // Eviction passes that found it used since it was placed, saturating at
-  // kMaxPeriodsUsed; an eviction for max_regions that finds it unused spends
-  // one before it may take it (generalised CLOCK: frequency of use, aged by
-  // evictions; CacheImpl::EvictLocked).
-  static constexpr uint8_t kMaxPeriodsUsed = 3;
+  // Eviction passes that found it used since it was placed (ClockEviction:
+  // frequency of use, aged by evictions).
   uint8_t periods_used = 0;
+  // The region's size class in the policy's size-class lists
+  // (size_classes.h), -1 if in none.
+  int16_t size_class = -1;
   // The regions this one stands for: 1, plus the parts of the regions a
   // merge union replaced (saturating). Evictions for bytes weigh a region
-  // by its bytes per part (CacheImpl::EvictionWeight): a union of small
-  // regions is worth what they were.
+  // by its bytes per part (ClockEviction::Weight): a union of small regions
+  // is worth what they were.
   uint16_t parts = 1;
-  // The region's size class in CacheImpl::unreused_ (size_classes.h), -1 if
-  // in none: listed while the cache evicts by size and the region was not
-  // placed at the LRU head since it was installed.
-  int16_t size_class = -1;
   bool on_retired_list = false;
   // When it was indexed it overlapped a region it did not replace (other
   // rights); counted in CacheImpl::overlapping_regions_ while indexed.
   bool overlaps_others = false;
   Region* lru_prev = nullptr;  // LRU list of cached regions (head = most recent)
   Region* lru_next = nullptr;
-  Region* size_prev = nullptr;  // CacheImpl::unreused_'s links (size_class)
+  Region* size_prev = nullptr;  // the policy's size-class links (size_class)
   Region* size_next = nullptr;
-  Region* next_dead = nullptr;     // deregistration batch, or the retired list
+  // The one singly linked list the region is on, if any, one at a time:
+  // under the cache lock, a DeadList (to deregister once the lock is
+  // released), the retired list (with prev_retired), the candidates of
+  // UnindexLocked awaiting SettleLocked, or a collection being built by one
+  // function (merge victims, invalidated regions, the destructor's sweep);
+  // after deregistration, the quarantine, then a batch of spare Regions.
+  Region* next_dead = nullptr;
   Region* prev_retired = nullptr;  // the retired list (on_retired_list)
   // The bytes requested through this region when it was registered, widened
   // to cover the requested bytes of the regions it merged (set before it is
@@ -109,7 +112,14 @@ class Region {
 // exactly the same remote rights (an rkey never grants more than asked), and
 // every other requested bit present.
 inline bool AccessCompatible(int have, int want) {
-  return (have & kAccessRemoteBits) == (want & kAccessRemoteBits) && (want & ~have) == 0;
+  return ((have ^ want) & kAccessRemoteBits) == 0 && (want & ~have) == 0;
+}
+
+// True if regions registered with `a` and `b` may be merged into one union
+// (which takes the local rights of both): the same remote rights and the
+// same on-demand paging.
+inline bool MergeCompatible(int a, int b) {
+  return ((a ^ b) & (kAccessRemoteBits | kAccessOnDemand)) == 0;
 }
 
 }  // namespace mrcache

@@ -92,4 +92,45 @@ void InstallThreadCache(ThreadCache* tc) {
   if (evicted != nullptr) Orphan(evicted);
 }
 
+size_t ThreadCache::EndWindow(uint64_t tick, size_t cap) {
+  // The policy is stated at kMaxLines.
+  const size_t size = mask + 1;
+  const uint64_t hits_now = hits.load(std::memory_order_relaxed);
+  const uint64_t gets = hits_now - window_hits + window_slow;
+  const uint64_t claims = window_claims;
+  const uint64_t displaced = window_displaced;
+  const uint64_t since = window_tick;
+  streaming = hits_now == window_hits && window_locked_hits == 0;
+  window_hits = hits_now;
+  window_slow = 0;
+  window_claims = 0;
+  window_displaced = 0;
+  window_locked_hits = 0;
+  window_tick = tick;
+  size_t want = size;
+  if (displaced * kGrowShare > gets) {
+    want = displaced * 2 > gets ? size * 8 : size * 2;
+    if (want > cap) want = cap > size ? cap : size;
+  } else if (displaced * kShrinkShare <= gets && size > kMinLines) {
+    // The regions the window used: those of the slots hit in it or still
+    // counting a reference, and those it claimed slots for (an upper bound).
+    uint64_t used = claims;
+    for (size_t i = 0; i < size; ++i) {
+      const Line& slot = lines[i];
+      if (slot.ref_region == nullptr || slot.ref_state.load(std::memory_order_relaxed) == kDead) {
+        continue;
+      }
+      if (slot.ref_count.load(std::memory_order_relaxed) != 0 ||
+          slot.ref_last_use.load(std::memory_order_relaxed) >= since) {
+        ++used;
+      }
+    }
+    if (used * 8 <= size) {
+      want = kMinLines;
+      while (want < used * 4) want *= 2;
+    }
+  }
+  return want;
+}
+
 }  // namespace mrcache

@@ -61,7 +61,7 @@
 //
 // Once `orphaned` is set (the thread exited, or dropped the entry from its
 // directory) the owner never touches the ThreadCache again; the cache folds
-// its counters into the regions' shared counts and frees it.
+// its counters into the regions' locked counts and frees it.
 #ifndef MRCACHE_THREAD_CACHE_H_
 #define MRCACHE_THREAD_CACHE_H_
 
@@ -85,19 +85,25 @@ struct alignas(64) ThreadCache {
   //  - more than 1/kGrowShare of the window's gets displaced: the table
   //    doubles (grows eightfold if more than half did, so that a thread
   //    meeting a large working set gets there in a few windows), up to two
-  //    lines per region the cache holds and never beyond kMaxSlots;
+  //    lines per region the cache holds and never beyond kMaxLines;
   //  - at most 1/kShrinkShare displaced, and the regions the window used
   //    (slots hit or holding references, plus slots claimed) fill at most
   //    1/8 of the table: it shrinks to four lines per such region (at least
-  //    kMinSlots).
-  // Bound: kMaxSlots lines = 4 MiB per thread and cache. A thread that uses
-  // a few regions keeps kMinSlots lines (4 KiB) however many the cache
+  //    kMinLines).
+  // Bound: kMaxLines lines = 4 MiB per thread and cache. A thread that uses
+  // a few regions keeps kMinLines lines (4 KiB) however many the cache
   // holds; a thread that stops calling the cache keeps its table until its
   // next slow path or its exit.
   static constexpr size_t kWays = 4;          // lines per set, a power of two
-  static constexpr size_t kMinSlots = 64;     // power of two (4 KiB), >= kWays
-  static constexpr size_t kMaxSlots = 65536;  // power of two (4 MiB)
+  static constexpr size_t kMinLines = 64;     // power of two (4 KiB), >= kWays
+  static constexpr size_t kMaxLines = 65536;  // power of two (4 MiB)
   static constexpr uint64_t kGrowShare = 64;
+
+  // Owner only: ends the window (kMaxLines states when), starting the next
+  // at cache tick `tick`, and returns the lines the table should have from
+  // now on (its size if unchanged), at most `cap` when it grows (the cache's
+  // two lines per region) and never below its size then. Sets `streaming`.
+  size_t EndWindow(uint64_t tick, size_t cap);
   static constexpr uint64_t kShrinkShare = 256;
 
   enum RefState : uint8_t { kLive = 0, kRetired = 1, kDead = 2 };
@@ -118,8 +124,8 @@ struct alignas(64) ThreadCache {
     std::atomic<uint64_t> ref_last_use{0};
   };
   static_assert(sizeof(Line) == 64, "a lookup entry and a reference slot share one cache line");
-  static_assert(kMaxSlots - 1 <= UINT16_MAX, "Line::slot holds a line index");
-  static_assert(kMinSlots >= kWays && (kWays & (kWays - 1)) == 0, "whole sets of kWays lines");
+  static_assert(kMaxLines - 1 <= UINT16_MAX, "Line::slot holds a line index");
+  static_assert(kMinLines >= kWays && (kWays & (kWays - 1)) == 0, "whole sets of kWays lines");
 
   // Page hash, independent of the table size; callers mask with `mask`.
   // An xor of shifted page numbers: consecutive pages take consecutive
@@ -185,7 +191,7 @@ struct alignas(64) ThreadCache {
   // Tables are whole pages of their own (mmap), never heap chunks: a freed
   // table goes back to the system at once, so thread churn does not leave
   // the allocator's per-thread arenas holding freed tables.
-  explicit ThreadCache(size_t slots = kMinSlots) : mask(slots - 1), lines(AllocateLines(slots)) {}
+  explicit ThreadCache(size_t slots = kMinLines) : mask(slots - 1), lines(AllocateLines(slots)) {}
   ~ThreadCache() { FreeLines(lines, mask + 1); }
   ThreadCache(const ThreadCache&) = delete;
   ThreadCache& operator=(const ThreadCache&) = delete;
@@ -213,7 +219,7 @@ struct alignas(64) ThreadCache {
   // (SharedMutex::lock_shared): threads take turns, so that two threads
   // reading at once seldom write the same line. Set by the cache at attach.
   int reader_slot = 0;
-  // The window the size is judged by (owner only; see kMaxSlots): the
+  // The window the size is judged by (owner only; see kMaxLines): the
   // `hits` it started at, its slow-path gets, the gets that claimed a slot
   // (or found their set all counting references) and those that displaced,
   // both counted under the cache lock, and the cache tick it started at
@@ -264,7 +270,7 @@ struct alignas(64) ThreadCache {
   ThreadCache* next = nullptr;        // cache's list, under the cache lock
 
   // A zeroed table of n lines (n * 64 bytes, a multiple of the page size
-  // for n >= kMinSlots). Aborts if memory is exhausted, as new[] would.
+  // for n >= kMinLines). Aborts if memory is exhausted, as new[] would.
   static Line* AllocateLines(size_t n);
   static void FreeLines(Line* lines, size_t n);
 

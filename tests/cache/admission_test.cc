@@ -26,7 +26,7 @@ using testing::RegistrarCounters;
 
 class AdmissionTest : public testing::SpacedRegionsTest {
  protected:
-  static constexpr size_t kFull = 64;  // CacheImpl::kAdmissionMinRegions
+  static constexpr size_t kFull = 64;  // ClockEviction::kAdmissionMinRegions
 
   // A cache of `max_regions` over a counted sim registrar; merging as asked.
   void Create(size_t max_regions, bool merge = false) {

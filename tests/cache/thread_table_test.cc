@@ -2,7 +2,7 @@
 // Its lines come in sets of ThreadCache::kWays, so regions whose home lines
 // coincide all stay in it; its size follows the thread's own working set
 // (growing while gets displace each other, up to two lines per cached region
-// and ThreadCache::kMaxSlots; shrinking once the thread uses a few regions);
+// and ThreadCache::kMaxLines; shrinking once the thread uses a few regions);
 // a resize keeps every reference while other threads invalidate; and a
 // region whose slot another region takes over keeps the recency it had there.
 // A thread whose last window of gets only missed (streaming) installs regions
@@ -71,7 +71,7 @@ class ThreadTableTest : public testing::SpacedRegionsTest {
 TEST_F(ThreadTableTest, RegionsSharingAHomeLineAllStayInTheTable) {
   GetPut(Spot(0));  // attaches this thread: a fresh table
   const size_t lines = cache_->thread_table_lines();
-  ASSERT_EQ(lines, ThreadCache::kMinSlots);
+  ASSERT_EQ(lines, ThreadCache::kMinLines);
   // kWays regions whose first pages hash to region 0's home line.
   const size_t home = ThreadCache::PageHash(reinterpret_cast<uintptr_t>(Spot(0))) & (lines - 1);
   std::vector<char*> same{Spot(0)};
@@ -100,21 +100,21 @@ TEST_F(ThreadTableTest, AFreshThreadInstallsRegionsWithLookupEntries) {
 }
 
 TEST_F(ThreadTableTest, AThreadThatOnlyMissesInstallsRegionsWithoutLookupEntries) {
-  Fill(ThreadCache::kMinSlots * 2);  // two windows of misses alone: streaming
-  GetPut(Spot(ThreadCache::kMinSlots * 2));
+  Fill(ThreadCache::kMinLines * 2);  // two windows of misses alone: streaming
+  GetPut(Spot(ThreadCache::kMinLines * 2));
   const uint64_t locked = cache_->locked_hits();
   const uint64_t hits = cache_->stats().hits;
-  GetPut(Spot(ThreadCache::kMinSlots * 2));
+  GetPut(Spot(ThreadCache::kMinLines * 2));
   EXPECT_EQ(cache_->locked_hits(), locked + 1) << "no entry: the next get takes the lock";
-  GetPut(Spot(ThreadCache::kMinSlots * 2));
+  GetPut(Spot(ThreadCache::kMinLines * 2));
   EXPECT_EQ(cache_->locked_hits(), locked + 1) << "which filled one: the third is lock-free";
   EXPECT_EQ(cache_->stats().hits, hits + 2);
 }
 
 TEST_F(ThreadTableTest, AHitEndsStreaming) {
-  Fill(ThreadCache::kMinSlots * 2);
+  Fill(ThreadCache::kMinLines * 2);
   GetPut(Spot(0));  // a locked hit: no longer streaming
-  const size_t fresh = ThreadCache::kMinSlots * 2;
+  const size_t fresh = ThreadCache::kMinLines * 2;
   GetPut(Spot(fresh));  // a miss, installed with its entry
   const uint64_t locked = cache_->locked_hits();
   GetPut(Spot(fresh));
@@ -123,12 +123,12 @@ TEST_F(ThreadTableTest, AHitEndsStreaming) {
 
 TEST_F(ThreadTableTest, RegionsEachUsedTwiceHitWithoutTheLockTheSecondTime) {
   // A window never passes without hits, so the thread never streams.
-  for (size_t i = 0; i < ThreadCache::kMinSlots * 8; ++i) {
+  for (size_t i = 0; i < ThreadCache::kMinLines * 8; ++i) {
     GetPut(Spot(i));
     GetPut(Spot(i));
   }
   EXPECT_EQ(cache_->locked_hits(), 0u);
-  EXPECT_EQ(cache_->stats().hits, ThreadCache::kMinSlots * 8);
+  EXPECT_EQ(cache_->stats().hits, ThreadCache::kMinLines * 8);
 }
 
 TEST_F(ThreadTableTest, RandomHitsOverTenThousandRegionsStayInTheTable) {
@@ -143,7 +143,7 @@ TEST_F(ThreadTableTest, RandomHitsOverTenThousandRegionsStayInTheTable) {
                            << cache_->thread_table_lines() << ")";
   EXPECT_EQ(cache_->stats().misses, misses);
   EXPECT_GE(cache_->thread_table_lines(), kMaxRegions);
-  EXPECT_LE(cache_->thread_table_lines(), ThreadCache::kMaxSlots);
+  EXPECT_LE(cache_->thread_table_lines(), ThreadCache::kMaxLines);
 }
 
 TEST_F(ThreadTableTest, TableGrowsToTwoLinesPerCachedRegionAtMost) {
@@ -171,7 +171,7 @@ TEST_F(ThreadTableTest, TableStaysSmallForAThreadThatUsesAFewRegions) {
     }
     lines = cache_->thread_table_lines();
   }).join();
-  EXPECT_EQ(lines, ThreadCache::kMinSlots) << "4 KiB, whatever the cache holds";
+  EXPECT_EQ(lines, ThreadCache::kMinLines) << "4 KiB, whatever the cache holds";
 }
 
 TEST_F(ThreadTableTest, TableShrinksWhenTheWorkingSetDoes) {
@@ -183,12 +183,12 @@ TEST_F(ThreadTableTest, TableShrinksWhenTheWorkingSetDoes) {
   ASSERT_GE(grown, n);
   // Four regions over and over, and a miss now and then.
   size_t round = 0;
-  for (; round < 200 && cache_->thread_table_lines() > ThreadCache::kMinSlots; ++round) {
+  for (; round < 200 && cache_->thread_table_lines() > ThreadCache::kMinLines; ++round) {
     for (size_t k = 0; k < 400; ++k) GetPut(Spot(k % 4));
     GetPut(Spot(n + round));
     ASSERT_LE(cache_->thread_table_lines(), grown) << "it never grows meanwhile";
   }
-  EXPECT_EQ(cache_->thread_table_lines(), ThreadCache::kMinSlots) << "after " << round << " rounds";
+  EXPECT_EQ(cache_->thread_table_lines(), ThreadCache::kMinLines) << "after " << round << " rounds";
   // The four regions are hits again in the small table.
   for (size_t k = 0; k < 4; ++k) GetPut(Spot(k));
   const uint64_t locked = cache_->locked_hits();
@@ -206,7 +206,7 @@ TEST_F(ThreadTableTest, ARegionWhoseSlotIsTakenOverKeepsItsRecencyForEviction) {
   // In a fresh table: five spots whose regions share one set of kWays slots
   // (a to e), and two elsewhere (f, g).
   auto set_of = [](const char* p) {
-    return (ThreadCache::PageHash(reinterpret_cast<uintptr_t>(p)) & (ThreadCache::kMinSlots - 1)) &
+    return (ThreadCache::PageHash(reinterpret_cast<uintptr_t>(p)) & (ThreadCache::kMinLines - 1)) &
            ~(ThreadCache::kWays - 1);
   };
   std::vector<char*> same, other;
@@ -221,7 +221,7 @@ TEST_F(ThreadTableTest, ARegionWhoseSlotIsTakenOverKeepsItsRecencyForEviction) {
   ASSERT_EQ(other.size(), 2u);
   char *a = same[0], *e = same[4], *f = other[0], *g = other[1];
   for (size_t k = 0; k < 4; ++k) GetPut(same[k]);  // a, b, c, d: misses, a placed first
-  ASSERT_EQ(cache_->thread_table_lines(), ThreadCache::kMinSlots);
+  ASSERT_EQ(cache_->thread_table_lines(), ThreadCache::kMinLines);
   const uint64_t locked = cache_->locked_hits();
   GetPut(a);  // a lock-free hit: a's slot records the use, not a's Region
   GetPut(f);  // a miss: time moves on
@@ -233,7 +233,7 @@ TEST_F(ThreadTableTest, ARegionWhoseSlotIsTakenOverKeepsItsRecencyForEviction) {
   // after a, never used since), not a, which was used after f's placement
   // but through the slot it lost.
   GetPut(g);
-  ASSERT_EQ(cache_->thread_table_lines(), ThreadCache::kMinSlots) << "the sets stayed as planned";
+  ASSERT_EQ(cache_->thread_table_lines(), ThreadCache::kMinLines) << "the sets stayed as planned";
   const uint64_t registrations = cache_->stats().registrations;
   GetPut(a);
   EXPECT_EQ(cache_->stats().registrations, registrations) << "a stayed cached";
