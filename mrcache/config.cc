@@ -92,27 +92,22 @@ std::string FormatSize(uint64_t bytes) {
 
 namespace {
 
-// The keys whose value is a byte count (Show writes them with FormatSize).
-bool IsByteCount(absl::string_view key) {
-  for (const char* name :
-       {"max_bytes", "max_merge_bytes", "bridge_bytes", "alignment", "odp_prefetch_bytes",
-        "pool_max_bytes", "pool_chunk_bytes", "pool_retain_bytes"}) {
-    if (key == name) return true;
-  }
-  return false;
-}
-
 // How a key's value is written: Set parses `value` into `config` (returning
 // what was expected on a bad value, the config unchanged), Get prints it in
 // the form Set accepts.
 using SetFn = bool (*)(Config& config, absl::string_view value);
 using GetFn = std::string (*)(const Config& config);
 
+// Whether a key's value is a byte count, which Show writes with FormatSize.
+enum class ValueKind { kOther, kByteCount };
+constexpr ValueKind kByteCount = ValueKind::kByteCount;
+
 struct KeyRow {
   ConfigKeyInfo info;
   const char* expected;  // for the EINVAL message of a bad value
   SetFn set;
   GetFn get;
+  ValueKind kind = ValueKind::kOther;
 };
 
 bool SetSize(size_t* field, absl::string_view value) {
@@ -208,11 +203,13 @@ const std::vector<KeyRow>& Rows() {
       {{"max_bytes", "bytes kept registered (`K`/`M`/`G` suffixes), 0 = unlimited", "0"},
        "a size such as 512M, 0 = unlimited",
        [](Config& c, absl::string_view v) { return SetSize(&c.max_bytes, v); },
-       [](const Config& c) { return Num(c.max_bytes); }},
+       [](const Config& c) { return Num(c.max_bytes); },
+       kByteCount},
       {{"max_merge_bytes", "largest region a merge may create, 0 = merging off", "1G"},
        "a size, 0 = no merging",
        [](Config& c, absl::string_view v) { return SetSize(&c.max_merge_bytes, v); },
-       [](const Config& c) { return Num(c.max_merge_bytes); }},
+       [](const Config& c) { return Num(c.max_merge_bytes); },
+       kByteCount},
       {{"bridge_bytes",
         "aligned block within which a miss in stable memory registers the resident rest of its "
         "mapping once "
@@ -222,7 +219,8 @@ const std::vector<KeyRow>& Rows() {
         "128M"},
        "a size, 0 = no bridging",
        [](Config& c, absl::string_view v) { return SetSize(&c.bridge_bytes, v); },
-       [](const Config& c) { return Num(c.bridge_bytes); }},
+       [](const Config& c) { return Num(c.bridge_bytes); },
+       kByteCount},
       {{"alignment",
         "region granularity: a power of two >= 8 (`64` keeps heap neighbours apart, as UCX's IB "
         "default does; `2M` "
@@ -236,7 +234,8 @@ const std::vector<KeyRow>& Rows() {
            return a == 0 || (IsPowerOfTwo(a) && a >= Config::kMinAlignment);
          });
        },
-       [](const Config& c) { return Num(c.alignment); }},
+       [](const Config& c) { return Num(c.alignment); },
+       kByteCount},
       {{"remote_keys",
         "`shared` (remote-rights regions cached; an rkey reaches the union of the pages requested "
         "with its rights) "
@@ -279,7 +278,8 @@ const std::vector<KeyRow>& Rows() {
         "0"},
        "a size, 0 = never",
        [](Config& c, absl::string_view v) { return SetSize(&c.odp_prefetch_bytes, v); },
-       [](const Config& c) { return Num(c.odp_prefetch_bytes); }},
+       [](const Config& c) { return Num(c.odp_prefetch_bytes); },
+       kByteCount},
       {{"sim_base_ns", "sim registrar cost per call", "3000 (io_uring's, measured)"},
        "nanoseconds, a whole number",
        [](Config& c, absl::string_view v) { return SetNs(&c.sim_base_ns, v); },
@@ -300,7 +300,8 @@ const std::vector<KeyRow>& Rows() {
       {{"pool_max_bytes", "pooled allocator (`mrc_pool_*`): most bytes it maps", "1G"},
        "a size",
        [](Config& c, absl::string_view v) { return SetSize(&c.pool_max_bytes, v); },
-       [](const Config& c) { return Num(c.pool_max_bytes); }},
+       [](const Config& c) { return Num(c.pool_max_bytes); },
+       kByteCount},
       {{"pool_chunk_bytes", "pooled allocator: bytes per registered chunk, a power of two >= 64K",
         "2M"},
        "a power of two >= 64K",
@@ -308,7 +309,8 @@ const std::vector<KeyRow>& Rows() {
          return SetCheckedSize(&c.pool_chunk_bytes, v,
                                [](size_t b) { return IsPowerOfTwo(b) && b >= (size_t{64} << 10); });
        },
-       [](const Config& c) { return Num(c.pool_chunk_bytes); }},
+       [](const Config& c) { return Num(c.pool_chunk_bytes); },
+       kByteCount},
       {{"pool_hugepages", "pooled allocator: back chunks with huge pages", "0"},
        "0 or 1",
        [](Config& c, absl::string_view v) { return SetBool(&c.pool_hugepages, v); },
@@ -320,7 +322,8 @@ const std::vector<KeyRow>& Rows() {
         "32M"},
        "a size",
        [](Config& c, absl::string_view v) { return SetSize(&c.pool_retain_bytes, v); },
-       [](const Config& c) { return Num(c.pool_retain_bytes); }},
+       [](const Config& c) { return Num(c.pool_retain_bytes); },
+       kByteCount},
       {{"pool_access",
         "pooled allocator: the rights every chunk is registered with, `+`-joined from "
         "`local_write` (required), `remote_read`, `remote_write`, `remote_atomic`; a buffer's "
@@ -396,7 +399,8 @@ absl::StatusOr<std::string> Config::Get(absl::string_view key) const {
 absl::StatusOr<std::string> Config::Show(absl::string_view key) const {
   absl::StatusOr<std::string> value = Get(key);
   uint64_t bytes = 0;
-  if (!value.ok() || !IsByteCount(key) || !absl::SimpleAtoi(*value, &bytes)) return value;
+  const KeyRow* row = FindRow(key);
+  if (!value.ok() || row->kind != kByteCount || !absl::SimpleAtoi(*value, &bytes)) return value;
   return FormatSize(bytes);
 }
 
