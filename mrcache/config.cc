@@ -8,13 +8,16 @@
 #include <cstdlib>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "mrcache/environment_check.h"
 #include "mrcache/errno_status.h"
+#include "mrcache/monitors/monitor_table.h"
 #include "mrcache/registrar.h"
 
 namespace mrcache {
@@ -165,25 +168,30 @@ std::string PoolAccessName(int access) {
   }
   return name;
 }
-bool KnownMonitorList(absl::string_view value) {
-  // Names are checked when the monitor is acquired; reject obvious junk here.
-  static const char* kNames[] = {"none", "symbols", "patch", "uffd", "jemalloc", "auto"};
-  while (true) {
-    size_t plus = value.find('+');
-    absl::string_view part = value.substr(0, plus);
-    bool known = false;
-    for (const char* n : kNames) known |= part == n;
-    if (!known) return false;
-    if (plus == absl::string_view::npos) return true;
-    value.remove_prefix(plus + 1);
-  }
-}
 std::string Num(uint64_t v) { return std::to_string(v); }
+// 'auto+uffd' (or 'patch+uffd', 'symbols+uffd'): `name` with each monitor
+// that reports libc's releases before they happen, the broadest first.
+std::string FencedCombinations(absl::string_view name) {
+  std::vector<std::string> lists;
+  for (const MonitorRow& row : MonitorTable()) {
+    if (row.reports_libc_releases_before) {
+      lists.insert(lists.begin(), absl::StrCat("'", row.name, "+", name, "'"));
+    }
+  }
+  if (lists.size() < 2) return absl::StrJoin(lists, "");
+  const std::string first = lists.front();
+  lists.erase(lists.begin());
+  return absl::StrCat(first, " (or ", absl::StrJoin(lists, ", "), ")");
+}
 
 // The one table of configuration keys, in documentation order. Set, Get,
 // Keys, mrcache-info and the README's table (tests/cache/config_table_test.cc
 // checks it) all come from here.
 const std::vector<KeyRow>& Rows() {
+  // The `monitor` key's texts, from the monitor table; they live as long as
+  // the rows that point to them.
+  static const std::string* monitor_values = new std::string(MonitorKeyDescription());
+  static const std::string* monitor_expected = new std::string(MonitorNames("|") + ", '+'-joined");
   static const auto* rows = new std::vector<KeyRow>{
       {{"registrar",
         "`uring` (io_uring fixed buffers, real pinning), `sim` (cost model), `verbs` (rdma-core on "
@@ -250,12 +258,8 @@ const std::vector<KeyRow>& Rows() {
          return true;
        },
        [](const Config& c) { return std::string(RemoteKeysName(c.remote_keys)); }},
-      {{"monitor",
-        "`none`, `symbols`, `patch`, `uffd`, `jemalloc`, `auto` (adds `uffd` where a "
-        "sanitizer runtime is loaded), or a `+`-joined list (`auto+uffd`: also an inline "
-        "`syscall` instruction); `uffd` only with `symbols`, `patch` or `auto`",
-        "`auto`"},
-       "none|symbols|patch|uffd|jemalloc|auto, '+'-joined",
+      {{"monitor", monitor_values->c_str(), "`auto`"},
+       monitor_expected->c_str(),
        [](Config& c, absl::string_view v) {
          if (!KnownMonitorList(v)) return false;
          c.monitor = std::string(v);
@@ -424,39 +428,18 @@ absl::StatusOr<Config> Config::FromEnvironment(Config defaults) {
   return defaults;
 }
 
-namespace {
-// True if the '+'-joined `monitor` list has `uffd` but no part that reports
-// releases before they happen (`symbols`, `patch`, `auto`).
-bool UffdWithoutAFence(absl::string_view monitor) {
-  bool uffd = false, fence = false;
-  while (true) {
-    const size_t plus = monitor.find('+');
-    const absl::string_view part = monitor.substr(0, plus);
-    uffd |= part == "uffd";
-    fence |= part == "symbols" || part == "patch" || part == "auto";
-    if (plus == absl::string_view::npos) return uffd && !fence;
-    monitor.remove_prefix(plus + 1);
-  }
-}
-}  // namespace
-
 absl::Status Config::Validate() const {
   if (alignment != 0 && (!IsPowerOfTwo(alignment) || alignment < kMinAlignment)) {
     return ErrnoStatus(EINVAL, "alignment must be a power of two >= 8 (0 = the page size)");
   }
-  // userfaultfd reports an unmap or mremap only after the kernel let go of
-  // the addresses (another thread may map them and hit the old registration
-  // first) and madvise(DONTNEED) before the pages go (a miss in between pins
-  // the old ones): alone it serves stale registrations under concurrent
-  // release (tests/monitors/README.md, "Concurrent release and reuse").
-  if (UffdWithoutAFence(monitor)) {
-    return ErrnoStatus(
-        EINVAL, "monitor '" + monitor +
-                    "': uffd alone cannot keep registrations fresh when threads release and map "
-                    "memory concurrently (the kernel reports munmap and mremap after other "
-                    "threads can map the addresses again, madvise(DONTNEED) before its pages "
-                    "go); use 'auto+uffd' (or 'patch+uffd', 'symbols+uffd'), which reports "
-                    "releases before they happen and adds uffd's events");
+  // A monitor that reports releases only after the fact (uffd) serves stale
+  // registrations under concurrent release without one that reports them
+  // before (tests/monitors/README.md, "Concurrent release and reuse").
+  if (const MonitorRow* needs = MonitorNeedingAFence(monitor)) {
+    return ErrnoStatus(EINVAL, absl::StrCat("monitor '", monitor, "': ", needs->why_not_alone,
+                                            "; use ", FencedCombinations(needs->name),
+                                            ", which report releases before they happen and add ",
+                                            needs->name, "'s events"));
   }
   return absl::OkStatus();
 }
