@@ -11,7 +11,7 @@
 #include "interpose/real_verbs.h"
 #include "interpose/shim_scope.h"
 #include "mrcache/errno_status.h"
-#include "mrcache/log.h"
+#include "mrcache/internal/log.h"
 #include "mrcache/monitors/fork_guard.h"
 #include "mrcache/registrar.h"
 

@@ -15,12 +15,12 @@
 #include <memory>
 #include <new>
 
-#include "mrcache/c_api_handles.h"
 #include "mrcache/cache.h"
 #include "mrcache/config.h"
 #include "mrcache/core/region.h"
 #include "mrcache/errno_status.h"
-#include "mrcache/log.h"
+#include "mrcache/internal/c_api_handles.h"
+#include "mrcache/internal/log.h"
 #include "mrcache/registrars/custom_registrar.h"
 
 namespace {

@@ -127,9 +127,9 @@
 #include "mrcache/core/seen_filter.h"
 #include "mrcache/core/size_classes.h"
 #include "mrcache/core/thread_cache.h"
+#include "mrcache/internal/mutex.h"
 #include "mrcache/monitors/memory_events.h"
 #include "mrcache/monitors/monitor.h"
-#include "mrcache/mutex.h"
 #include "mrcache/registrar.h"
 #include "mrcache/registrars/pin_budget.h"
 

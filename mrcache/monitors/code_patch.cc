@@ -12,7 +12,7 @@
 #include <string>
 
 #include "mrcache/errno_status.h"
-#include "mrcache/mutex.h"
+#include "mrcache/internal/mutex.h"
 
 namespace mrcache {
 namespace patch_monitor {

@@ -13,7 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "mrcache/errno_status.h"
-#include "mrcache/log.h"
+#include "mrcache/internal/log.h"
 #include "mrcache/monitors/fork_guard.h"
 #include "mrcache/monitors/jemalloc_monitor.h"
 #include "mrcache/monitors/monitor_sync.h"

@@ -82,7 +82,7 @@ class MonitorLease {
 // EINVAL for an unknown name; ENOTSUP (with the reason) when the monitor
 // cannot be installed in this process. `auto` stands for
 // AutoMonitorNames(SanitizerRuntime()); the first lease of a process whose
-// `auto` adds uffd for a sanitizer logs one line (mrcache/log.h) saying so.
+// `auto` adds uffd for a sanitizer logs one line (mrcache/internal/log.h) saying so.
 absl::StatusOr<std::unique_ptr<MonitorLease>> AcquireMonitor(absl::string_view name);
 
 // The sanitizer runtime loaded in this process ("AddressSanitizer",

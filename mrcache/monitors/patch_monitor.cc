@@ -7,7 +7,7 @@
 #include <cstdint>
 
 #include "mrcache/errno_status.h"
-#include "mrcache/log.h"
+#include "mrcache/internal/log.h"
 #include "mrcache/monitors/patch_handlers.h"
 
 namespace mrcache {
