@@ -16,7 +16,7 @@
 #include "allocator/private_jemalloc.h"
 #include "allocator/thread_tcache.h"
 #include "mrcache/errno_status.h"
-#include "mrcache/log.h"
+#include "mrcache/internal/log.h"
 
 namespace mrcache {
 namespace {

@@ -13,14 +13,14 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "allocator/pool.h"
-#include "mrcache/c_api_handles.h"
 #include "mrcache/cache.h"
 #include "mrcache/config.h"
 #include "mrcache/errno_status.h"
-#include "mrcache/log.h"
+#include "mrcache/internal/c_api_handles.h"
+#include "mrcache/internal/log.h"
 #include "mrcache/mrcache.h"
 
-// mrc_config_t and mrc_cache_t come from mrcache/c_api_handles.h.
+// mrc_config_t and mrc_cache_t come from mrcache/internal/c_api_handles.h.
 struct mrc_pool {
   std::unique_ptr<mrcache::Pool> pool;
 };

@@ -31,12 +31,14 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "interpose/live_stats.h"
 #include "interpose/shim_defaults.h"
 #include "mrcache/cache.h"
 #include "mrcache/config.h"
 #include "mrcache/errno_status.h"
 #include "mrcache/monitors/monitor.h"
+#include "mrcache/monitors/monitor_table.h"
 #include "mrcache/monitors/uffd_monitor.h"
 #include "mrcache/registrars/odp.h"
 #include "mrcache/registrars/pin_budget.h"
@@ -268,7 +270,7 @@ void PrintPinBudget(const mrcache::Config& config) {
 // The uffd monitor's watching: a probe on a fresh mapping, the map-count
 // limit, and the stats that count what it could not watch.
 void PrintUffdWatching() {
-  auto lease = mrcache::AcquireMonitor("uffd");
+  auto lease = mrcache::AcquireMonitor(mrcache::MonitorRowOf(mrcache::MonitorId::kUffd).name);
   if (!lease.ok()) return;  // "unavailable" with its cause is printed above
   const size_t len = 4 * static_cast<size_t>(getpagesize());
   void* p = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -295,19 +297,58 @@ void PrintUffdWatching() {
       "watch_other) and MRCACHE_STATS\n");
 }
 
+// Installs and releases `list` ("patch", "auto+uffd", ...) and prints
+// whether it is available: for `auto` and lists, what it installed; for a
+// monitor that may not be used alone, which monitors it needs beside it.
+void PrintMonitorAvailability(const std::string& list, bool usable_alone) {
+  const char* name = list.c_str();
+  auto lease = mrcache::AcquireMonitor(list);
+  if (!lease.ok()) {
+    std::printf("  %-9s unavailable: %s\n", name, std::string(lease.status().message()).c_str());
+    return;
+  }
+  if (!usable_alone) {
+    std::printf("  %-9s installable, but only with %s (e.g. auto+%s below)\n", name,
+                absl::StrReplaceAll(mrcache::MonitorsThatFence(), {{"`", ""}}).c_str(), name);
+    return;
+  }
+  const mrcache::MonitorRow* row = mrcache::FindMonitor(list);
+  const bool combined = row == nullptr || row->reports == mrcache::MonitorReports::kCombination;
+  std::printf("  %-9s available%s%s\n", name, combined ? ": " : "",
+              combined ? (*lease)->name().c_str() : "");
+  if (!(*lease)->shortfall().empty()) {
+    std::printf("  %-9s incomplete: %s\n", "", (*lease)->shortfall().c_str());
+  }
+}
+
+// The monitor table (monitor_table.h), one monitor a line, tab-separated:
+// name, when it reports (nothing, before, after, combination), "alone" or
+// "only with" the monitors it needs beside it, and what it watches.
+void PrintMonitorTable() {
+  for (const mrcache::MonitorRow& row : mrcache::MonitorTable()) {
+    const char* reports = row.reports == mrcache::MonitorReports::kNothing  ? "nothing"
+                          : row.reports == mrcache::MonitorReports::kBefore ? "before"
+                          : row.reports == mrcache::MonitorReports::kAfter  ? "after"
+                                                                            : "combination";
+    const std::string use =
+        row.usable_alone
+            ? "alone"
+            : "only with " + absl::StrReplaceAll(mrcache::MonitorsThatFence(), {{"`", ""}});
+    std::printf("%s\t%s\t%s\t%s\n", row.name, reports, use.c_str(), row.description);
+  }
+}
+
 void PrintMonitors(const mrcache::Config& config) {
   std::printf("\nMemory monitors (installed and released again in this process):\n");
-  for (const char* name : {"none", "symbols", "patch", "uffd", "jemalloc", "auto", "auto+uffd"}) {
-    auto lease = mrcache::AcquireMonitor(name);
-    if (!lease.ok()) {
-      std::printf("  %-9s unavailable: %s\n", name, std::string(lease.status().message()).c_str());
-      continue;
-    }
-    bool combined = std::strncmp(name, "auto", 4) == 0;
-    std::printf("  %-9s available%s%s\n", name, combined ? ": " : "",
-                combined ? (*lease)->name().c_str() : "");
-    if (!(*lease)->shortfall().empty()) {
-      std::printf("  %-9s incomplete: %s\n", "", (*lease)->shortfall().c_str());
+  for (const mrcache::MonitorRow& row : mrcache::MonitorTable()) {
+    PrintMonitorAvailability(row.name, row.usable_alone);
+  }
+  // Each monitor that needs a companion, with auto.
+  for (const mrcache::MonitorRow& row : mrcache::MonitorTable()) {
+    if (!row.usable_alone) {
+      PrintMonitorAvailability(
+          std::string(mrcache::MonitorRowOf(mrcache::MonitorId::kAuto).name) + "+" + row.name,
+          true);
     }
   }
   const std::string sanitizer = mrcache::SanitizerRuntime();
@@ -513,7 +554,7 @@ int main(int argc, char** argv) {
     const char* arg = argv[i];
     if (std::strcmp(arg, "-h") == 0 || std::strcmp(arg, "--help") == 0) {
       std::printf(
-          "usage: mrcache-info [--config-table | --config-man]\n"
+          "usage: mrcache-info [--config-table | --config-man | --monitors]\n"
           "       mrcache-info --pid PID [--json | --prometheus | --watch SECS [--count N]]\n"
           "       mrcache-info --list | --prometheus\n\n"
           "Prints the mrcache configuration in effect (every key; set them with MRCACHE_<KEY>),\n"
@@ -522,7 +563,10 @@ int main(int argc, char** argv) {
           "invalid.\n\n"
           "--config-table  print every configuration key, what it accepts and its default,\n"
           "                as a Markdown table (the one in README.md), and exit.\n"
-          "--config-man    the same keys as the roff list of mrcache(7), and exit.\n\n"
+          "--config-man    the same keys as the roff list of mrcache(7), and exit.\n"
+          "--monitors      every memory monitor, one a line (tab-separated): its name, when\n"
+          "                it reports a release (nothing, before, after, combination),\n"
+          "                whether it may be used alone, what it watches; and exit.\n\n"
           "Live statistics (caches publish them unless stats_shm=off; this user's processes):\n"
           "--pid PID       the caches of process PID: counters, pinned bytes against the pin\n"
           "                budget, histograms (figures at most 0.25 s old).\n"
@@ -542,6 +586,10 @@ int main(int argc, char** argv) {
     }
     if (std::strcmp(arg, "--config-man") == 0) {
       PrintConfigMan();
+      return 0;
+    }
+    if (std::strcmp(arg, "--monitors") == 0) {
+      PrintMonitorTable();
       return 0;
     }
     const std::string error = ParseLiveOption(argc, argv, &i, &live);

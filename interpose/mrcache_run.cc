@@ -19,12 +19,15 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_replace.h"
 #include "mrcache/config.h"
+#include "mrcache/monitors/monitor_table.h"
 
 namespace {
 
 constexpr char kShimName[] = "libmrcache_preload.so";
 
+// {monitors} stands for the monitor table's names (monitor_table.h).
 constexpr char kUsage[] =
     "usage: mrcache-run [OPTIONS] -- CMD [ARGS...]\n"
     "\n"
@@ -38,7 +41,7 @@ constexpr char kUsage[] =
     "  --stats=json:PATH     write the same figures as JSON to PATH (MRCACHE_STATS=json:PATH)\n"
     "  --max-bytes N         bound on pinned bytes per PD cache, e.g. 512M, 2G; 0 = no\n"
     "                        bound (MRCACHE_MAX_BYTES)\n"
-    "  --monitor M           memory monitor: none|symbols|patch|uffd|jemalloc|auto, or a\n"
+    "  --monitor M           memory monitor: {monitors}, or a\n"
     "                        '+'-joined list (MRCACHE_MONITOR; default auto). With none the\n"
     "                        application must never free registered memory.\n"
     "  --remote-keys MODE    private (default): a registration with a remote right gets its\n"
@@ -133,7 +136,8 @@ int main(int argc, char** argv) {
       break;
     }
     if (arg == "-h" || arg == "--help") {
-      std::fputs(kUsage, stdout);
+      std::fputs(absl::StrReplaceAll(kUsage, {{"{monitors}", mrcache::MonitorNames("|")}}).c_str(),
+                 stdout);
       return 0;
     }
     if (arg == "--stats") {
@@ -151,6 +155,7 @@ int main(int argc, char** argv) {
     } else if (TakeValue(argc, argv, &i, "--monitor", &value)) {
       mrcache::Config check;
       absl::Status s = check.Set("monitor", value);
+      if (s.ok()) s = check.Validate();  // uffd alone, for one
       if (!s.ok()) UsageError("--monitor: " + std::string(s.message()));
       monitor = value;
     } else if (TakeValue(argc, argv, &i, "--remote-keys", &value)) {

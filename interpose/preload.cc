@@ -19,7 +19,7 @@
 #include "interpose/shim.h"
 #include "interpose/shim_scope.h"
 #include "interpose/stats_report.h"
-#include "mrcache/log.h"
+#include "mrcache/internal/log.h"
 
 // verbs.h turns these into inline dispatchers; here they are the functions.
 #undef ibv_reg_mr

@@ -10,7 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "interpose/record_format.h"
-#include "mrcache/log.h"
+#include "mrcache/internal/log.h"
 
 namespace mrcache_preload {
 namespace {

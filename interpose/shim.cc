@@ -11,7 +11,7 @@
 #include "interpose/real_verbs.h"
 #include "interpose/shim_scope.h"
 #include "mrcache/errno_status.h"
-#include "mrcache/log.h"
+#include "mrcache/internal/log.h"
 #include "mrcache/monitors/fork_guard.h"
 #include "mrcache/registrar.h"
 
@@ -185,13 +185,20 @@ ibv_mr* Shim::Register(RegEntry entry, ibv_pd* pd, void* addr, size_t length, ui
     Relax(bypassed_);
     return CountedDirect(entry, pd, addr, length, iova, access);
   }
+  if (info.mr == nullptr) {
+    // Every PdCaches cache registers through the verbs registrar, which
+    // always sets the MR; a region without one has no keys to hand out.
+    (void)(*cache)->cache->Put(*region);
+    Relax(fallbacks_);
+    return CountedDirect(entry, pd, addr, length, iova, access);
+  }
   auto* alias = new (std::nothrow) Alias;
   if (alias == nullptr) {
     (void)(*cache)->cache->Put(*region);
     errno = ENOMEM;
     return nullptr;
   }
-  alias->TakeKeys(*reinterpret_cast<const ibv_mr*>(static_cast<uintptr_t>(info.handle)));
+  alias->TakeKeys(*info.mr);
   alias->mr.addr = addr;
   alias->mr.length = length;
   alias->kind = AliasKind::kCached;

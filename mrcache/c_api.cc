@@ -1,8 +1,10 @@
 // c_api.cc: the C API of mrcache.h over the C++ Cache.
 //
-// mrc_region_t is mrcache::Region; mrc_cache_t owns a mrcache::Cache;
-// mrc_config_t owns a mrcache::Config. Every entry point turns a Status into
-// its errno (StatusToErrno) and never throws.
+// mrc_region_t is the empty base of mrcache::Region (core/region.h), so a
+// handle converts to its Region and back with static_cast; mrc_cache_t owns
+// a mrcache::Cache; mrc_config_t owns a mrcache::Config (c_api_handles.h).
+// Every entry point turns a Status into its errno (StatusToErrno) and never
+// throws.
 #include "mrcache/mrcache.h"
 
 #include <algorithm>
@@ -13,18 +15,17 @@
 #include <memory>
 #include <new>
 
-#include "mrcache/c_api_handles.h"
 #include "mrcache/cache.h"
 #include "mrcache/config.h"
 #include "mrcache/core/region.h"
 #include "mrcache/errno_status.h"
-#include "mrcache/log.h"
+#include "mrcache/internal/c_api_handles.h"
+#include "mrcache/internal/log.h"
 #include "mrcache/registrars/custom_registrar.h"
-
-struct mrc_region : mrcache::Region {};
 
 namespace {
 
+// A handle mrc_get returned is a Region (region.h): the downcast is exact.
 mrcache::Region* AsRegion(mrc_region_t* r) { return static_cast<mrcache::Region*>(r); }
 const mrcache::Region* AsRegion(const mrc_region_t* r) {
   return static_cast<const mrcache::Region*>(r);
@@ -113,7 +114,7 @@ int mrc_get(mrc_cache_t* cache, void* addr, size_t length, int access, mrc_regio
   if (cache == nullptr || region == nullptr) return EINVAL;
   auto r = cache->cache->Acquire(addr, length, access);
   if (!r.ok()) return Report(r.status());
-  *region = static_cast<mrc_region_t*>(*r);
+  *region = *r;  // Region -> its mrc_region base
   return 0;
 }
 

@@ -19,6 +19,7 @@ RegionInfo GetRegionInfo(const Region* region) {
   info.rkey = region->reg.rkey;
   info.access = region->reg.access;
   info.handle = region->reg.handle;
+  info.mr = region->reg.mr;
   return info;
 }
 

@@ -51,6 +51,7 @@
 #include "mrcache/config.h"
 #include "mrcache/registrar.h"
 
+struct ibv_mr;
 struct ibv_pd;
 
 namespace mrcache {
@@ -66,7 +67,8 @@ struct RegionInfo {
   uint32_t lkey = 0;
   uint32_t rkey = 0;
   int access = 0;
-  uint64_t handle = 0;  // what the registrar returned
+  uint64_t handle = 0;   // what the registrar returned
+  ibv_mr* mr = nullptr;  // the verbs registrar's memory region, else nullptr
 };
 
 // Same fields and meaning as mrc_stats_t.

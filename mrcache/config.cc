@@ -8,13 +8,16 @@
 #include <cstdlib>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "mrcache/environment_check.h"
 #include "mrcache/errno_status.h"
+#include "mrcache/monitors/monitor_table.h"
 #include "mrcache/registrar.h"
 
 namespace mrcache {
@@ -92,27 +95,22 @@ std::string FormatSize(uint64_t bytes) {
 
 namespace {
 
-// The keys whose value is a byte count (Show writes them with FormatSize).
-bool IsByteCount(absl::string_view key) {
-  for (const char* name :
-       {"max_bytes", "max_merge_bytes", "bridge_bytes", "alignment", "odp_prefetch_bytes",
-        "pool_max_bytes", "pool_chunk_bytes", "pool_retain_bytes"}) {
-    if (key == name) return true;
-  }
-  return false;
-}
-
 // How a key's value is written: Set parses `value` into `config` (returning
 // what was expected on a bad value, the config unchanged), Get prints it in
 // the form Set accepts.
 using SetFn = bool (*)(Config& config, absl::string_view value);
 using GetFn = std::string (*)(const Config& config);
 
+// Whether a key's value is a byte count, which Show writes with FormatSize.
+enum class ValueKind { kOther, kByteCount };
+constexpr ValueKind kByteCount = ValueKind::kByteCount;
+
 struct KeyRow {
   ConfigKeyInfo info;
   const char* expected;  // for the EINVAL message of a bad value
   SetFn set;
   GetFn get;
+  ValueKind kind = ValueKind::kOther;
 };
 
 bool SetSize(size_t* field, absl::string_view value) {
@@ -170,25 +168,30 @@ std::string PoolAccessName(int access) {
   }
   return name;
 }
-bool KnownMonitorList(absl::string_view value) {
-  // Names are checked when the monitor is acquired; reject obvious junk here.
-  static const char* kNames[] = {"none", "symbols", "patch", "uffd", "jemalloc", "auto"};
-  while (true) {
-    size_t plus = value.find('+');
-    absl::string_view part = value.substr(0, plus);
-    bool known = false;
-    for (const char* n : kNames) known |= part == n;
-    if (!known) return false;
-    if (plus == absl::string_view::npos) return true;
-    value.remove_prefix(plus + 1);
-  }
-}
 std::string Num(uint64_t v) { return std::to_string(v); }
+// 'auto+uffd' (or 'patch+uffd', 'symbols+uffd'): `name` with each monitor
+// that reports libc's releases before they happen, the broadest first.
+std::string FencedCombinations(absl::string_view name) {
+  std::vector<std::string> lists;
+  for (const MonitorRow& row : MonitorTable()) {
+    if (row.reports_libc_releases_before) {
+      lists.insert(lists.begin(), absl::StrCat("'", row.name, "+", name, "'"));
+    }
+  }
+  if (lists.size() < 2) return absl::StrJoin(lists, "");
+  const std::string first = lists.front();
+  lists.erase(lists.begin());
+  return absl::StrCat(first, " (or ", absl::StrJoin(lists, ", "), ")");
+}
 
 // The one table of configuration keys, in documentation order. Set, Get,
 // Keys, mrcache-info and the README's table (tests/cache/config_table_test.cc
 // checks it) all come from here.
 const std::vector<KeyRow>& Rows() {
+  // The `monitor` key's texts, from the monitor table; they live as long as
+  // the rows that point to them.
+  static const std::string* monitor_values = new std::string(MonitorKeyDescription());
+  static const std::string* monitor_expected = new std::string(MonitorNames("|") + ", '+'-joined");
   static const auto* rows = new std::vector<KeyRow>{
       {{"registrar",
         "`uring` (io_uring fixed buffers, real pinning), `sim` (cost model), `verbs` (rdma-core on "
@@ -208,11 +211,13 @@ const std::vector<KeyRow>& Rows() {
       {{"max_bytes", "bytes kept registered (`K`/`M`/`G` suffixes), 0 = unlimited", "0"},
        "a size such as 512M, 0 = unlimited",
        [](Config& c, absl::string_view v) { return SetSize(&c.max_bytes, v); },
-       [](const Config& c) { return Num(c.max_bytes); }},
+       [](const Config& c) { return Num(c.max_bytes); },
+       kByteCount},
       {{"max_merge_bytes", "largest region a merge may create, 0 = merging off", "1G"},
        "a size, 0 = no merging",
        [](Config& c, absl::string_view v) { return SetSize(&c.max_merge_bytes, v); },
-       [](const Config& c) { return Num(c.max_merge_bytes); }},
+       [](const Config& c) { return Num(c.max_merge_bytes); },
+       kByteCount},
       {{"bridge_bytes",
         "aligned block within which a miss in stable memory registers the resident rest of its "
         "mapping once "
@@ -222,7 +227,8 @@ const std::vector<KeyRow>& Rows() {
         "128M"},
        "a size, 0 = no bridging",
        [](Config& c, absl::string_view v) { return SetSize(&c.bridge_bytes, v); },
-       [](const Config& c) { return Num(c.bridge_bytes); }},
+       [](const Config& c) { return Num(c.bridge_bytes); },
+       kByteCount},
       {{"alignment",
         "region granularity: a power of two >= 8 (`64` keeps heap neighbours apart, as UCX's IB "
         "default does; `2M` "
@@ -236,7 +242,8 @@ const std::vector<KeyRow>& Rows() {
            return a == 0 || (IsPowerOfTwo(a) && a >= Config::kMinAlignment);
          });
        },
-       [](const Config& c) { return Num(c.alignment); }},
+       [](const Config& c) { return Num(c.alignment); },
+       kByteCount},
       {{"remote_keys",
         "`shared` (remote-rights regions cached; an rkey reaches the union of the pages requested "
         "with its rights) "
@@ -251,12 +258,8 @@ const std::vector<KeyRow>& Rows() {
          return true;
        },
        [](const Config& c) { return std::string(RemoteKeysName(c.remote_keys)); }},
-      {{"monitor",
-        "`none`, `symbols`, `patch`, `uffd`, `jemalloc`, `auto` (adds `uffd` where a "
-        "sanitizer runtime is loaded), or a `+`-joined list (`auto+uffd`: also an inline "
-        "`syscall` instruction); `uffd` only with `symbols`, `patch` or `auto`",
-        "`auto`"},
-       "none|symbols|patch|uffd|jemalloc|auto, '+'-joined",
+      {{"monitor", monitor_values->c_str(), "`auto`"},
+       monitor_expected->c_str(),
        [](Config& c, absl::string_view v) {
          if (!KnownMonitorList(v)) return false;
          c.monitor = std::string(v);
@@ -279,7 +282,8 @@ const std::vector<KeyRow>& Rows() {
         "0"},
        "a size, 0 = never",
        [](Config& c, absl::string_view v) { return SetSize(&c.odp_prefetch_bytes, v); },
-       [](const Config& c) { return Num(c.odp_prefetch_bytes); }},
+       [](const Config& c) { return Num(c.odp_prefetch_bytes); },
+       kByteCount},
       {{"sim_base_ns", "sim registrar cost per call", "3000 (io_uring's, measured)"},
        "nanoseconds, a whole number",
        [](Config& c, absl::string_view v) { return SetNs(&c.sim_base_ns, v); },
@@ -300,7 +304,8 @@ const std::vector<KeyRow>& Rows() {
       {{"pool_max_bytes", "pooled allocator (`mrc_pool_*`): most bytes it maps", "1G"},
        "a size",
        [](Config& c, absl::string_view v) { return SetSize(&c.pool_max_bytes, v); },
-       [](const Config& c) { return Num(c.pool_max_bytes); }},
+       [](const Config& c) { return Num(c.pool_max_bytes); },
+       kByteCount},
       {{"pool_chunk_bytes", "pooled allocator: bytes per registered chunk, a power of two >= 64K",
         "2M"},
        "a power of two >= 64K",
@@ -308,7 +313,8 @@ const std::vector<KeyRow>& Rows() {
          return SetCheckedSize(&c.pool_chunk_bytes, v,
                                [](size_t b) { return IsPowerOfTwo(b) && b >= (size_t{64} << 10); });
        },
-       [](const Config& c) { return Num(c.pool_chunk_bytes); }},
+       [](const Config& c) { return Num(c.pool_chunk_bytes); },
+       kByteCount},
       {{"pool_hugepages", "pooled allocator: back chunks with huge pages", "0"},
        "0 or 1",
        [](Config& c, absl::string_view v) { return SetBool(&c.pool_hugepages, v); },
@@ -320,7 +326,8 @@ const std::vector<KeyRow>& Rows() {
         "32M"},
        "a size",
        [](Config& c, absl::string_view v) { return SetSize(&c.pool_retain_bytes, v); },
-       [](const Config& c) { return Num(c.pool_retain_bytes); }},
+       [](const Config& c) { return Num(c.pool_retain_bytes); },
+       kByteCount},
       {{"pool_access",
         "pooled allocator: the rights every chunk is registered with, `+`-joined from "
         "`local_write` (required), `remote_read`, `remote_write`, `remote_atomic`; a buffer's "
@@ -396,7 +403,8 @@ absl::StatusOr<std::string> Config::Get(absl::string_view key) const {
 absl::StatusOr<std::string> Config::Show(absl::string_view key) const {
   absl::StatusOr<std::string> value = Get(key);
   uint64_t bytes = 0;
-  if (!value.ok() || !IsByteCount(key) || !absl::SimpleAtoi(*value, &bytes)) return value;
+  const KeyRow* row = FindRow(key);
+  if (!value.ok() || row->kind != kByteCount || !absl::SimpleAtoi(*value, &bytes)) return value;
   return FormatSize(bytes);
 }
 
@@ -420,39 +428,18 @@ absl::StatusOr<Config> Config::FromEnvironment(Config defaults) {
   return defaults;
 }
 
-namespace {
-// True if the '+'-joined `monitor` list has `uffd` but no part that reports
-// releases before they happen (`symbols`, `patch`, `auto`).
-bool UffdWithoutAFence(absl::string_view monitor) {
-  bool uffd = false, fence = false;
-  while (true) {
-    const size_t plus = monitor.find('+');
-    const absl::string_view part = monitor.substr(0, plus);
-    uffd |= part == "uffd";
-    fence |= part == "symbols" || part == "patch" || part == "auto";
-    if (plus == absl::string_view::npos) return uffd && !fence;
-    monitor.remove_prefix(plus + 1);
-  }
-}
-}  // namespace
-
 absl::Status Config::Validate() const {
   if (alignment != 0 && (!IsPowerOfTwo(alignment) || alignment < kMinAlignment)) {
     return ErrnoStatus(EINVAL, "alignment must be a power of two >= 8 (0 = the page size)");
   }
-  // userfaultfd reports an unmap or mremap only after the kernel let go of
-  // the addresses (another thread may map them and hit the old registration
-  // first) and madvise(DONTNEED) before the pages go (a miss in between pins
-  // the old ones): alone it serves stale registrations under concurrent
-  // release (tests/monitors/README.md, "Concurrent release and reuse").
-  if (UffdWithoutAFence(monitor)) {
-    return ErrnoStatus(
-        EINVAL, "monitor '" + monitor +
-                    "': uffd alone cannot keep registrations fresh when threads release and map "
-                    "memory concurrently (the kernel reports munmap and mremap after other "
-                    "threads can map the addresses again, madvise(DONTNEED) before its pages "
-                    "go); use 'auto+uffd' (or 'patch+uffd', 'symbols+uffd'), which reports "
-                    "releases before they happen and adds uffd's events");
+  // A monitor that reports releases only after the fact (uffd) serves stale
+  // registrations under concurrent release without one that reports them
+  // before (tests/monitors/README.md, "Concurrent release and reuse").
+  if (const MonitorRow* needs = MonitorNeedingAFence(monitor)) {
+    return ErrnoStatus(EINVAL, absl::StrCat("monitor '", monitor, "': ", needs->why_not_alone,
+                                            "; use ", FencedCombinations(needs->name),
+                                            ", which report releases before they happen and add ",
+                                            needs->name, "'s events"));
   }
   return absl::OkStatus();
 }

@@ -9,7 +9,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "mrcache/config.h"
-#include "mrcache/log.h"
+#include "mrcache/internal/log.h"
 
 extern char** environ;
 

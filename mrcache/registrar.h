@@ -34,6 +34,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
+struct ibv_mr;
 struct ibv_pd;
 
 namespace mrcache {
@@ -73,6 +74,10 @@ struct Registration {
   uint64_t handle = 0;   // registrar-specific (ibv_mr*, io_uring slot, ...)
   uint32_t lkey = 0;
   uint32_t rkey = 0;
+  // The verbs registrar's memory region (its handle is this pointer's
+  // value, for mrc_region_handle and the retire callback); nullptr for every
+  // other registrar. Deregister and the shim use this, never the handle.
+  ibv_mr* mr = nullptr;
 };
 
 // Device capabilities relevant to on-demand paging (ODP).

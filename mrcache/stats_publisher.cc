@@ -18,7 +18,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "mrcache/core/cache_impl.h"
-#include "mrcache/log.h"
+#include "mrcache/internal/log.h"
 #include "mrcache/stats_page.h"
 
 namespace mrcache {

@@ -22,7 +22,7 @@
 #include "mrcache/core/residency.h"
 #include "mrcache/core/tick_rate.h"
 #include "mrcache/errno_status.h"
-#include "mrcache/log.h"
+#include "mrcache/internal/log.h"
 #include "mrcache/monitors/fork_guard.h"
 #include "mrcache/monitors/mapping_bounds.h"
 #include "mrcache/monitors/monitor_sync.h"

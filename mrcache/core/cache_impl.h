@@ -130,9 +130,9 @@
 #include "mrcache/core/region.h"
 #include "mrcache/core/release_generations.h"
 #include "mrcache/core/thread_cache.h"
+#include "mrcache/internal/mutex.h"
 #include "mrcache/monitors/memory_events.h"
 #include "mrcache/monitors/monitor.h"
-#include "mrcache/mutex.h"
 #include "mrcache/registrar.h"
 #include "mrcache/registrars/pin_budget.h"
 

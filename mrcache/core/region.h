@@ -25,6 +25,11 @@
 #include "mrcache/core/interval_tree.h"
 #include "mrcache/registrar.h"
 
+// The C API's region handle (mrcache.h's mrc_region_t): an empty base of
+// every Region, so a Region* converts to mrc_region_t* and back with
+// static_cast, and the handle the C caller holds is the Region itself.
+struct mrc_region {};
+
 namespace mrcache {
 
 class CacheImpl;
@@ -35,7 +40,7 @@ enum class RegionState {
   kDead,     // deregistration pending or done
 };
 
-class Region {
+class Region : public mrc_region {
  public:
   // [immutable] once published.
   uintptr_t start = 0;

@@ -16,7 +16,7 @@
 // pthread_atfork handlers installed here therefore take, before the fork,
 // every lock that a child could need, in this fixed order:
 //   1. monitor installation    (monitor.cc InstallMutex)
-//   2. patch monitor           (patch_monitor.cc PatchMutex)
+//   2. patch monitor           (code_patch.cc g_patch_mu)
 //   3. uffd monitor            (uffd_monitor.cc WatchMutex)
 //   4. listener table          (memory_events.cc TableMutex)
 //   5. each cache's mu_        (cache_impl.h), in listener-table order

@@ -1,6 +1,6 @@
 // memory_events.h: how memory monitors tell caches that memory is going away.
 //
-// A monitor (symbols, patch, uffd, jemalloc; see monitor.h) calls
+// A monitor (monitor_table.h lists them; monitor.h installs them) calls
 // ReportMemoryRelease(addr, len) BEFORE the range stops being the memory the
 // application had (before the real munmap/madvise/..., or from the uffd reader
 // thread for events the kernel already applied). The report is dispatched to

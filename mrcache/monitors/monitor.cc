@@ -13,10 +13,11 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "mrcache/errno_status.h"
-#include "mrcache/log.h"
+#include "mrcache/internal/log.h"
 #include "mrcache/monitors/fork_guard.h"
 #include "mrcache/monitors/jemalloc_monitor.h"
 #include "mrcache/monitors/monitor_sync.h"
+#include "mrcache/monitors/monitor_table.h"
 #include "mrcache/monitors/patch_monitor.h"
 #include "mrcache/monitors/symbols_monitor.h"
 #include "mrcache/monitors/uffd_monitor.h"
@@ -24,10 +25,10 @@
 namespace mrcache {
 namespace {
 
-// One installable monitor. Install/Uninstall run under InstallMutex only,
-// never from a hook.
+// The code of one installable monitor (its row in monitor_table.h).
+// Install/Uninstall run under InstallMutex only, never from a hook.
 struct Component {
-  const char* name;
+  MonitorId id;
   absl::Status (*install)();
   void (*uninstall)();
   int (*watch)(void*, size_t);  // 0, an errno value or uffd_monitor::kMapCountLimit
@@ -41,14 +42,14 @@ struct Component {
 };
 
 Component g_components[] = {
-    {"symbols", &symbols_monitor::Enable, &symbols_monitor::Disable, nullptr, nullptr, false, 0,
+    {MonitorId::kSymbols, &symbols_monitor::Enable, &symbols_monitor::Disable, nullptr, nullptr,
+     false, 0, false, 0},
+    {MonitorId::kPatch, &patch_monitor::Enable, &patch_monitor::Disable, nullptr, nullptr, false, 0,
      false, 0},
-    {"patch", &patch_monitor::Enable, &patch_monitor::Disable, nullptr, nullptr, false, 0, false,
-     0},
-    {"uffd", &uffd_monitor::Enable, &uffd_monitor::Disable, &uffd_monitor::Watch,
+    {MonitorId::kUffd, &uffd_monitor::Enable, &uffd_monitor::Disable, &uffd_monitor::Watch,
      &uffd_monitor::Unwatch, true, 0, false, 0},
-    {"jemalloc", &jemalloc_monitor::Enable, &jemalloc_monitor::Disable, nullptr, nullptr, false, 0,
-     false, 0},
+    {MonitorId::kJemalloc, &jemalloc_monitor::Enable, &jemalloc_monitor::Disable, nullptr, nullptr,
+     false, 0, false, 0},
 };
 constexpr int kNumComponents = sizeof(g_components) / sizeof(g_components[0]);
 
@@ -57,9 +58,12 @@ std::mutex& InstallMutex() {
   return *m;
 }
 
-int FindComponent(absl::string_view name) {
+const char* NameOf(const Component& c) { return MonitorRowOf(c.id).name; }
+
+// The component of `id`, or -1 (none and auto have no code of their own).
+int FindComponent(MonitorId id) {
   for (int i = 0; i < kNumComponents; ++i) {
-    if (name == g_components[i].name) return i;
+    if (g_components[i].id == id) return i;
   }
   return -1;
 }
@@ -128,9 +132,9 @@ class Lease : public MonitorLease {
     for (int i : components_) ReleaseComponentLocked(i);
   }
   std::string name() const override {
-    if (components_.empty()) return "none";
+    if (components_.empty()) return MonitorRowOf(MonitorId::kNone).name;
     std::vector<std::string> names;
-    for (int i : components_) names.push_back(g_components[i].name);
+    for (int i : components_) names.push_back(NameOf(g_components[i]));
     return absl::StrJoin(names, "+");
   }
   bool Watch(void* addr, size_t length) override {
@@ -183,8 +187,7 @@ class Lease : public MonitorLease {
   std::string shortfall() const override { return shortfall_; }
   bool complete() const override {
     for (int i : components_) {
-      absl::string_view n = g_components[i].name;
-      if (n == "patch" || n == "uffd") return true;
+      if (MonitorRowOf(g_components[i].id).complete) return true;
     }
     return false;
   }
@@ -213,9 +216,9 @@ std::string ErrnoText(const absl::Status& s) {
   return std::string(s.message()) + " (errno " + std::to_string(StatusToErrno(s)) + ")";
 }
 
-bool NamesAuto(absl::string_view name) {
-  for (absl::string_view part : absl::StrSplit(name, '+')) {
-    if (part == "auto") return true;
+bool Names(absl::string_view list, MonitorId id) {
+  for (absl::string_view part : absl::StrSplit(list, '+')) {
+    if (part == MonitorRowOf(id).name) return true;
   }
   return false;
 }
@@ -247,18 +250,17 @@ std::string SanitizerRuntime() {
 // one row only it covers, an inline `syscall` instruction, is `auto+uffd`'s.
 // Except under a sanitizer, whose allocator makes such calls all the time.
 std::vector<std::string> AutoMonitorNames(absl::string_view sanitizer) {
-  std::vector<std::string> names = {"patch", "jemalloc"};
-  if (!sanitizer.empty()) names.push_back("uffd");
+  std::vector<std::string> names = {MonitorRowOf(MonitorId::kPatch).name,
+                                    MonitorRowOf(MonitorId::kJemalloc).name};
+  if (!sanitizer.empty()) names.push_back(MonitorRowOf(MonitorId::kUffd).name);
   return names;
 }
 
 absl::StatusOr<std::unique_ptr<MonitorLease>> AcquireMonitor(absl::string_view name) {
-  const std::string sanitizer = NamesAuto(name) ? SanitizerRuntime() : std::string();
+  const std::string sanitizer = Names(name, MonitorId::kAuto) ? SanitizerRuntime() : std::string();
   auto lease = AcquireMonitorFor(name, sanitizer);
-  if (lease.ok() && !sanitizer.empty()) {
-    for (absl::string_view part : absl::StrSplit((*lease)->name(), '+')) {
-      if (part == "uffd") LogSanitizerChoiceOnce(sanitizer);
-    }
+  if (lease.ok() && !sanitizer.empty() && Names((*lease)->name(), MonitorId::kUffd)) {
+    LogSanitizerChoiceOnce(sanitizer);
   }
   return lease;
 }
@@ -270,18 +272,18 @@ absl::StatusOr<std::unique_ptr<MonitorLease>> AcquireMonitorFor(absl::string_vie
   bool want_auto = false;
   std::vector<int> wanted;
   for (absl::string_view part : parts) {
-    if (part == "none") continue;
-    if (part == "auto") {
+    const MonitorRow* row = FindMonitor(part);
+    if (row == nullptr) {
+      return ErrnoStatus(EINVAL, "unknown monitor '" + std::string(part) + "' in '" +
+                                     std::string(name) + "' (expected " + MonitorNames("|") +
+                                     ", '+'-separated)");
+    }
+    if (row->id == MonitorId::kAuto) {
       want_auto = true;
       continue;
     }
-    int i = FindComponent(part);
-    if (i < 0) {
-      return ErrnoStatus(EINVAL, "unknown monitor '" + std::string(part) + "' in '" +
-                                     std::string(name) +
-                                     "' (expected none|symbols|patch|uffd|jemalloc|auto, "
-                                     "'+'-separated)");
-    }
+    int i = FindComponent(row->id);
+    if (i < 0) continue;  // none
     bool dup = false;
     for (int w : wanted) dup |= w == i;
     if (!dup) wanted.push_back(i);
@@ -303,34 +305,37 @@ absl::StatusOr<std::unique_ptr<MonitorLease>> AcquireMonitorFor(absl::string_vie
   // What `auto` promises and could not install, one part per cause.
   std::vector<std::string> missing;
   if (want_auto) {
-    auto have = [&acquired](absl::string_view n) {
+    auto have = [&acquired](MonitorId id) {
       for (int a : acquired) {
-        if (n == g_components[a].name) return true;
+        if (g_components[a].id == id) return true;
       }
       return false;
     };
     for (const std::string& n : AutoMonitorNames(sanitizer)) {
-      int i = FindComponent(n);
-      if (i < 0 || have(n)) continue;
+      const MonitorRow* row = FindMonitor(n);
+      int i = row == nullptr ? -1 : FindComponent(row->id);
+      if (i < 0 || have(row->id)) continue;
       absl::Status s = AcquireComponentLocked(i);
       if (s.ok()) {
         acquired.push_back(i);
-      } else if (n == "patch") {
-        missing.push_back("patch: " + ErrnoText(s));
-        if (!have("symbols")) {
-          int j = FindComponent("symbols");
+      } else if (row->id == MonitorId::kPatch) {
+        missing.push_back(n + ": " + ErrnoText(s));
+        if (!have(MonitorId::kSymbols)) {
+          int j = FindComponent(MonitorId::kSymbols);
           absl::Status t = AcquireComponentLocked(j);
           if (t.ok()) {
             acquired.push_back(j);
           } else {
-            missing.push_back("symbols: " + std::string(t.message()));
+            missing.push_back(std::string(NameOf(g_components[j])) + ": " +
+                              std::string(t.message()));
           }
         }
-        missing.push_back(have("symbols") ? "using symbols, which misses libc's internal calls "
-                                            "(free, realloc, trim) and syscall()"
-                                          : "nothing reports releases made through libc");
-      } else if (n == "uffd") {
-        missing.push_back("uffd: " + ErrnoText(s) + "; the " + std::string(sanitizer) +
+        missing.push_back(have(MonitorId::kSymbols)
+                              ? "using symbols, which misses libc's internal calls "
+                                "(free, realloc, trim) and syscall()"
+                              : "nothing reports releases made through libc");
+      } else if (row->id == MonitorId::kUffd) {
+        missing.push_back(n + ": " + ErrnoText(s) + "; the " + std::string(sanitizer) +
                           " runtime's allocator unmaps with inline system calls, which nothing "
                           "else sees");
       }

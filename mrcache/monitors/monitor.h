@@ -6,8 +6,8 @@
 // monitor share one installation; it is uninstalled (where uninstallable) when
 // the last lease is released.
 //
-// Names (config key `monitor`, env MRCACHE_MONITOR): none, symbols, patch,
-// uffd, jemalloc, auto. A '+'-separated list selects several (e.g.
+// Names (config key `monitor`, env MRCACHE_MONITOR): the rows of the monitor
+// table (monitor_table.h). A '+'-separated list selects several (e.g.
 // "patch+uffd", "auto+uffd"). `auto` is patch (else symbols) plus jemalloc
 // when it is the allocator: every release that goes through libc. `uffd` is
 // opt-in (`auto+uffd`): it alone sees an inline `syscall` instruction. One
@@ -82,7 +82,7 @@ class MonitorLease {
 // EINVAL for an unknown name; ENOTSUP (with the reason) when the monitor
 // cannot be installed in this process. `auto` stands for
 // AutoMonitorNames(SanitizerRuntime()); the first lease of a process whose
-// `auto` adds uffd for a sanitizer logs one line (mrcache/log.h) saying so.
+// `auto` adds uffd for a sanitizer logs one line (mrcache/internal/log.h) saying so.
 absl::StatusOr<std::unique_ptr<MonitorLease>> AcquireMonitor(absl::string_view name);
 
 // The sanitizer runtime loaded in this process ("AddressSanitizer",

@@ -14,7 +14,7 @@
 // calls with an inline `syscall` instruction (raw_syscall.h).
 //
 // glibc's syscall() function is patched too (through a 2-byte jump to its
-// padding, see ApplySyscallPatch in patch_monitor.cc): syscall(SYS_munmap,
+// padding, see ApplyHopPatch in code_patch.h): syscall(SYS_munmap,
 // SYS_mremap, SYS_madvise, SYS_brk, SYS_shmdt, and SYS_mmap with MAP_FIXED,
 // SYS_shmat with SHM_REMAP, SYS_ftruncate, SYS_truncate, SYS_fallocate) is
 // reported exactly as the entry point of the same name (brk: the kernel's
@@ -66,53 +66,19 @@
 #ifndef MRCACHE_PATCH_MONITOR_H_
 #define MRCACHE_PATCH_MONITOR_H_
 
-#include <cstddef>
-#include <cstdint>
-
 #include "absl/status/status.h"
+#include "mrcache/monitors/code_patch.h"
 
 namespace mrcache {
 namespace patch_monitor {
 
+// Patches every entry of kTargets (patch_monitor.cc) and glibc's syscall(),
+// or none (ENOTSUP naming the first that cannot be), and turns reporting on.
 absl::Status Enable();
+// Turns reporting off and restores every entry it can (code_patch.h).
 void Disable();
+// True between a successful Enable and Disable.
 bool Enabled();
-
-// One patched entry point (exposed for tests).
-struct PatchSite {
-  const char* name = nullptr;
-  void* entry = nullptr;
-  uint8_t original[8] = {};
-  // 0: the entry holds `jmp rel32` to the trampoline. Otherwise it holds
-  // `jmp rel8` to entry + hop, where `jmp rel32` to the trampoline is (syscall).
-  int hop = 0;
-  bool applied = false;
-  // The hook another tracker had put on the entry before us (its jump's
-  // target), which the handler calls after reporting, in place of the system
-  // call; nullptr when the entry held glibc's own code.
-  void* next = nullptr;
-};
-
-// Patches `entry` (named `name` in messages) to jump to `handler`, provided
-// its first 8 bytes equal `expected`, or hold another tracker's jump to its
-// hook (`jmp rel32`, `jmp [rip+disp32]`, `movabs rax/r11, imm64` + `jmp
-// rax/r11`, as UCX's bistro and libfabric's patcher write): then the patch
-// chains, site->next is that hook and the handler calls it after reporting.
-// ENOTSUP (naming the function) if the bytes are neither, if the entry
-// already jumps to one of our own trampolines (patched twice), if it is not
-// 8-byte aligned, or if no trampoline can be placed within reach (the errno of
-// the failing mmap/mprotect, ENOSPC when the slots or pages are used up).
-absl::Status ApplyPatch(const char* name, void* entry, const uint8_t (&expected)[8], void* handler,
-                        PatchSite* site);
-// Restores the original bytes. EBUSY if the entry no longer holds our jump
-// (someone patched over us): it is then left alone.
-absl::Status RemovePatch(PatchSite* site);
-
-// fork() (fork_guard.h, lock 2): takes the patch mutex before the fork;
-// releases it after, in the parent and in the child. Code patches and
-// trampolines are inherited by the child and stay valid there.
-void LockForFork();
-void UnlockAfterFork();
 
 }  // namespace patch_monitor
 }  // namespace mrcache

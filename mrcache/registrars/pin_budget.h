@@ -37,7 +37,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "mrcache/mutex.h"
+#include "mrcache/internal/mutex.h"
 
 namespace mrcache {
 

@@ -20,7 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "mrcache/errno_status.h"
-#include "mrcache/mutex.h"
+#include "mrcache/internal/mutex.h"
 #include "mrcache/registrars/registration_checks.h"
 
 namespace mrcache {

@@ -18,8 +18,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "mrcache/errno_status.h"
-#include "mrcache/log.h"
-#include "mrcache/mutex.h"
+#include "mrcache/internal/log.h"
+#include "mrcache/internal/mutex.h"
 #include "mrcache/registrars/pin_budget.h"
 #include "mrcache/registrars/registration_checks.h"
 

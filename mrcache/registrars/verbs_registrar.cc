@@ -96,13 +96,14 @@ class VerbsRegistrar : public Registrar {
     reg.length = length;
     reg.access = access;
     reg.handle = reinterpret_cast<uintptr_t>(mr);
+    reg.mr = mr;
     reg.lkey = mr->lkey;
     reg.rkey = mr->rkey;
     return reg;
   }
 
   absl::Status Deregister(const Registration& reg) override {
-    auto* mr = reinterpret_cast<ibv_mr*>(static_cast<uintptr_t>(reg.handle));
+    ibv_mr* mr = reg.mr;
     if (mr == nullptr) return ErrnoStatus(EINVAL, "verbs registrar: registration without an MR");
     int ret = ibv_dereg_mr(mr);
     if (ret != 0) {

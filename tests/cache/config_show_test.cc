@@ -60,6 +60,16 @@ TEST(ConfigShow, SetAcceptsWhatShowPrintsForEveryKey) {
   EXPECT_EQ(*config.Get("max_bytes"), "1572864") << "Get keeps plain digits";
 }
 
+TEST(ConfigShow, WritesCountsAsPlainNumbersAndByteCountsWithSuffixes) {
+  Config config;
+  ASSERT_TRUE(config.Set("max_regions", "1024").ok());
+  ASSERT_TRUE(config.Set("uring_slots", "2048").ok());
+  ASSERT_TRUE(config.Set("pool_retain_bytes", "2048").ok());
+  EXPECT_EQ(*config.Show("max_regions"), "1024");
+  EXPECT_EQ(*config.Show("uring_slots"), "2048");
+  EXPECT_EQ(*config.Show("pool_retain_bytes"), "2K");
+}
+
 TEST(ConfigShow, UnknownKeyIsNotFound) { EXPECT_FALSE(Config().Show("nope").ok()); }
 
 }  // namespace

@@ -1,4 +1,4 @@
-// shared_mutex_test.cc: mrcache::SharedMutex (mrcache/mutex.h), the cache's
+// shared_mutex_test.cc: mrcache::SharedMutex (mrcache/internal/mutex.h), the cache's
 // reader-writer lock: readers share it, a writer excludes everyone (readers
 // in any of the reader slots), a waiting writer holds back new readers, and
 // a fork child can release the write lock its parent's thread took before
@@ -14,7 +14,7 @@
 
 #include <gtest/gtest.h>
 
-#include "mrcache/mutex.h"
+#include "mrcache/internal/mutex.h"
 
 namespace mrcache {
 namespace {

@@ -43,11 +43,22 @@ grep -Eq "^  rkey scope += whole chunk: .* 2M chunk" "$out/pool" ||
   fail "pool rkey scope (remote_read): $(cat "$out/pool")"
 grep -q "softverbs0" "$out/info" || fail "device missing"
 grep -q "odp general_caps: none" "$out/info" || fail "ODP caps (none)"
-for m in none symbols patch uffd jemalloc auto; do
-  grep -Eq "^  $m +(available|unavailable)" "$out/info" || fail "monitor $m missing"
-done
+# Every monitor of the table (--monitors), with its availability; one that
+# may not be used alone is never shown as available by itself, and is shown
+# with auto.
+"$info" --monitors >"$out/monitors" || fail "--monitors exit status"
+while IFS=$'\t' read -r m reports use description; do
+  [ -n "$description" ] || fail "monitor $m without a description"
+  if [ "$use" = alone ]; then
+    grep -Eq "^  $m +(available|unavailable)" "$out/info" || fail "monitor $m missing"
+  else
+    grep -Eq "^  $m +(installable, but $use|unavailable)" "$out/info" ||
+      fail "monitor $m (usable $use): $(grep "^  $m " "$out/info")"
+    grep -Eq "^  auto\+$m +(available|unavailable)" "$out/info" || fail "monitor auto+$m missing"
+  fi
+done <"$out/monitors"
+grep -Eq "^  uffd +available" "$out/info" && fail "uffd shown as usable alone"
 grep -Eq "^  auto +available: " "$out/info" || fail "auto not installable here"
-grep -Eq "^  auto\+uffd +(available|unavailable)" "$out/info" || fail "monitor auto+uffd missing"
 # auto's coverage as a cache would report it (mrc_stats_t.monitor_incomplete):
 # complete where auto installed patch, incomplete (with the cause) otherwise.
 if grep -Eq "^  auto +available: patch" "$out/info"; then

@@ -31,6 +31,7 @@ expect_status 2 "unknown option '--frobnicate'" --frobnicate -- true
 expect_status 2 "max_bytes" --max-bytes lots -- true
 expect_status 2 "needs a value" --max-bytes
 expect_status 2 "monitor" --monitor sometimes -- true
+expect_status 2 "uffd alone cannot keep registrations fresh" --monitor uffd -- true
 expect_status 2 "remote_keys" --remote-keys public -- true
 expect_status 2 "needs a value" --remote-keys
 expect_status 2 "expected --stats or --stats=json:PATH" --stats=yaml -- true

@@ -63,7 +63,9 @@ TEST_F(VerbsRegistrarTest, IsNamedVerbs) { EXPECT_STREQ(registrar_->name(), "ver
 TEST_F(VerbsRegistrarTest, RegisterReturnsTheMrAndItsKeys) {
   auto reg = registrar_->Register(buf_, kBytes, kAccessLocalWrite | kAccessRemoteRead);
   ASSERT_TRUE(reg.ok()) << reg.status();
-  const auto* mr = reinterpret_cast<const ibv_mr*>(static_cast<uintptr_t>(reg->handle));
+  const ibv_mr* mr = reg->mr;
+  ASSERT_NE(mr, nullptr);
+  EXPECT_EQ(reg->handle, reinterpret_cast<uintptr_t>(mr));
   EXPECT_EQ(mr->addr, buf_);
   EXPECT_EQ(mr->length, kBytes);
   EXPECT_EQ(mr->pd, pd_);
@@ -107,10 +109,19 @@ TEST_F(VerbsRegistrarTest, OnDemandWithoutOdpKeepsTheDevicesErrno) {
 TEST_F(VerbsRegistrarTest, DeregisterOfAnUnknownMrIsEinvalNamingTheCall) {
   ibv_mr forged{};
   Registration reg;
+  reg.mr = &forged;
   reg.handle = reinterpret_cast<uintptr_t>(&forged);
   absl::Status s = registrar_->Deregister(reg);
   EXPECT_EQ(StatusToErrno(s), EINVAL);
   EXPECT_THAT(std::string(s.message()), HasSubstr("ibv_dereg_mr"));
+}
+
+TEST_F(VerbsRegistrarTest, DeregisterOfARegistrationWithoutAnMrIsEinval) {
+  Registration reg;
+  reg.handle = 1;  // a number alone names no MR
+  absl::Status s = registrar_->Deregister(reg);
+  EXPECT_EQ(StatusToErrno(s), EINVAL);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("without an MR"));
 }
 
 TEST_F(VerbsRegistrarTest, DeviceWriteLandsInTheRegisteredMemory) {

@@ -1,10 +1,10 @@
-#include "mrcache/log.h"
+#include "mrcache/internal/log.h"
 
 #include <cstdio>
 #include <string>
 
 #include "absl/base/attributes.h"
-#include "mrcache/mutex.h"
+#include "mrcache/internal/mutex.h"
 
 namespace mrcache {
 namespace {
