@@ -13,12 +13,16 @@
 
 #include "mrcache/errno_status.h"
 #include "mrcache/log.h"
+#include "mrcache/monitors/loader_releases.h"
 #include "mrcache/monitors/memory_events.h"
 #include "mrcache/monitors/raw_syscall.h"
 #include "mrcache/monitors/release_ranges.h"
 #include "mrcache/mutex.h"
 
 extern "C" void* __curbrk;
+
+// glibc's dlclose as it was before the patch (see HandleDlclose).
+extern "C" __attribute__((visibility("hidden"))) int mrcache_patch_dlclose_original(void* handle);
 
 namespace mrcache {
 namespace patch_monitor {
@@ -59,6 +63,7 @@ enum TargetIndex : int {
   kTruncate,
   kFallocate,
   kSbrk,
+  kDlclose,
   kNumTargets
 };
 PatchSite g_sites[kNumTargets];  // guarded by the installation in monitor.cc
@@ -186,6 +191,18 @@ void* HandleSbrk(intptr_t increment) noexcept {
   return Next<void* (*)(intptr_t)>(kSbrk)(increment);
 }
 
+// The loader unmaps with its own system calls, which no patched entry sees:
+// dlclose reports the objects' segments itself (loader_releases.h), around
+// glibc's dlclose (through mrcache_patch_dlclose_original, which runs the
+// instruction the patch displaced and resumes glibc's code after it) or
+// another tracker's hook found on the entry.
+int HandleDlclose(void* handle) noexcept {
+  DlcloseFn next = Next<DlcloseFn>(kDlclose);
+  DlcloseFn close = next != nullptr ? next : &mrcache_patch_dlclose_original;
+  if (!Reporting()) return close(handle);
+  return CloseReportingReleases(handle, close);
+}
+
 // What system call `nr` of glibc's syscall() releases, reported before it
 // runs, exactly as the entry point of the same name reports it. brk is the
 // raw system call here (glibc's __curbrk is not involved), so the break it
@@ -311,8 +328,31 @@ static_assert(SYS_mmap == 9 && SYS_munmap == 11 && SYS_brk == 12 && SYS_mremap =
                   SYS_madvise == 28 && SYS_shmat == 30 && SYS_shmdt == 67 && SYS_truncate == 76 &&
                   SYS_ftruncate == 77 && SYS_fallocate == 285,
               "the numbers mrcache_patch_syscall_entry tests");
+
+// glibc 2.36's dlclose starts with `mov disp32(%rip), %rdx` (7 bytes: the
+// address of _rtld_global_ro, from its GOT slot), which the patch's jump
+// overwrites. mrcache_patch_dlclose_original loads %rdx as that instruction
+// did and jumps to the next one; glibc's code then returns to the caller.
+// Both addresses are set before the entry is patched.
+extern "C" {
+__attribute__((visibility("hidden"))) const void* mrcache_patch_dlclose_got = nullptr;
+__attribute__((visibility("hidden"))) void* mrcache_patch_dlclose_resume = nullptr;
+}
+asm(R"(
+  .text
+  .p2align 4
+  .globl mrcache_patch_dlclose_original
+  .hidden mrcache_patch_dlclose_original
+  .type mrcache_patch_dlclose_original, @function
+mrcache_patch_dlclose_original:
+  movq mrcache_patch_dlclose_got(%rip), %rdx
+  movq (%rdx), %rdx
+  jmpq *mrcache_patch_dlclose_resume(%rip)
+  .size mrcache_patch_dlclose_original, .-mrcache_patch_dlclose_original
+)");
 #else
 extern "C" void mrcache_patch_syscall_entry() {}
+extern "C" int mrcache_patch_dlclose_original(void*) { return -1; }
 #endif
 
 namespace mrcache {
@@ -577,6 +617,11 @@ const Target kTargets[] = {
      {0x80, 0x3d, 0x21, 0xe8, 0x0d, 0x00, 0x00, 0x49},
      reinterpret_cast<void*>(&HandleFallocate)},
     {"sbrk", {}, reinterpret_cast<void*>(&HandleSbrk), true},
+    // mov _rtld_global_ro@GOTPCREL(%rip), %rdx: the displacement is this
+    // build's (mrcache_patch_dlclose_original replays the instruction).
+    {"dlclose",
+     {0x48, 0x8b, 0x15, 0xc1, 0xe1, 0x14, 0x00, 0x48},
+     reinterpret_cast<void*>(&HandleDlclose)},
 };
 static_assert(sizeof(kTargets) / sizeof(kTargets[0]) == kNumTargets, "one site per target");
 
@@ -596,6 +641,21 @@ constexpr uint8_t kSyscallCode[kSyscallHop + 5] = {
     0xd8, 0x64, 0x89, 0x01, 0x48, 0x83, 0xc8, 0xff, 0xc3, 0x66, 0x2e, 0x0f, 0x1f, 0x84};
 static_assert(kSyscallHop % 8 + 5 <= 8, "the padding jump must fit in one aligned word");
 PatchSite g_syscall_site;  // guarded by the installation in monitor.cc
+
+// Points mrcache_patch_dlclose_original at glibc's dlclose `entry` when the
+// entry holds the code it replays (`expected`); otherwise ApplyPatch either
+// refuses the entry or chains to the hook found there, and the replay is
+// never used.
+void PrepareDlcloseOriginal(void* entry, const uint8_t (&expected)[8]) {
+  if (entry == nullptr || reinterpret_cast<uintptr_t>(entry) % 8 != 0) return;
+  const uint64_t word = ReadCodeWord(entry);
+  if (memcmp(&word, expected, 8) != 0) return;
+  int32_t disp;
+  memcpy(&disp, expected + 3, 4);
+  uint8_t* next = static_cast<uint8_t*>(entry) + 7;
+  mrcache_patch_dlclose_got = next + disp;
+  mrcache_patch_dlclose_resume = next;
+}
 
 // Keeps this library loaded for the life of the process once it has patched
 // libc: trampolines and handlers stay where the patched code jumps (a thread
@@ -774,6 +834,7 @@ absl::Status Enable() {
     const Target& t = kTargets[applied];
     void* entry = dlsym(libc, t.name);
     if (t.only_over_another_tracker && !HoldsAnotherTrackersJump(entry)) continue;
+    if (applied == kDlclose) PrepareDlcloseOriginal(entry, t.expected);
     status = ApplyPatch(t.name, entry, t.expected, t.handler, &g_sites[applied]);
     if (!status.ok()) break;
   }
