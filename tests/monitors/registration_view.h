@@ -80,7 +80,8 @@ class RegistrationView {
       ViewStepFailed("mrc_region_device_write");
     }
     mrc_put(cache_, region);
-    return memcmp(addr, data.data(), probe) == 0 && memcmp(addr + len - probe, data.data(), probe) == 0;
+    return memcmp(addr, data.data(), probe) == 0 &&
+           memcmp(addr + len - probe, data.data(), probe) == 0;
   }
   // Drops what is cached over [addr, addr + len) (before it is unmapped for good).
   void Forget(void* addr, size_t len) { mrc_invalidate(cache_, addr, len); }
@@ -133,7 +134,8 @@ class RegistrationView {
       ViewStepFailed("softverbs_device_write");
     }
     ibv_dereg_mr(mr);
-    return memcmp(addr, data.data(), probe) == 0 && memcmp(addr + len - probe, data.data(), probe) == 0;
+    return memcmp(addr, data.data(), probe) == 0 &&
+           memcmp(addr + len - probe, data.data(), probe) == 0;
   }
   void Forget(void*, size_t) {}
   bool Destroy() {
