@@ -49,6 +49,18 @@ char* PutText(char* p, const char* text) {
 // "\n".
 constexpr size_t kLineMax = 128;
 
+// The releases this thread reported inside its open GetScope, in order
+// (recorder.h). Static TLS: the shim is loaded at start-up, and a hook must
+// not allocate.
+// Zero-initialised (a __thread variable has no constructor): closed, empty.
+struct DeferredReleases {
+  bool open;
+  int count;
+  uintptr_t start[Recorder::kMaxDeferred];
+  uintptr_t end[Recorder::kMaxDeferred];
+};
+__thread DeferredReleases tl_deferred __attribute__((tls_model("initial-exec")));
+
 }  // namespace
 
 std::unique_ptr<Recorder> Recorder::Open(const std::string& path, const mrcache::Config& config) {
@@ -124,6 +136,34 @@ void Recorder::Deregister(uint64_t id) noexcept {
 
 void Recorder::OnMemoryRelease(uintptr_t start, uintptr_t end) noexcept {
   if (end <= start) return;
+  DeferredReleases& deferred = tl_deferred;
+  if (deferred.open && deferred.count < kMaxDeferred) {
+    deferred.start[deferred.count] = start;
+    deferred.end[deferred.count] = end;
+    ++deferred.count;
+    return;
+  }
+  WriteRelease(start, end);
+}
+
+Recorder::GetScope::GetScope(Recorder* recorder) noexcept : recorder_(recorder) {
+  if (recorder_ == nullptr) return;
+  tl_deferred.count = 0;
+  tl_deferred.open = true;
+}
+
+Recorder::GetScope::~GetScope() {
+  if (recorder_ == nullptr) return;
+  DeferredReleases& deferred = tl_deferred;
+  deferred.open = false;
+  // Writing may report nothing (write(2) releases no memory), so the count
+  // is stable here.
+  for (int i = 0; i < deferred.count; ++i)
+    recorder_->WriteRelease(deferred.start[i], deferred.end[i]);
+  deferred.count = 0;
+}
+
+void Recorder::WriteRelease(uintptr_t start, uintptr_t end) noexcept {
   char line[kLineMax];
   char* p = PutText(line, "release ");
   p = PutHex(p, start);

@@ -23,8 +23,19 @@
 // memory_events.h); both reports are recorded, as the live caches got both,
 // and replaying the second is harmless (nothing can be cached in between).
 //
-// Hook safety: OnMemoryRelease formats into a stack buffer and calls write(2):
-// no allocation, no lock, no registrar call. Cost: one write(2) per event.
+// Order: a release the recording thread itself reports while a get of the
+// shim is under way on it (a GetScope is open: the cache deregistering dead
+// regions, the registrar's or the shim's own allocations) is written after
+// that get's `reg` line, not when it is reported. The cache answered the get
+// (a hit's lookup, a miss's registration) before anything the get released
+// itself; written first, the replay would apply the release before the get
+// and miss where the live cache hit (one registration more in the replay).
+// A thread defers at most kMaxDeferred releases per get; beyond that, and
+// for releases of other threads, lines are written as they are reported.
+//
+// Hook safety: OnMemoryRelease formats into a stack buffer and calls write(2),
+// or stores the range in a fixed per-thread array: no allocation, no lock, no
+// registrar call. Cost: one write(2) per event.
 // A forked child stops recording (OnForkChild): its events would reuse the
 // parent's IDs in the same file.
 // Errors: a PATH that cannot be created is reported once on stderr and nothing
@@ -60,6 +71,22 @@ class Recorder : public mrcache::MemoryEventListener {
   void Deregister(uint64_t id) noexcept;
 
   void OnMemoryRelease(uintptr_t start, uintptr_t end) noexcept override;
+
+  static constexpr int kMaxDeferred = 32;
+  // A get of the shim on this thread, from before the cache is asked until
+  // its `reg` line is written (or the get is given up): releases this thread
+  // reports meanwhile are written when the scope closes, after that line.
+  // `recorder` may be null (not recording). Scopes do not nest.
+  class GetScope {
+   public:
+    explicit GetScope(Recorder* recorder) noexcept;
+    ~GetScope();
+    GetScope(const GetScope&) = delete;
+    GetScope& operator=(const GetScope&) = delete;
+
+   private:
+    Recorder* recorder_;
+  };
   void OnForkChild() noexcept override;
 
  private:
@@ -67,6 +94,7 @@ class Recorder : public mrcache::MemoryEventListener {
   // Writes one whole line; gives up silently on error (recording is best effort
   // once open: the application must not be affected).
   void WriteLine(const char* line, size_t length) noexcept;
+  void WriteRelease(uintptr_t start, uintptr_t end) noexcept;
 
   std::atomic<int> fd_;
   std::atomic<uint64_t> next_id_{1};

@@ -162,6 +162,9 @@ ibv_mr* Shim::Register(RegEntry entry, ibv_pd* pd, void* addr, size_t length, ui
     return CountedDirect(entry, pd, addr, length, iova, access);
   }
   Relax(lookups_);
+  // Releases this thread makes from here on are recorded after the `reg`
+  // line (recorder.h): the cache answers before them.
+  Recorder::GetScope recording(recorder_.get());
   auto region = (*cache)->cache->Acquire(addr, length, static_cast<int>(access));
   if (!region.ok()) {
     if (DeviceRefusedPages(region.status())) {

@@ -188,8 +188,9 @@ typedef struct {
       pinned_bytes, registrar_ns;
   uint64_t peak_pinned_bytes, registrar_failures,
       bypassed; /* registered for one get alone, deregistered at its put: MW_BIND, ZERO_BASED,
-                   misses too large for the pin budget ("Pinned-memory budget"), and first
-                   misses of a full cache (README, "Admission when the cache is full") */
+                   misses too large for the pin budget ("Pinned-memory budget"), first
+                   misses of a full cache (README, "Admission when the cache is full"), and
+                   misses over memory the monitor could not watch (watch_failures) */
   uint64_t
       remote_private; /* requests with remote rights registered privately (remote_keys=private) */
   uint64_t monitor_incomplete; /* 1: the monitor reports less than `auto` promises (cause logged at
@@ -197,7 +198,9 @@ typedef struct {
   uint64_t pin_budget_bytes;   /* bytes this cache may pin now, shared with the process's other
                                   caches (see "Pinned-memory budget"); 0 = no limit */
   /* Registered ranges the monitor could not watch (monitor uffd; never silent):
-   * watch_failures is the sum of the causes that follow. */
+   * watch_failures is the sum of the causes that follow. Such a registration
+   * is never cached: it serves its get alone (counted in bypassed), except
+   * for watch_enomem, where the memory was changing and the get retries. */
   uint64_t watch_failures;
   uint64_t watch_enomem;    /* part of the range unmapped, or the kernel out of memory */
   uint64_t watch_ebusy;     /* the application watches that memory with its own userfaultfd */

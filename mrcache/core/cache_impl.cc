@@ -549,13 +549,22 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
     // or a fenced release of it is still under way (memory_events.h: its
     // report after the call has not been made yet, so nothing could void a
     // registration of pages that are about to change).
-    const bool changed = pending.Spoils(attempt.start, attempt.end) || !attempt.watched;
+    const bool changed =
+        pending.Spoils(attempt.start, attempt.end) || attempt.watch == WatchResult::kUnmapped;
     const bool in_flight = !changed && ReleaseInFlight(attempt.start, attempt.end);
     // Only an install can make a region cover the request: without one since
     // the look above, no other thread raced us to it.
     Region* raced = changed || in_flight || installs_ == installs_seen
                         ? nullptr
                         : FindCoveringLocked(start, end, miss.access);
+    if (__builtin_expect(attempt.watch == WatchResult::kUnwatchable, 0) && raced == nullptr &&
+        !changed && !in_flight) {
+      lock.Unlock();
+      discard();
+      histograms_.register_ns.Add(TicksToNs(attempt.register_ticks));
+      CountServedMiss(miss_t0, end - start);
+      return ServeUnwatched(attempt);
+    }
     if (raced == nullptr && !changed && !in_flight) {
       const bool may_contain = plan.overlapped || attempt.start < plan.start ||
                                attempt.end > plan.end || installs_ != installs_seen;
@@ -687,14 +696,16 @@ Attempt CacheImpl::RegisterOutsideLock(const Miss& miss, const MissPlan& plan) {
   // Monitors that watch ranges learn of the registration first, so an unmap
   // during it is reported. A range that was not all mapped when the monitor
   // looked may have been replaced since, unseen: such a registration is
-  // spoiled like one an invalidation overlapped.
-  const bool watched =
-      !watch_ranges_ || monitor_->Watch(reinterpret_cast<void*>(start), end - start);
+  // spoiled like one an invalidation overlapped. One a monitor cannot watch
+  // at all serves its get alone (ServeUnwatched).
+  const WatchResult watch = watch_ranges_
+                                ? monitor_->Watch(reinterpret_cast<void*>(start), end - start)
+                                : WatchResult::kWatched;
   // `reg` constructed from the registrar's answer rather than assigned: the
   // assignment's out-of-line path cost every miss two taken jumps.
   uint64_t ticks = 0;
-  return Attempt{start,         end,     access,  bridged,
-                 widened_range, widened, watched, TimedRegister(start, end, access, &ticks),
+  return Attempt{start,         end,     access, bridged,
+                 widened_range, widened, watch,  TimedRegister(start, end, access, &ticks),
                  ticks};
 }
 
@@ -864,10 +875,15 @@ absl::StatusOr<Region*> CacheImpl::AcquireBypass(uintptr_t start, uintptr_t end,
     if (!retried) registrar_failures_.fetch_add(1, std::memory_order_relaxed);
     return reg.status();
   }
+  return AdoptBypass(start, end, *reg, kind);
+}
+
+Region* CacheImpl::AdoptBypass(uintptr_t start, uintptr_t end, const Registration& reg,
+                               BypassKind kind) {
   auto* r = new Region;
   r->start = start;
   r->end = end;
-  r->reg = *reg;
+  r->reg = reg;
   r->cache = this;
   r->bypass = true;
   r->locked_refs = 1;

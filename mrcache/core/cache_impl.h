@@ -304,11 +304,20 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   // registrar failure, since the normal path then retries it).
   // Also: a first miss of a full cache (NotAdmittedLocked; bypassed, and an
   // ENOMEM/EAGAIN refusal sends it down the normal path, which makes room).
-  enum class BypassKind { kDedicated, kRemotePrivate, kOversized, kNotAdmitted };
+  // Also: a miss whose range a monitor could not watch (kUnwatched, counted
+  // as bypassed; unwatched_miss.cc).
+  enum class BypassKind { kDedicated, kRemotePrivate, kOversized, kNotAdmitted, kUnwatched };
   // A dedicated registration of exactly [start, end), never shared,
   // deregistered at put, counted as `kind` says.
   absl::StatusOr<Region*> AcquireBypass(uintptr_t start, uintptr_t end, int access,
                                         BypassKind kind = BypassKind::kDedicated);
+  // The region of a bypass whose registration `reg` of [start, end) is made.
+  Region* AdoptBypass(uintptr_t start, uintptr_t end, const Registration& reg, BypassKind kind);
+  // A miss whose registration `attempt` a monitor could not watch
+  // (WatchResult::kUnwatchable): a release there might never be reported,
+  // so the registration serves this get alone, as a bypass (deregistered at
+  // its put), and the watch reference is dropped. Without the lock.
+  Region* ServeUnwatched(const Attempt& attempt);
   // Under a pin budget, a miss whose requested pages exceed a quarter of the
   // budget and do not fit beside the pinned bytes is not cached: it would
   // displace a quarter of the cache or more, and LRU would evict it again

@@ -15,6 +15,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "mrcache/core/range.h"
+#include "mrcache/monitors/monitor.h"
 #include "mrcache/registrar.h"
 
 namespace mrcache {
@@ -126,9 +127,9 @@ struct Attempt {
   uintptr_t start = 0, end = 0;  // registered (the plan, bridged or not)
   int access = 0;
   bool bridged = false;
-  bool widened_range = false;  // beyond the requested pages
-  bool widened = false;        // beyond the requested pages or rights
-  bool watched = true;         // the monitor saw the range (or there is none)
+  bool widened_range = false;                 // beyond the requested pages
+  bool widened = false;                       // beyond the requested pages or rights
+  WatchResult watch = WatchResult::kWatched;  // what the monitor found (kWatched: none watches)
   absl::StatusOr<Registration> reg;
   uint64_t register_ticks = 0;  // the registrar call's time (NowTicks units)
   size_t length() const { return end - start; }

@@ -164,11 +164,6 @@ bool StartsWithJump(const uint8_t* p) {
 // Code words are read and written with plain aligned 8-byte moves (atomic on
 // x86-64) in inline assembly: sanitizers must not instrument accesses to
 // libc's text, for which they keep no shadow memory.
-uint64_t ReadCodeWord(const void* entry) {
-  uint64_t value;
-  asm volatile("movq (%1), %0" : "=r"(value) : "r"(entry) : "memory");
-  return value;
-}
 
 // The hook another tracker's patch at `entry` jumps to (the forms
 // ApplyPatch's contract lists), or nullptr if `code` (the entry's first 16
@@ -387,6 +382,12 @@ absl::Status RemovePatch(PatchSite* site) {
 // analysis (fork_guard.h states the protocol).
 void LockForFork() ABSL_NO_THREAD_SAFETY_ANALYSIS { g_patch_mu.lock(); }
 void UnlockAfterFork() ABSL_NO_THREAD_SAFETY_ANALYSIS { g_patch_mu.unlock(); }
+
+uint64_t ReadCodeWord(const void* entry) {
+  uint64_t value;
+  asm volatile("movq (%1), %0" : "=r"(value) : "r"(entry) : "memory");
+  return value;
+}
 
 }  // namespace patch_monitor
 }  // namespace mrcache

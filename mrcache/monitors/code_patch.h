@@ -55,6 +55,9 @@ absl::Status ApplyHopPatch(const char* name, void* entry, const uint8_t* expecte
 // True if `entry` starts with a jump to another tracker's hook (one of the
 // forms ApplyPatch chains to), not to one of our trampolines.
 bool HoldsAnotherTrackersJump(void* entry);
+// The first 8 bytes of code at `entry` (8-byte aligned), read with one plain
+// move that sanitizers do not instrument (they keep no shadow for libc's text).
+uint64_t ReadCodeWord(const void* entry);
 // Restores the original bytes. EBUSY if the entry no longer holds our jump
 // (someone patched over us): it is then left alone.
 absl::Status RemovePatch(PatchSite* site);

@@ -137,13 +137,17 @@ class Lease : public MonitorLease {
     for (int i : components_) names.push_back(NameOf(g_components[i]));
     return absl::StrJoin(names, "+");
   }
-  bool Watch(void* addr, size_t length) override {
-    bool mapped = true;
+  WatchResult Watch(void* addr, size_t length) override {
+    WatchResult result = WatchResult::kWatched;
     for (int i : components_) {
       if (g_components[i].watch == nullptr) continue;
       int err = g_components[i].watch(addr, length);
       if (err == 0) continue;
-      mapped &= err != ENOMEM;
+      if (err == ENOMEM) {
+        result = WatchResult::kUnmapped;
+      } else if (result == WatchResult::kWatched) {
+        result = WatchResult::kUnwatchable;
+      }
       failures_.total.fetch_add(1, std::memory_order_relaxed);
       std::atomic<uint64_t>* cause = &failures_.other;
       if (err == uffd_monitor::kMapCountLimit) {
@@ -159,7 +163,7 @@ class Lease : public MonitorLease {
       }
       cause->fetch_add(1, std::memory_order_relaxed);
     }
-    return mapped;
+    return result;
   }
   void Unwatch(void* addr, size_t length) override {
     for (int i : components_) {

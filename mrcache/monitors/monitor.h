@@ -43,6 +43,22 @@ struct WatchFailureCounts {
   uint64_t other = 0;      // any other errno (ECHILD: a cache used in a fork child)
 };
 
+// What MonitorLease::Watch found.
+enum class WatchResult {
+  // Every monitor that watches by range watches it (or none of them is in
+  // effect).
+  kWatched,
+  // Part of the range was not mapped when a monitor looked (ENOMEM): the
+  // memory is changing under the caller, and a registration made now may
+  // hold pages that were replaced unseen.
+  kUnmapped,
+  // A monitor could not watch it for any other cause (EINVAL: memory
+  // userfaultfd cannot track, EBUSY, EPERM, the map-count limit, ...): a
+  // release there may reach no report of that monitor, so a registration
+  // of it must serve one get alone and never be cached.
+  kUnwatchable,
+};
+
 class MonitorLease {
  public:
   virtual ~MonitorLease() = default;
@@ -52,11 +68,11 @@ class MonitorLease {
   // region. Called outside every cache lock, possibly from several threads.
   // Every Watch is matched by an Unwatch of the same range, whether it
   // succeeded or not; a range that could not be watched is counted in
-  // watch_failures(). Watch returns false if part of the range was unmapped
-  // when a monitor looked (ENOMEM): the memory is changing under the caller,
-  // and a registration made now may hold pages that were replaced unseen, so
-  // the caller must not keep it (cache_impl.cc treats the miss as spoiled).
-  virtual bool Watch(void* addr, size_t length) { return true; }
+  // watch_failures(). kUnmapped (some monitor found part of the range
+  // unmapped) takes precedence over kUnwatchable: the caller must not keep
+  // a registration made now (cache_impl.cc treats the miss as spoiled); on
+  // kUnwatchable it may use it for the one get that asked, never cache it.
+  virtual WatchResult Watch(void* addr, size_t length) { return WatchResult::kWatched; }
   virtual void Unwatch(void* addr, size_t length) {}
   // True if Watch/Unwatch do anything (some monitor in effect watches by
   // range); constant for the lease's life. A caller may skip both calls

@@ -9,6 +9,7 @@
 
 #include <atomic>
 
+#include "mrcache/monitors/loader_releases.h"
 #include "mrcache/monitors/memory_events.h"
 #include "mrcache/monitors/raw_syscall.h"
 #include "mrcache/monitors/release_ranges.h"
@@ -160,6 +161,13 @@ void* HandleSbrk(intptr_t increment) noexcept {
   return Next<void* (*)(intptr_t)>(kSbrk)(increment);
 }
 
+int HandleDlclose(void* handle) noexcept {
+  DlcloseFn next = Next<DlcloseFn>(kDlclose);
+  DlcloseFn close = next != nullptr ? next : &mrcache_patch_dlclose_original;
+  if (!Reporting()) return close(handle);
+  return CloseReportingReleases(handle, close);
+}
+
 namespace {
 
 // What system call `nr` of glibc's syscall() releases, reported before it
@@ -287,6 +295,30 @@ static_assert(SYS_mmap == 9 && SYS_munmap == 11 && SYS_brk == 12 && SYS_mremap =
                   SYS_madvise == 28 && SYS_shmat == 30 && SYS_shmdt == 67 && SYS_truncate == 76 &&
                   SYS_ftruncate == 77 && SYS_fallocate == 285,
               "the numbers mrcache_patch_syscall_entry tests");
+
+// glibc 2.36's dlclose starts with `mov disp32(%rip), %rdx` (7 bytes: the
+// address of _rtld_global_ro, from its GOT slot), which the patch's jump
+// overwrites. mrcache_patch_dlclose_original loads %rdx as that instruction
+// did and jumps to the next one; glibc's code then returns to the caller.
+extern "C" {
+__attribute__((visibility("hidden"))) const void* mrcache_patch_dlclose_got = nullptr;
+__attribute__((visibility("hidden"))) void* mrcache_patch_dlclose_resume = nullptr;
+}
+asm(R"(
+  .text
+  .p2align 4
+  .globl mrcache_patch_dlclose_original
+  .hidden mrcache_patch_dlclose_original
+  .type mrcache_patch_dlclose_original, @function
+mrcache_patch_dlclose_original:
+  movq mrcache_patch_dlclose_got(%rip), %rdx
+  movq (%rdx), %rdx
+  jmpq *mrcache_patch_dlclose_resume(%rip)
+  .size mrcache_patch_dlclose_original, .-mrcache_patch_dlclose_original
+)");
 #else
 extern "C" void mrcache_patch_syscall_entry() {}
+extern "C" int mrcache_patch_dlclose_original(void*) { return -1; }
+extern "C" const void* mrcache_patch_dlclose_got = nullptr;
+extern "C" void* mrcache_patch_dlclose_resume = nullptr;
 #endif

@@ -1,7 +1,7 @@
 // patch_handlers.h: the code libc's patched entry points jump to.
 //
 // One handler per patched entry (munmap, madvise, shmdt, brk, mmap, mremap,
-// shmat, ftruncate, truncate, fallocate, sbrk), with the entry's own
+// shmat, ftruncate, truncate, fallocate, sbrk, dlclose), with the entry's own
 // signature: it reports the release (release_ranges.h) while Reporting() is
 // on, then calls the hook another tracker had put on the entry
 // (PatchSite::next of its site in g_sites) or makes the system call itself
@@ -40,6 +40,7 @@ enum TargetIndex : int {
   kTruncate,
   kFallocate,
   kSbrk,
+  kDlclose,
   kNumTargets
 };
 // The sites of the patched entries, by TargetIndex. Written only under the
@@ -71,6 +72,12 @@ int HandleTruncate(const char* path, off_t length) noexcept;
 int HandleFallocate(int fd, int mode, off_t offset, off_t len) noexcept;
 // Patched only over another tracker's jump: calls that tracker's hook.
 void* HandleSbrk(intptr_t increment) noexcept;
+// The loader unmaps with its own system calls, which no patched entry sees:
+// dlclose reports the objects' segments itself (loader_releases.h), around
+// glibc's dlclose (through mrcache_patch_dlclose_original, which runs the
+// instruction the patch displaced and resumes glibc's code after it) or
+// another tracker's hook found on the entry.
+int HandleDlclose(void* handle) noexcept;
 
 }  // namespace patch_monitor
 }  // namespace mrcache
@@ -81,6 +88,13 @@ extern "C" {
 __attribute__((visibility("hidden"))) extern void* mrcache_patch_syscall_resume;
 // The target of glibc's patched syscall() (assembly: no frame, registers kept).
 __attribute__((visibility("hidden"))) void mrcache_patch_syscall_entry();
+// glibc's dlclose as it was before the patch: replays the instruction the
+// jump displaced (`mov disp32(%rip), %rdx`, through mrcache_patch_dlclose_got)
+// and jumps to mrcache_patch_dlclose_resume; both are set before the entry is
+// patched (patch_monitor.cc).
+__attribute__((visibility("hidden"))) int mrcache_patch_dlclose_original(void* handle);
+__attribute__((visibility("hidden"))) extern const void* mrcache_patch_dlclose_got;
+__attribute__((visibility("hidden"))) extern void* mrcache_patch_dlclose_resume;
 }
 
 #endif  // MRCACHE_MONITORS_PATCH_HANDLERS_H_

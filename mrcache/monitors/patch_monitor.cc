@@ -5,6 +5,7 @@
 #include <dlfcn.h>
 
 #include <cstdint>
+#include <cstring>
 
 #include "mrcache/errno_status.h"
 #include "mrcache/internal/log.h"
@@ -55,6 +56,11 @@ const Target kTargets[] = {
      {0x80, 0x3d, 0x21, 0xe8, 0x0d, 0x00, 0x00, 0x49},
      reinterpret_cast<void*>(&HandleFallocate)},
     {"sbrk", {}, reinterpret_cast<void*>(&HandleSbrk), true},
+    // mov _rtld_global_ro@GOTPCREL(%rip), %rdx: the displacement is this
+    // build's (mrcache_patch_dlclose_original replays the instruction).
+    {"dlclose",
+     {0x48, 0x8b, 0x15, 0xc1, 0xe1, 0x14, 0x00, 0x48},
+     reinterpret_cast<void*>(&HandleDlclose)},
 };
 static_assert(sizeof(kTargets) / sizeof(kTargets[0]) == kNumTargets, "one site per target");
 
@@ -74,6 +80,21 @@ constexpr uint8_t kSyscallCode[kSyscallHop + 5] = {
     0xd8, 0x64, 0x89, 0x01, 0x48, 0x83, 0xc8, 0xff, 0xc3, 0x66, 0x2e, 0x0f, 0x1f, 0x84};
 static_assert(kSyscallHop % 8 + 5 <= 8, "the padding jump must fit in one aligned word");
 PatchSite g_syscall_site;  // guarded by the installation in monitor.cc
+
+// Points mrcache_patch_dlclose_original at glibc's dlclose `entry` when the
+// entry holds the code it replays (`expected`); otherwise ApplyPatch either
+// refuses the entry or chains to the hook found there, and the replay is
+// never used.
+void PrepareDlcloseOriginal(void* entry, const uint8_t (&expected)[8]) {
+  if (entry == nullptr || reinterpret_cast<uintptr_t>(entry) % 8 != 0) return;
+  const uint64_t word = ReadCodeWord(entry);
+  if (memcmp(&word, expected, 8) != 0) return;
+  int32_t disp;
+  memcpy(&disp, expected + 3, 4);
+  uint8_t* next = static_cast<uint8_t*>(entry) + 7;
+  mrcache_patch_dlclose_got = next + disp;
+  mrcache_patch_dlclose_resume = next;
+}
 
 // Keeps this library loaded for the life of the process once it has patched
 // libc: trampolines and handlers stay where the patched code jumps (a thread
@@ -111,6 +132,7 @@ absl::Status Enable() {
     const Target& t = kTargets[applied];
     void* entry = dlsym(libc, t.name);
     if (t.only_over_another_tracker && !HoldsAnotherTrackersJump(entry)) continue;
+    if (applied == kDlclose) PrepareDlcloseOriginal(entry, t.expected);
     status = ApplyPatch(t.name, entry, t.expected, t.handler, &g_sites[applied]);
     if (!status.ok()) break;
   }

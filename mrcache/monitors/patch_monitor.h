@@ -13,6 +13,14 @@
 // keeps a consistent notion of the break. The handlers make their system
 // calls with an inline `syscall` instruction (raw_syscall.h).
 //
+// dlclose is patched too: the loader unmaps with ld.so's own system calls,
+// which none of the entries above sees, so its handler reports the segments
+// of what the call unloads (loader_releases.h) around glibc's dlclose. That
+// handler cannot do glibc's work itself: it replays the one instruction the
+// jump displaced (`mov disp32(%rip), %rdx`, wholly covered by the jump's 5
+// bytes, so no thread can be inside a torn instruction) and resumes glibc's
+// code after it.
+//
 // glibc's syscall() function is patched too (through a 2-byte jump to its
 // padding, see ApplyHopPatch in code_patch.h): syscall(SYS_munmap,
 // SYS_mremap, SYS_madvise, SYS_brk, SYS_shmdt, and SYS_mmap with MAP_FIXED,

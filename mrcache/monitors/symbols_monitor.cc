@@ -13,6 +13,7 @@
 #include <cstdint>
 
 #include "mrcache/errno_status.h"
+#include "mrcache/monitors/loader_releases.h"
 #include "mrcache/monitors/memory_events.h"
 #include "mrcache/monitors/release_ranges.h"
 
@@ -299,6 +300,21 @@ int fallocate64(int fd, int mode, off_t offset, off_t len) {
   if (Reporting()) mrcache::ReportFallocate(fd, mode, offset, len);
   if (Resolve()) return g_next.fallocate64(fd, mode, offset, len);
   return static_cast<int>(syscall(SYS_fallocate, fd, mode, offset, len));
+}
+
+// The loader unmaps with its own system calls, which the interposers above
+// never see: dlclose reports what it unloads (loader_releases.h). Resolved
+// on its own (not in Resolve()): dlsym cannot reach dlclose while resolving.
+int dlclose(void* handle) noexcept {
+  static std::atomic<mrcache::DlcloseFn> next{nullptr};
+  mrcache::DlcloseFn close = next.load(std::memory_order_acquire);
+  if (close == nullptr) {
+    close = reinterpret_cast<mrcache::DlcloseFn>(dlsym(RTLD_NEXT, "dlclose"));
+    if (close == nullptr) return -1;  // no libc behind us: nothing to close with
+    next.store(close, std::memory_order_release);
+  }
+  if (!Reporting()) return close(handle);
+  return mrcache::CloseReportingReleases(handle, close);
 }
 
 }  // extern "C"

@@ -2,7 +2,8 @@
 //
 // symbols_monitor.cc defines munmap, mremap, madvise, posix_madvise, brk,
 // sbrk, shmdt, mmap, mmap64, shmat, ftruncate, ftruncate64, truncate,
-// truncate64, fallocate and fallocate64 with C linkage. They take precedence
+// truncate64, fallocate, fallocate64 and dlclose (which reports what the
+// loader unmaps, loader_releases.h) with C linkage. They take precedence
 // over libc's for every call that goes through symbol lookup only where the
 // linked object exports them: an executable that depends on
 // //mrcache/monitors:symbols_monitor (its --export-dynamic-symbol flags).

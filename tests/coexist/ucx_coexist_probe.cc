@@ -30,8 +30,9 @@
 // UCX is loaded with dlopen so that the order is the one asked for: linking
 // libucs would install its hooks before main.
 //
-// Two builds: COEXIST_VIEW_C_API links libmrcache.so and uses the C API with
-// the uring registrar; COEXIST_VIEW_VERBS uses plain verbs (softverbs at run
+// Two builds (registration_view.h): REGISTRATION_VIEW_C_API links
+// libmrcache.so and uses the C API with the uring registrar;
+// REGISTRATION_VIEW_VERBS uses plain verbs (softverbs at run
 // time) and is run with the shim preloaded.
 #include <dlfcn.h>
 #include <malloc.h>
@@ -49,13 +50,7 @@
 
 #include "tests/monitors/release_ways.h"
 
-#if defined(COEXIST_VIEW_C_API)
-#include "mrcache/mrcache.h"
-#elif defined(COEXIST_VIEW_VERBS)
-#include <infiniband/verbs.h>
-#else
-#error "define COEXIST_VIEW_C_API or COEXIST_VIEW_VERBS"
-#endif
+#include "tests/monitors/registration_view.h"
 
 namespace {
 
@@ -122,105 +117,18 @@ class UcxCache {
   ucs_rcache_t* rcache_ = nullptr;
 };
 
-// ---- mrcache's view ----
+// ---- mrcache's view: tests/monitors/registration_view.h ----
 
 constexpr size_t kProbeBytes = 64;
 
-#if defined(COEXIST_VIEW_C_API)
-// A cache on the uring registrar with the default monitor (or MRCACHE_MONITOR).
-class MrcacheView {
- public:
-  void Create() {
-    mrc_config_t* cfg = nullptr;
-    if (mrc_config_create(&cfg) != 0 || mrc_config_set(cfg, "registrar", "uring") != 0) {
-      Fail("mrc_config_create/set");
-    }
-    int rc = mrc_cache_create(cfg, nullptr, &cache_);
-    mrc_config_destroy(cfg);
-    if (rc != 0) Fail(std::string("mrc_cache_create: ") + mrc_strerror(rc));
-  }
-  bool created() const { return cache_ != nullptr; }
-  void GetPut(void* addr, size_t len) {
-    mrc_region_t* region = nullptr;
-    if (mrc_get(cache_, addr, len, 1, &region) != 0) Fail("mrc_get");
-    mrc_put(cache_, region);
-  }
-  // A device write at both ends of [addr, addr + len) through the region the
-  // cache returns now; true if the CPU sees both.
-  bool DeviceWriteVisible(char* addr, size_t len, unsigned char pattern) {
-    mrc_region_t* region = nullptr;
-    if (mrc_get(cache_, addr, len, 1, &region) != 0) Fail("mrc_get after the release");
-    mrc_region_info_t info;
-    mrc_region_info(region, &info);
-    unsigned char data[kProbeBytes];
-    memset(data, pattern, sizeof(data));
-    size_t head = static_cast<size_t>(addr - static_cast<char*>(info.addr));
-    size_t tail = head + len - sizeof(data);
-    if (mrc_region_device_write(cache_, region, head, data, sizeof(data)) != 0 ||
-        mrc_region_device_write(cache_, region, tail, data, sizeof(data)) != 0) {
-      Fail("mrc_region_device_write");
-    }
-    mrc_put(cache_, region);
-    return memcmp(addr, data, sizeof(data)) == 0 &&
-           memcmp(addr + len - sizeof(data), data, sizeof(data)) == 0;
-  }
-  void Destroy() {
-    if (cache_ != nullptr) mrc_cache_destroy(cache_);
-  }
-
- private:
-  mrc_cache_t* cache_ = nullptr;
-};
-#else
-// Plain verbs on the first device (softverbs), through the preloaded shim,
-// whose cache (and monitor) comes to life at the first ibv_alloc_pd.
-class MrcacheView {
- public:
-  using DeviceWriteFn = int (*)(uint32_t, uint64_t, const void*, size_t);
-  void Create() {
-    int n = 0;
-    ibv_device** list = ibv_get_device_list(&n);
-    if (list == nullptr || n == 0) Fail("no verbs device (softverbs not on LD_LIBRARY_PATH?)");
-    context_ = ibv_open_device(list[0]);
-    ibv_free_device_list(list);
-    if (context_ == nullptr) Fail("ibv_open_device");
-    pd_ = ibv_alloc_pd(context_);
-    if (pd_ == nullptr) Fail("ibv_alloc_pd");
-    device_write_ = reinterpret_cast<DeviceWriteFn>(dlsym(RTLD_DEFAULT, "softverbs_device_write"));
-    if (device_write_ == nullptr) Fail("softverbs_device_write not found (not softverbs?)");
-    if (dlsym(RTLD_DEFAULT, "mrcache_preload_get_stats") == nullptr) Fail("the shim is not loaded");
-  }
-  bool created() const { return pd_ != nullptr; }
-  void GetPut(void* addr, size_t len) {
-    ibv_mr* mr = ibv_reg_mr(pd_, addr, len, IBV_ACCESS_LOCAL_WRITE);
-    if (mr == nullptr) Fail("ibv_reg_mr");
-    ibv_dereg_mr(mr);
-  }
-  bool DeviceWriteVisible(char* addr, size_t len, unsigned char pattern) {
-    ibv_mr* mr = ibv_reg_mr(pd_, addr, len, IBV_ACCESS_LOCAL_WRITE);
-    if (mr == nullptr) Fail("ibv_reg_mr after the release");
-    unsigned char data[kProbeBytes];
-    memset(data, pattern, sizeof(data));
-    uint64_t head = reinterpret_cast<uint64_t>(addr);
-    if (device_write_(mr->lkey, head, data, sizeof(data)) != 0 ||
-        device_write_(mr->lkey, head + len - sizeof(data), data, sizeof(data)) != 0) {
-      Fail("softverbs_device_write");
-    }
-    ibv_dereg_mr(mr);
-    return memcmp(addr, data, sizeof(data)) == 0 &&
-           memcmp(addr + len - sizeof(data), data, sizeof(data)) == 0;
-  }
-  void Destroy() {
-    if (pd_ != nullptr) ibv_dealloc_pd(pd_);
-    if (context_ != nullptr) ibv_close_device(context_);
-  }
-
- private:
-  ibv_context* context_ = nullptr;
-  ibv_pd* pd_ = nullptr;
-  DeviceWriteFn device_write_ = nullptr;
-};
+// The cache with the default monitor (or MRCACHE_MONITOR); with plain verbs,
+// the preloaded shim's.
+void CreateMrcacheView(mrcache::testing::RegistrationView* view) {
+  view->Create(nullptr);
+#if defined(REGISTRATION_VIEW_VERBS)
+  if (dlsym(RTLD_DEFAULT, "mrcache_preload_get_stats") == nullptr) Fail("the shim is not loaded");
 #endif
+}
 
 }  // namespace
 
@@ -245,15 +153,15 @@ int main(int argc, char** argv) {
     free(malloc(1));
   }
   UcxCache ucx;
-  MrcacheView mrcache;
+  mrcache::testing::RegistrationView mrcache;
   if (order == "ucx_alone" || order == "mrcache_idle") {
     ucx.Create();
   } else if (order == "mrcache_first") {
-    mrcache.Create();
+    CreateMrcacheView(&mrcache);
     ucx.Create();
   } else if (order == "ucx_first") {
     ucx.Create();
-    mrcache.Create();
+    CreateMrcacheView(&mrcache);
   } else {
     Fail("unknown order " + order);
   }
@@ -267,7 +175,8 @@ int main(int argc, char** argv) {
     memset(v.gone, 0, v.gone_len);  // the CPU's view of the fresh memory
     if (!ucx.GetPut(v.gone, v.gone_len)) ++ucx_stale;
     if (mrcache.created() &&
-        !mrcache.DeviceWriteVisible(v.gone, v.gone_len, static_cast<unsigned char>(i | 1))) {
+        !mrcache.DeviceWriteVisible(v.gone, v.gone_len, static_cast<unsigned char>(i | 1),
+                                    kProbeBytes)) {
       ++mrcache_stale;
     }
     mrcache::testing::CleanupVictim(*way, v);

@@ -14,11 +14,26 @@
 # mrcache), and mrcache misses nothing, except the one cell below that only
 # auto+uffd covers.
 set -uo pipefail
+if [ -n "${ASAN_OPTIONS:-}" ]; then
+  # Measured: in reloc mode UCX's malloc replaces the process's, and ASan
+  # reports mrcache's delete of memory it allocated as a bad free; in bistro
+  # mode ASan's allocator maps its own memory into the holes the probe
+  # releases, so the probe cannot map fresh memory at the released address.
+  echo "SKIPPED: UCX 1.13 under AddressSanitizer (reloc: bad-free between UCX's malloc and ASan's; bistro: ASan maps into the released holes)"
+  exit 0
+fi
+if [ -n "${TSAN_OPTIONS:-}" ]; then
+  # Measured: bistro mode crashes (SIGSEGV) even with mrcache idle; in reloc
+  # mode TSan reports on UCX's malloc replacement (exit 66).
+  echo "SKIPPED: UCX 1.13 under ThreadSanitizer (bistro: crashes even with mrcache idle; reloc: TSan reports in UCX's malloc)"
+  exit 0
+fi
 view="$1"
 rounds="${COEXIST_ROUNDS:-200}"
 tmp="${TEST_TMPDIR:-$(mktemp -d)}"
 ways=(munmap mremap_move mremap_shrink madvise_dontneed shmdt brk_shrink glibc_free)
 : >"$tmp/failures"
+: >"$tmp/modes_run"
 fail() { echo "FAIL: $*" | tee -a "$tmp/failures" >&2; }
 
 # run ORDER WAY ROUNDS: the probe, with UCX preloaded when UCX_AT_STARTUP is set.
@@ -71,6 +86,7 @@ for load in dlopen startup; do
         "$(tail -1 <<<"$check")"
       continue
     fi
+    echo "$load $mode" >>"$tmp/modes_run"
     for way in "${ways[@]}"; do
       if [ "$mode" = reloc ] && [ "$way" = brk_shrink ]; then
         # In reloc mode UCX replaces malloc with its own allocator, which
@@ -105,4 +121,8 @@ for load in dlopen startup; do
 done
 failures=$(wc -l <"$tmp/failures")
 [ "$failures" = 0 ] || { echo "$failures failure(s)" >&2; exit 1; }
+if [ ! -s "$tmp/modes_run" ]; then
+  echo "SKIPPED: UCX 1.13 works in no hook mode here, even with mrcache idle (SKIP lines above)"
+  exit 0
+fi
 echo PASS

@@ -80,6 +80,45 @@ TEST(Recorder, RecordsReleasesTheMonitorsReport) {
   EXPECT_TRUE(found);
 }
 
+// What the getting thread releases inside a get comes after the get's reg
+// line (the cache answered first); another thread's release does not wait.
+TEST(Recorder, ReleasesInsideAGetFollowItsRegistration) {
+  const std::string path = TempPath("inside_get");
+  auto recorder = Recorder::Open(path, ShimDefaults());
+  ASSERT_NE(recorder, nullptr);
+  {
+    Recorder::GetScope get(recorder.get());
+    mrcache::ReportMemoryRelease(reinterpret_cast<void*>(0x7f0000020000), 4096);
+    std::thread([] {
+      mrcache::ReportMemoryRelease(reinterpret_cast<void*>(0x7f0000030000), 4096);
+    }).join();
+    recorder->Register(reinterpret_cast<void*>(0x7f0000040000), 4096, 1);
+  }
+  std::vector<std::string> events;
+  for (const std::string& line : Lines(path)) {
+    if (line.find("0x7f00000") != std::string::npos) events.push_back(line);
+  }
+  EXPECT_EQ(events,
+            (std::vector<std::string>{"release 0x7f0000030000 4096", "reg 1 0x7f0000040000 4096 1",
+                                      "release 0x7f0000020000 4096"}));
+}
+
+// A get given up without a registration still writes what it deferred.
+TEST(Recorder, ReleasesInsideAFailedGetAreWrittenWhenItEnds) {
+  const std::string path = TempPath("failed_get");
+  auto recorder = Recorder::Open(path, ShimDefaults());
+  ASSERT_NE(recorder, nullptr);
+  {
+    Recorder::GetScope get(recorder.get());
+    for (int i = 0; i < Recorder::kMaxDeferred + 2; ++i) {
+      mrcache::ReportMemoryRelease(reinterpret_cast<void*>(0x7f0000100000 + i * 4096), 4096);
+    }
+  }
+  int releases = 0;
+  for (const std::string& line : Lines(path)) releases += line.rfind("release 0x7f00001", 0) == 0;
+  EXPECT_EQ(releases, Recorder::kMaxDeferred + 2);
+}
+
 TEST(Recorder, ConcurrentThreadsWriteWholeLines) {
   const std::string path = TempPath("threads");
   auto recorder = Recorder::Open(path, ShimDefaults());

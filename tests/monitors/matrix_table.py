@@ -14,7 +14,7 @@ import sys
 ROWS = ["munmap", "mremap_move", "mremap_shrink", "madvise_dontneed", "madvise_free",
         "madvise_remove", "brk_shrink", "shmdt", "mmap_fixed", "shmat_remap",
         "memfd_ftruncate", "shm_open_ftruncate", "shm_open_truncate", "memfd_punch_hole",
-        "mremap_onto_target", "madvise_dontneed_thp", "glibc_free", "jemalloc_purge",
+        "mremap_onto_target", "madvise_dontneed_thp", "dlclose", "glibc_free", "jemalloc_purge",
         "syscall_munmap", "raw_munmap"]
 COLUMNS = ["none", "symbols", "patch", "jemalloc", "auto", "auto+uffd"]
 LINE = re.compile(r"^matrix (\S+) (\S+) (covered|stale) (\d+)$")

@@ -13,6 +13,8 @@
 //    registered range (do_shmat maps without the unmap-event list), nor when
 //    truncation or fallocate drops a shared file's pages under a registered
 //    mapping (only madvise sends UFFD_EVENT_REMOVE).
+//  - dlclose: the loader unmaps with its own system calls; patch and symbols
+//    hook dlclose itself (loader_releases.h), uffd gets the UNMAP event.
 //  - jemalloc sees only jemalloc's own extent operations.
 //  - auto is patch(+jemalloc) here and must cover every row that goes
 //    through libc: all but raw_munmap. auto+uffd covers every row. (Under

@@ -323,7 +323,43 @@ void RawMunmap(Victim& v) {
 #endif
 }
 
+// dlclose: 64 KiB of a library's 4 MiB .bss buffer, released by unloading
+// the library (the loader unmaps it with its own system calls).
+Victim DlclosePrepare() {
+  Victim v;
+  v.library = dlopen(DlcloseVictimPath().c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (v.library == nullptr) {
+    fprintf(stderr, "release_ways: dlopen(%s) failed: %s\n", DlcloseVictimPath().c_str(),
+            dlerror());
+    abort();
+  }
+  v.gone = static_cast<char*>(dlsym(v.library, "dlclose_victim_buffer"));
+  if (v.gone == nullptr) Die("dlclose: dlsym(dlclose_victim_buffer)");
+  v.gone_len = kLen;
+  memset(v.gone, 0x5a, kLen);
+  return v;
+}
+void Dlclose(Victim& v) {
+  if (dlclose(v.library) != 0) Die("dlclose: dlclose");
+  v.released = true;
+}
+void DlcloseCleanup(Victim& v) {
+  if (!v.released) dlclose(v.library);
+}
+
 }  // namespace
+
+std::string DlcloseVictimPath() {
+  const char* relative = "tests/monitors/libdlclose_victim.so";
+  // A name with a slash: dlopen takes it as a path, not a library to search for.
+  if (access(relative, R_OK) == 0) return std::string("./") + relative;
+  const char* srcdir = getenv("TEST_SRCDIR");
+  const char* workspace = getenv("TEST_WORKSPACE");
+  if (srcdir != nullptr && workspace != nullptr) {
+    return std::string(srcdir) + "/" + workspace + "/" + relative;
+  }
+  return relative;
+}
 
 bool RefillSameAddress(Victim& v) {
   uintptr_t start = reinterpret_cast<uintptr_t>(v.gone) & ~uintptr_t{4095};
@@ -386,6 +422,7 @@ std::vector<ReleaseWay> AllReleaseWays() {
       {"mremap_onto_target", &MremapOntoTargetPrepare, &MremapOntoTarget, &UnmapAll},
       {"madvise_dontneed_thp", &ThpPrepare, &MadviseDontneed, &UnmapAll},
   };
+  ways.push_back({"dlclose", &DlclosePrepare, &Dlclose, &DlcloseCleanup});
   if (JemallocIsAllocator()) {
     ways.push_back({"jemalloc_purge", &GlibcFreePrepare, &JemallocPurge, &NoCleanup});
   } else if (GlibcMallocIsAllocator()) {  // not under a sanitizer's allocator

@@ -31,6 +31,7 @@ struct Victim {
   bool released = false;
   char* refill = nullptr;  // fresh memory RefillSameAddress mapped
   size_t refill_len = 0;
+  void* library = nullptr;  // dlopen handle of the library holding the range (dlclose)
 };
 
 struct ReleaseWay {
@@ -50,6 +51,10 @@ struct ReleaseWay {
 // by someone else meanwhile. Cleanup() unmaps the refill.
 bool RefillSameAddress(Victim& v);
 void CleanupVictim(const ReleaseWay& way, Victim& v);
+
+// The library the `dlclose` row loads (tests/monitors/dlclose_victim.c), a
+// data dependency of :release_ways: its path in the test's runfiles.
+std::string DlcloseVictimPath();
 
 // All rows available in this process. jemalloc_purge is included only when
 // jemalloc is the process allocator; glibc_free only when glibc's malloc is

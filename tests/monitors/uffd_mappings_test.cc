@@ -5,7 +5,9 @@
 // application's own memory calls do (mmap, mprotect, mremap), it stays below
 // the map-count limit, and every range it cannot watch is counted in
 // mrc_stats_t with its cause (mrcache/monitors/uffd_monitor.h).
+#include <dlfcn.h>
 #include <fcntl.h>
+#include <link.h>
 #include <linux/userfaultfd.h>
 #include <poll.h>
 #include <sys/eventfd.h>
@@ -29,6 +31,7 @@
 #include "mrcache/monitors/uffd_monitor.h"
 #include "mrcache/mrcache.h"
 #include "tests/monitors/map_count.h"
+#include "tests/monitors/release_ways.h"
 
 namespace mrcache {
 namespace testing {
@@ -373,7 +376,10 @@ TEST_F(UffdMappingsTest, WatchStopsBelowTheMapCountLimitAndCountsWhy) {
   munmap(later, 4 * kPage);
 }
 
-TEST_F(UffdMappingsTest, RangeSpanningAFileMappingIsCountedAsEinval) {
+// uffd cannot watch a private file mapping: the failure is counted, and no
+// registration of it is cached (each get gets its own, deregistered at put),
+// since an unmap there would reach no uffd event.
+TEST_F(UffdMappingsTest, RangeSpanningAFileMappingIsCountedAsEinvalAndNeverCached) {
   if (!Open(kUffd, "sim")) return;
   char path[] = "/tmp/uffd_mappings_testXXXXXX";
   int fd = mkstemp(path);
@@ -388,8 +394,58 @@ TEST_F(UffdMappingsTest, RangeSpanningAFileMappingIsCountedAsEinval) {
   mrc_stats_t s = Stats(cache_);
   EXPECT_EQ(s.watch_einval, 1u);
   EXPECT_EQ(s.watch_failures, 1u);
+  EXPECT_EQ(s.regions, 0u) << "an unwatched range was cached";
+  EXPECT_EQ(s.bypassed, 1u);
+  ASSERT_TRUE(GetPut(file, 4 * kPage));
+  s = Stats(cache_);
+  EXPECT_EQ(s.registrations, 2u) << "the second get must not be a hit";
+  EXPECT_EQ(s.deregistrations, 2u);
+  EXPECT_EQ(s.watch_einval, 2u);
   ASSERT_EQ(mrc_flush(cache_), 0);
   munmap(file, 4 * kPage);
+}
+
+// The page where a library's .data ends and its .bss begins: the writable
+// segment's last file-backed page (a private file mapping).
+struct SegmentSearch {
+  const void* library_base;
+  uintptr_t shared_page = 0;
+};
+int FindDataBssPage(dl_phdr_info* info, size_t, void* arg) {
+  auto* search = static_cast<SegmentSearch*>(arg);
+  if (reinterpret_cast<const void*>(info->dlpi_addr) != search->library_base) return 0;
+  for (int i = 0; i < info->dlpi_phnum; ++i) {
+    const ElfW(Phdr)& ph = info->dlpi_phdr[i];
+    if (ph.p_type == PT_LOAD && (ph.p_flags & PF_W) != 0 && ph.p_memsz > ph.p_filesz) {
+      search->shared_page = (info->dlpi_addr + ph.p_vaddr + ph.p_filesz) & ~(kPage - 1);
+    }
+  }
+  return 1;
+}
+
+// A library's first .bss page shares a file-backed page with .data: uffd
+// cannot watch it, so a get over it (and the .bss page after it) is never
+// served from the cache, and a device write through it reaches the CPU.
+TEST_F(UffdMappingsTest, LibrarysDataBssPageIsNeverServedFromTheCache) {
+  if (!Open("patch+uffd", "uring")) return;
+  void* library = dlopen(DlcloseVictimPath().c_str(), RTLD_NOW | RTLD_LOCAL);
+  ASSERT_NE(library, nullptr) << dlerror();
+  Dl_info info;
+  ASSERT_NE(dladdr(dlsym(library, "dlclose_victim_data"), &info), 0);
+  SegmentSearch search{info.dli_fbase};
+  dl_iterate_phdr(&FindDataBssPage, &search);
+  ASSERT_NE(search.shared_page, 0u) << "no writable segment with a .bss";
+  char* page = reinterpret_cast<char*>(search.shared_page);
+  for (int round = 0; round < 2; ++round) {
+    EXPECT_TRUE(DeviceWriteReachesTheCpu(page + kPage, kPage, static_cast<uint8_t>(0x20 + round)));
+    EXPECT_TRUE(GetPut(page, 2 * kPage));
+  }
+  mrc_stats_t s = Stats(cache_);
+  EXPECT_GE(s.watch_einval, 2u);
+  EXPECT_EQ(s.regions, 1u) << "only the wholly anonymous .bss page may be cached";
+  EXPECT_EQ(s.bypassed, 2u);
+  ASSERT_EQ(mrc_flush(cache_), 0);
+  dlclose(library);
 }
 
 }  // namespace
