@@ -144,8 +144,8 @@ std::unique_ptr<mrcache::Registrar> PlainRegistrar(const Options& opt) {
 // Registers all of `buf` in pieces the registrar accepts; returns the time
 // taken, and deregisters outside it.
 double PlainRegister(mrcache::Registrar& registrar, const Buffer& buf) {
-  const size_t piece = registrar.name() == std::string("uring") ? mrcache::kUringMaxBufferBytes
-                                                                : buf.length();
+  const size_t piece =
+      registrar.name() == std::string("uring") ? mrcache::kUringMaxBufferBytes : buf.length();
   std::vector<mrcache::Registration> regs;
   const Clock::time_point t0 = Clock::now();
   for (size_t off = 0; off < buf.length(); off += piece) {
@@ -231,10 +231,11 @@ void RunFirstGet(const Options& opt) {
 }
 
 void RunEvict(const Options& opt) {
-  std::printf("\nA 4 KiB miss that evicts an unused %s region, registrar %s, %d samples "
-              "(load %s)\n",
-              mrcache::FormatSize(opt.evict_size).c_str(), opt.registrar.c_str(),
-              opt.evict_samples, LoadAverage().c_str());
+  std::printf(
+      "\nA 4 KiB miss that evicts an unused %s region, registrar %s, %d samples "
+      "(load %s)\n",
+      mrcache::FormatSize(opt.evict_size).c_str(), opt.registrar.c_str(), opt.evict_samples,
+      LoadAverage().c_str());
   mrcache::Config config = BaseConfig(opt);
   auto registrar = mrbench::MakeBenchRegistrar(config);
   if (!registrar.ok()) Die("registrar: " + registrar.status().ToString());
