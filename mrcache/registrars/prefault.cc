@@ -1,7 +1,9 @@
 // prefault.cc: see prefault.h for the contract.
 #include "mrcache/registrars/prefault.h"
 
+#include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -95,6 +97,11 @@ int PopulateInParallel(char* addr, size_t length, int advice, size_t threads) {
   };
   std::vector<std::thread> helpers;
   helpers.reserve(wanted - 1);
+  // Helpers start with every signal blocked: the application's signals are
+  // never delivered to a thread it did not create.
+  sigset_t all, saved;
+  sigfillset(&all);
+  const bool masked = wanted > 1 && pthread_sigmask(SIG_SETMASK, &all, &saved) == 0;
   for (size_t i = 1; i < wanted; ++i) {
     try {
       helpers.emplace_back(work);
@@ -102,6 +109,7 @@ int PopulateInParallel(char* addr, size_t length, int advice, size_t threads) {
       break;  // the threads that started, the calling one included, do it all
     }
   }
+  if (masked) pthread_sigmask(SIG_SETMASK, &saved, nullptr);
   work();
   for (std::thread& t : helpers) t.join();
   return error.load(std::memory_order_relaxed);

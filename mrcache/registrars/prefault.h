@@ -19,8 +19,8 @@
 //    be started: that part runs in the calling thread) falls back silently to
 //    the plain registration, which gives the answer; it is counted
 //    (PrefaultStats::fallbacks).
-//  - Helper threads live for one Register: no pool, so nothing to inherit
-//    across fork.
+//  - Helper threads live for one Register (no pool, so nothing to inherit
+//    across fork) and block every signal.
 #ifndef MRCACHE_REGISTRARS_PREFAULT_H_
 #define MRCACHE_REGISTRARS_PREFAULT_H_
 

@@ -206,12 +206,11 @@ TEST(PrefaultUringTest, CacheFirstGetRegistersTheWholeBufferOnce) {
     auto ref = (*cache)->Get(buf.addr(), buf.length(), kAccessLocalWrite);
     ASSERT_TRUE(ref.ok()) << ref.status();
     EXPECT_LE(ref->info().addr, static_cast<void*>(buf.addr()));
-    EXPECT_GE(static_cast<char*>(ref->info().addr) + ref->info().length,
-              buf.addr() + buf.length());
+    EXPECT_GE(static_cast<char*>(ref->info().addr) + ref->info().length, buf.addr() + buf.length());
     const std::string data(kPage, 'd');
     ASSERT_TRUE((*cache)->DeviceWrite(ref->get(), 3 * kMiB, data.data(), data.size()).ok());
-    EXPECT_TRUE(mrcache_test::AllBytesAre(
-        static_cast<char*>(ref->info().addr) + 3 * kMiB, kPage, 'd'));
+    EXPECT_TRUE(
+        mrcache_test::AllBytesAre(static_cast<char*>(ref->info().addr) + 3 * kMiB, kPage, 'd'));
   }
   EXPECT_EQ((*cache)->stats().registrations, 1u);
   EXPECT_EQ(GetPrefaultStats((*cache)->registrar())->prefaults, 1u);
