@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "mrcache/errno_status.h"
+#include "mrcache/registrars/prefault.h"
 #include "mrcache/registrars/verbs_registrar.h"
 
 namespace mrcache_preload {
@@ -66,7 +67,8 @@ absl::StatusOr<PdCache*> PdCaches::ForPd(ibv_pd* pd) {
   auto registrar = mrcache::MakeVerbsRegistrar(pd, config_);
   if (!registrar.ok()) return registrar.status();
   auto cache = mrcache::Cache::Create(
-      config_, std::make_unique<TimedRegistrar>(std::move(*registrar), &costs_));
+      config_, std::make_unique<TimedRegistrar>(
+                   mrcache::WithPrefault(std::move(*registrar), config_), &costs_));
   if (!cache.ok()) return cache.status();
   auto fresh = std::make_unique<PdCache>();
   fresh->pd = pd;

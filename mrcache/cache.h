@@ -155,7 +155,9 @@ class Cache {
 };
 
 // Builds the registrar config.registrar names ("" picks uring if it works,
-// else sim). verbs requires a non-null pd (EINVAL otherwise).
+// else sim). verbs requires a non-null pd (EINVAL otherwise). The pinning
+// ones (uring, verbs) come wrapped by WithPrefault (registrars/prefault.h)
+// unless config.prefault_bytes is 0.
 absl::StatusOr<std::unique_ptr<Registrar>> CreateRegistrar(const Config& config, ibv_pd* pd);
 
 }  // namespace mrcache

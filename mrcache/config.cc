@@ -284,6 +284,31 @@ const std::vector<KeyRow>& Rows() {
        [](Config& c, absl::string_view v) { return SetSize(&c.odp_prefetch_bytes, v); },
        [](const Config& c) { return Num(c.odp_prefetch_bytes); },
        kByteCount},
+      {{"prefault_bytes",
+        "a registration at least this large of memory not yet resident (`uring`, `verbs`; never "
+        "ODP) is first faulted in with `MADV_POPULATE_WRITE` over `prefault_threads` threads, "
+        "then pinned at once; 0 = off",
+        "64M"},
+       "a size, 0 = off",
+       [](Config& c, absl::string_view v) { return SetSize(&c.prefault_bytes, v); },
+       [](const Config& c) { return Num(c.prefault_bytes); },
+       kByteCount},
+      {{"prefault_threads",
+        "threads a prefault uses, the calling one included: 1 to 64, or `auto` (the CPUs the "
+        "process may run on, at most 8)",
+        "`auto`"},
+       "auto or a count from 1 to 64",
+       [](Config& c, absl::string_view v) {
+         if (v == "auto") {
+           c.prefault_threads = 0;
+           return true;
+         }
+         return SetCheckedSize(&c.prefault_threads, v,
+                               [](size_t n) { return n >= 1 && n <= Config::kMaxPrefaultThreads; });
+       },
+       [](const Config& c) {
+         return c.prefault_threads == 0 ? std::string("auto") : Num(c.prefault_threads);
+       }},
       {{"sim_base_ns", "sim registrar cost per call", "3000 (io_uring's, measured)"},
        "nanoseconds, a whole number",
        [](Config& c, absl::string_view v) { return SetNs(&c.sim_base_ns, v); },

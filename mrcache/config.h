@@ -62,8 +62,16 @@ struct Config {
   std::string monitor = "auto";
   OdpMode odp = OdpMode::kOff;
   size_t odp_prefetch_bytes = 0;  // 0 = never prefetch
-  uint64_t sim_base_ns = 3000;    // sim registrar: fixed cost per call
-  uint64_t sim_page_ns = 240;     // sim registrar: cost per 4 KiB page
+  // Prefault (registrars/prefault.h): a registration of at least this many
+  // bytes of memory not yet resident is faulted in over prefault_threads
+  // threads before it is pinned. 0 = never. Registrars that pin only.
+  size_t prefault_bytes = size_t{64} << 20;
+  // Threads a prefault uses, the calling one included: 0 = auto (the CPUs the
+  // process may run on, at most 8); 1 = the calling thread alone.
+  size_t prefault_threads = 0;
+  static constexpr size_t kMaxPrefaultThreads = 64;
+  uint64_t sim_base_ns = 3000;  // sim registrar: fixed cost per call
+  uint64_t sim_page_ns = 240;   // sim registrar: cost per 4 KiB page
   bool sim_mlock = false;
   uint64_t sim_odp_page_ns = 250;  // sim registrar: ODP first-touch cost per page
   size_t pool_max_bytes = size_t{1} << 30;

@@ -4,6 +4,7 @@
 #include "absl/strings/str_cat.h"
 #include "mrcache/cache.h"
 #include "mrcache/errno_status.h"
+#include "mrcache/registrars/prefault.h"
 #include "mrcache/registrars/sim_registrar.h"
 #include "mrcache/registrars/uring_registrar.h"
 #include "mrcache/registrars/verbs_registrar.h"
@@ -13,16 +14,22 @@ namespace mrcache {
 absl::StatusOr<std::unique_ptr<Registrar>> CreateRegistrar(const Config& config, ibv_pd* pd) {
   std::string name = config.registrar;
   if (name.empty()) name = pd != nullptr ? "verbs" : UringAvailable() ? "uring" : "sim";
-  if (name == "uring") return MakeUringRegistrar(config);
   if (name == "sim") return MakeSimRegistrar(config);
-  if (name == "verbs") {
+  // The registrars that pin, with big registrations prefaulted (prefault.h).
+  absl::StatusOr<std::unique_ptr<Registrar>> pinning;
+  if (name == "uring") {
+    pinning = MakeUringRegistrar(config);
+  } else if (name == "verbs") {
     if (pd == nullptr) {
       return ErrnoStatus(EINVAL, "registrar=verbs needs a protection domain (struct ibv_pd*)");
     }
-    return MakeVerbsRegistrar(pd, config);
+    pinning = MakeVerbsRegistrar(pd, config);
+  } else {
+    return ErrnoStatus(EINVAL,
+                       absl::StrCat("unknown registrar '", name, "' (expected uring|sim|verbs)"));
   }
-  return ErrnoStatus(EINVAL,
-                     absl::StrCat("unknown registrar '", name, "' (expected uring|sim|verbs)"));
+  if (!pinning.ok()) return pinning.status();
+  return WithPrefault(std::move(*pinning), config);
 }
 
 absl::StatusOr<std::unique_ptr<Cache>> Cache::Create(const Config& config, ibv_pd* pd) {

@@ -1,0 +1,320 @@
+// bigbuf_bench: big buffers against one plain registration, side by side.
+//
+//   bigbuf_bench [--registrar uring|verbs] [--sizes 256M,1G] [--repeats 5]
+//                [--set key=value]... [--evict-size 1G] [--evict-samples 100]
+//                [--no-first-get] [--no-evict]
+//
+// First get: for each repeat and size, in an order that alternates between
+// repeats, each variant gets a fresh untouched anonymous mapping:
+//   plain     one registration of the buffer by the registrar alone (in
+//             pieces of at most 1 GiB on uring, whose buffers are capped there)
+//   populate  MADV_POPULATE_WRITE of the buffer in the calling thread, then
+//             the same plain registration (the two times are printed apart:
+//             what faulting costs and what pinning resident pages costs)
+//   mrcache   a cache's first get of the whole buffer (monitor none,
+//             max_regions 1, then every --set), from cache creation to
+//             destruction outside the timed get
+// Medians over the repeats, and each variant's ratio to plain (the median of
+// the per-repeat ratios, both figures of a ratio from the same repeat).
+//
+// Eviction: a cache (max_regions 1 plus the --set keys) holds an unused
+// region of --evict-size (resident memory, registered once per sample); the
+// timed operation is a get of an unrelated 4 KiB buffer, which must evict it.
+// p50 and p99 over the samples. --set async_dereg=on (once that key exists)
+// measures the deferred variant with the same command.
+//
+// verbs opens the first RDMA device (softverbs with
+// LD_LIBRARY_PATH=bazel-bin/tests/softverbs).
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cinttypes>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_split.h"
+#include "bench/bench_registrar.h"
+#include "mrcache/cache.h"
+#include "mrcache/config.h"
+#include "mrcache/errno_status.h"
+#include "mrcache/registrars/uring_registrar.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+
+struct Options {
+  std::string registrar = "uring";
+  std::vector<size_t> sizes;
+  int repeats = 5;
+  std::vector<std::pair<std::string, std::string>> sets;
+  size_t evict_size = size_t{1} << 30;
+  int evict_samples = 100;
+  bool first_get = true;
+  bool evict = true;
+};
+
+[[noreturn]] void Die(const std::string& what) {
+  std::fprintf(stderr, "bigbuf_bench: %s\n", what.c_str());
+  std::exit(1);
+}
+
+void Check(const absl::Status& s, const char* what) {
+  if (!s.ok()) Die(std::string(what) + ": " + s.ToString());
+}
+
+double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+// The q-quantile (nearest rank) of v.
+double Quantile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  size_t rank = static_cast<size_t>(q * static_cast<double>(v.size()) + 0.999999);
+  rank = std::min(std::max<size_t>(rank, 1), v.size());
+  return v[rank - 1];
+}
+
+std::string LoadAverage() {
+  std::ifstream in("/proc/loadavg");
+  std::string a, b, c;
+  in >> a >> b >> c;
+  return a + " " + b + " " + c;
+}
+
+// An untouched private anonymous mapping, unmapped at destruction.
+class Buffer {
+ public:
+  explicit Buffer(size_t length) : length_(length) {
+    void* p = mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) Die(std::string("mmap: ") + std::strerror(errno));
+    addr_ = static_cast<char*>(p);
+  }
+  ~Buffer() { munmap(addr_, length_); }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  char* addr() const { return addr_; }
+  size_t length() const { return length_; }
+
+ private:
+  char* addr_;
+  size_t length_;
+};
+
+mrcache::Config BaseConfig(const Options& opt) {
+  mrcache::Config config;
+  config.registrar = opt.registrar;
+  config.monitor = "none";
+  config.max_regions = 1;
+  config.stats_shm = false;
+  for (const auto& kv : opt.sets) Check(config.Set(kv.first, kv.second), "--set");
+  if (absl::Status s = config.Validate(); !s.ok()) Die("config: " + s.ToString());
+  return config;
+}
+
+// The registrar alone, as a program without mrcache would register: every
+// decorator the cache's configuration might add is turned off.
+std::unique_ptr<mrcache::Registrar> PlainRegistrar(const Options& opt) {
+  mrcache::Config config = BaseConfig(opt);
+  (void)config.Set("prefault_bytes", "0");  // absent before the key exists
+  auto r = mrbench::MakeBenchRegistrar(config);
+  if (!r.ok()) Die("registrar: " + r.status().ToString());
+  return std::move(*r);
+}
+
+// Registers all of `buf` in pieces the registrar accepts; returns the time
+// taken, and deregisters outside it.
+double PlainRegister(mrcache::Registrar& registrar, const Buffer& buf) {
+  const size_t piece =
+      registrar.name() == std::string("uring") ? mrcache::kUringMaxBufferBytes : buf.length();
+  std::vector<mrcache::Registration> regs;
+  const Clock::time_point t0 = Clock::now();
+  for (size_t off = 0; off < buf.length(); off += piece) {
+    auto reg = registrar.Register(buf.addr() + off, std::min(piece, buf.length() - off),
+                                  mrcache::kAccessLocalWrite);
+    if (!reg.ok()) Die("plain registration: " + reg.status().ToString());
+    regs.push_back(*reg);
+  }
+  const double took = Seconds(Clock::now() - t0);
+  for (const auto& reg : regs) Check(registrar.Deregister(reg), "deregister");
+  return took;
+}
+
+struct FirstGetSample {
+  double plain = 0, populate = 0, after_populate = 0, mrcache = 0;
+};
+
+double TimeMrcacheFirstGet(const Options& opt, size_t size) {
+  mrcache::Config config = BaseConfig(opt);
+  auto registrar = mrbench::MakeBenchRegistrar(config);
+  if (!registrar.ok()) Die("registrar: " + registrar.status().ToString());
+  auto cache = mrcache::Cache::Create(config, std::move(*registrar));
+  if (!cache.ok()) Die("cache: " + cache.status().ToString());
+  Buffer buf(size);
+  const Clock::time_point t0 = Clock::now();
+  auto ref = (*cache)->Get(buf.addr(), size, mrcache::kAccessLocalWrite);
+  const double took = Seconds(Clock::now() - t0);
+  if (!ref.ok()) Die("mrcache get: " + ref.status().ToString());
+  if (ref->info().length < size) Die("mrcache get: the region does not cover the buffer");
+  return took;
+}
+
+void RunFirstGet(const Options& opt) {
+  std::printf("\nFirst get of an untouched buffer, registrar %s, %d repeats (load %s)\n",
+              opt.registrar.c_str(), opt.repeats, LoadAverage().c_str());
+  std::unique_ptr<mrcache::Registrar> plain = PlainRegistrar(opt);
+  std::vector<std::vector<FirstGetSample>> samples(opt.sizes.size());
+  for (int rep = 0; rep < opt.repeats; ++rep) {
+    for (size_t i = 0; i < opt.sizes.size(); ++i) {
+      const size_t size = opt.sizes[i];
+      FirstGetSample s;
+      std::vector<std::function<void()>> variants = {
+          [&] {
+            Buffer buf(size);
+            s.plain = PlainRegister(*plain, buf);
+          },
+          [&] {
+            Buffer buf(size);
+            const Clock::time_point t0 = Clock::now();
+            if (madvise(buf.addr(), size, MADV_POPULATE_WRITE) != 0)
+              Die(std::string("MADV_POPULATE_WRITE: ") + std::strerror(errno));
+            s.populate = Seconds(Clock::now() - t0);
+            s.after_populate = PlainRegister(*plain, buf);
+          },
+          [&] { s.mrcache = TimeMrcacheFirstGet(opt, size); },
+      };
+      // Alternate the order, so that neither variant always runs first.
+      if (rep % 2) std::reverse(variants.begin(), variants.end());
+      for (auto& run : variants) run();
+      samples[i].push_back(s);
+    }
+  }
+  std::printf("%-8s %10s %12s %12s %10s %14s %14s\n", "size", "plain s", "populate s",
+              "+register s", "mrcache s", "mrcache/plain", "populated/plain");
+  for (size_t i = 0; i < opt.sizes.size(); ++i) {
+    std::vector<double> plain_s, pop, after, mrc, ratio, pop_ratio;
+    for (const FirstGetSample& s : samples[i]) {
+      plain_s.push_back(s.plain);
+      pop.push_back(s.populate);
+      after.push_back(s.after_populate);
+      mrc.push_back(s.mrcache);
+      ratio.push_back(s.mrcache / s.plain);
+      pop_ratio.push_back((s.populate + s.after_populate) / s.plain);
+    }
+    std::printf("%-8s %10.3f %12.3f %12.3f %10.3f %13.2fx %13.2fx\n",
+                mrcache::FormatSize(opt.sizes[i]).c_str(), Median(plain_s), Median(pop),
+                Median(after), Median(mrc), Median(ratio), Median(pop_ratio));
+    std::printf("         mrcache/plain per repeat:");
+    for (double r : ratio) std::printf(" %.2f", r);
+    std::printf("\n");
+  }
+  std::printf("(load after: %s)\n", LoadAverage().c_str());
+}
+
+void RunEvict(const Options& opt) {
+  std::printf(
+      "\nA 4 KiB miss that evicts an unused %s region, registrar %s, %d samples "
+      "(load %s)\n",
+      mrcache::FormatSize(opt.evict_size).c_str(), opt.registrar.c_str(), opt.evict_samples,
+      LoadAverage().c_str());
+  mrcache::Config config = BaseConfig(opt);
+  auto registrar = mrbench::MakeBenchRegistrar(config);
+  if (!registrar.ok()) Die("registrar: " + registrar.status().ToString());
+  auto made = mrcache::Cache::Create(config, std::move(*registrar));
+  if (!made.ok()) Die("cache: " + made.status().ToString());
+  mrcache::Cache& cache = **made;
+  Buffer big(opt.evict_size);
+  Buffer small(4096);
+  std::memset(small.addr(), 1, 4096);
+  if (madvise(big.addr(), big.length(), MADV_POPULATE_WRITE) != 0)
+    Die(std::string("MADV_POPULATE_WRITE: ") + std::strerror(errno));
+  std::vector<double> miss_ms;
+  for (int i = 0; i < opt.evict_samples; ++i) {
+    {
+      auto ref = cache.Get(big.addr(), big.length(), mrcache::kAccessLocalWrite);
+      if (!ref.ok()) Die("get of the big buffer: " + ref.status().ToString());
+    }  // put: the big region stays, unused
+    const Clock::time_point t0 = Clock::now();
+    auto ref = cache.Get(small.addr(), 4096, mrcache::kAccessLocalWrite);
+    miss_ms.push_back(Seconds(Clock::now() - t0) * 1e3);
+    if (!ref.ok()) Die("get of the small buffer: " + ref.status().ToString());
+  }
+  const mrcache::CacheStats st = cache.stats();
+  std::printf("p50 %.3f ms, p99 %.3f ms, max %.3f ms (evictions %" PRIu64 ")\n",
+              Quantile(miss_ms, 0.5), Quantile(miss_ms, 0.99), Quantile(miss_ms, 1.0),
+              st.evictions);
+}
+
+Options Parse(int argc, char** argv) {
+  Options opt;
+  std::string sizes;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) Die(arg + " needs a value");
+      return argv[++i];
+    };
+    if (arg == "--registrar") {
+      opt.registrar = value();
+    } else if (arg == "--sizes") {
+      sizes = value();
+    } else if (arg == "--repeats") {
+      opt.repeats = std::atoi(value().c_str());
+      if (opt.repeats < 1) Die("--repeats must be at least 1");
+    } else if (arg == "--set") {
+      const std::string kv = value();
+      const size_t eq = kv.find('=');
+      if (eq == std::string::npos) Die("--set takes key=value, not " + kv);
+      opt.sets.emplace_back(kv.substr(0, eq), kv.substr(eq + 1));
+    } else if (arg == "--evict-size") {
+      auto v = mrcache::ParseSize(value());
+      if (!v.ok() || *v == 0) Die("--evict-size: a size such as 1G");
+      opt.evict_size = *v;
+    } else if (arg == "--evict-samples") {
+      opt.evict_samples = std::atoi(value().c_str());
+      if (opt.evict_samples < 1) Die("--evict-samples must be at least 1");
+    } else if (arg == "--no-first-get") {
+      opt.first_get = false;
+    } else if (arg == "--no-evict") {
+      opt.evict = false;
+    } else {
+      Die("unknown argument " + arg + " (see the top of bench/bigbuf_bench.cc)");
+    }
+  }
+  if (sizes.empty()) sizes = opt.registrar == "verbs" ? "1G,4G" : "256M,1G";
+  for (absl::string_view part : absl::StrSplit(sizes, ',')) {
+    auto v = mrcache::ParseSize(part);
+    if (!v.ok() || *v == 0) Die("--sizes: sizes such as 256M,1G");
+    opt.sizes.push_back(*v);
+  }
+  return opt;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Options opt = Parse(argc, argv);
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  if (opt.first_get) RunFirstGet(opt);
+  if (opt.evict) RunEvict(opt);
+  return 0;
+}
