@@ -62,7 +62,8 @@ int softverbs_device_write(uint32_t lkey, uint64_t addr, const void* src, size_t
 
 /* What a peer's RDMA WRITE (softverbs_remote_write) or RDMA READ
  * (softverbs_remote_read) of `len` bytes at `addr` (in the MR's iova space)
- * with the rkey `rkey` does, checked like an HCA checks it: the MR named by
+ * with the rkey `rkey` does, checked like an HCA checks it (by the device
+ * the key belongs to; every device has keys of its own): the MR named by
  * the rkey must be alive (rkeys die at ibv_dereg_mr and are never reused),
  * grant IBV_ACCESS_REMOTE_WRITE (resp. REMOTE_READ), and contain
  * [addr, addr+len) byte for byte. Data moves through the pages pinned at
