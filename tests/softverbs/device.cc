@@ -5,9 +5,11 @@
 // one GID, one P_Key) with a LID of its own on the fabric (transport.cc), a
 // GID fe80::<the device's GUID with the LID in its low 16 bits>, and its own
 // MR key space (registry.h). ibv_open_device reads SOFTVERBS_ODP,
-// SOFTVERBS_SLOTS (size of the io_uring fixed-buffer table and the device's
-// max_mr, default and maximum 16384) and SOFTVERBS_MAX_MR_SIZE (max_mr_size,
-// default 2^64-1), and fills a real struct verbs_context, so the inline
+// SOFTVERBS_SLOTS (size of the io_uring fixed-buffer table, which holds the
+// MRs with a write right; default and maximum 16384), SOFTVERBS_MAX_MR
+// (max_mr: live MRs of any kind, default SOFTVERBS_SLOTS, at most 2^24) and
+// SOFTVERBS_MAX_MR_SIZE (max_mr_size, default 2^64-1), and fills a real
+// struct verbs_context, so the inline
 // ibv_query_device_ex, ibv_query_port and ibv_advise_mr of rdma-core's
 // headers dispatch into softverbs.
 #include <endian.h>
@@ -31,6 +33,7 @@ namespace softverbs {
 namespace {
 
 constexpr unsigned kDefaultSlots = 16384;
+constexpr uint64_t kMaxMr = uint64_t{1} << 24;  // MR keys have 24 bits of index
 
 // rdma-core's struct verbs_device, which begins with the ibv_device: a
 // provider asked whether a device is its own (mlx5dv_is_supported) compares
@@ -90,7 +93,7 @@ void FillDeviceAttr(const Context* ctx, ibv_device_attr* a) {
   a->page_size_cap = ~(static_cast<uint64_t>(PageSize()) - 1);
   a->vendor_id = 0;
   a->vendor_part_id = 0;
-  a->max_mr = static_cast<int>(ctx->slots);
+  a->max_mr = static_cast<int>(ctx->max_mr);
   a->max_pd = 1 << 16;
   a->max_qp = 1 << 16;
   a->max_qp_wr = 16384;
@@ -237,8 +240,14 @@ ibv_context* softverbs_ibv_open_device_1_1(ibv_device* device) {
     errno = EINVAL;
     return nullptr;
   }
+  uint64_t max_mr = slots;
+  if (softverbs::CountFromEnvironment("SOFTVERBS_MAX_MR", 1, softverbs::kMaxMr, &max_mr) != 0) {
+    errno = EINVAL;
+    return nullptr;
+  }
   auto* ctx = new Context();
   ctx->device = static_cast<unsigned>(index);
+  ctx->max_mr = max_mr;
   ctx->max_mr_size = max_mr_size;
   int err = ctx->pins.Init(static_cast<unsigned>(slots));
   if (err != 0) {

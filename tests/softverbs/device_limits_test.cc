@@ -1,7 +1,7 @@
 // Device limits: SOFTVERBS_MAX_MR_SIZE is the device's max_mr_size (a longer
-// MR is EINVAL) and SOFTVERBS_SLOTS its max_mr (one MR more is ENOMEM, as
-// the kernel answers when a device runs out of MR entries), both reported
-// by ibv_query_device and ibv_query_device_ex.
+// MR is EINVAL) and SOFTVERBS_MAX_MR (default SOFTVERBS_SLOTS) its max_mr
+// (one MR more is ENOMEM, as the kernel answers when a device runs out of MR
+// entries), both reported by ibv_query_device and ibv_query_device_ex.
 #include <gtest/gtest.h>
 #include <infiniband/verbs.h>
 #include <stdlib.h>
@@ -41,6 +41,7 @@ class DeviceLimits : public ::testing::Test {
     munmap(buf_, 4 * kMiB);
     unsetenv("SOFTVERBS_MAX_MR_SIZE");
     unsetenv("SOFTVERBS_SLOTS");
+    unsetenv("SOFTVERBS_MAX_MR");
     const softverbs_counters now = client_.Counters();
     EXPECT_EQ(now.live_mrs, before_.live_mrs) << "the test leaked MRs";
   }
@@ -167,6 +168,37 @@ TEST_F(DeviceLimits, OneMrMoreThanMaxMrIsEnomemWhateverItsPinning) {
   EXPECT_EQ(ibv_dereg_mr(mrs_.back()), 0);
   mrs_.pop_back();
   EXPECT_NE(Register(12288, 4096, IBV_ACCESS_REMOTE_READ), nullptr);
+}
+
+TEST_F(DeviceLimits, MaxMrCanExceedTheSlotTableForMrsWithoutAWriteRight) {
+  setenv("SOFTVERBS_SLOTS", "2", 1);
+  setenv("SOFTVERBS_MAX_MR", "4", 1);
+  Open();
+  ibv_device_attr attr{};
+  ASSERT_EQ(ibv_query_device(ctx_, &attr), 0);
+  EXPECT_EQ(attr.max_mr, 4);
+  ASSERT_NE(Register(0, 4096, IBV_ACCESS_LOCAL_WRITE), nullptr);
+  ASSERT_NE(Register(4096, 4096, IBV_ACCESS_LOCAL_WRITE), nullptr);
+  errno = 0;
+  EXPECT_EQ(Register(8192, 4096, IBV_ACCESS_LOCAL_WRITE), nullptr) << "the pin table is full";
+  EXPECT_EQ(errno, ENOMEM);
+  ASSERT_NE(Register(8192, 4096, IBV_ACCESS_REMOTE_READ), nullptr) << "errno " << errno;
+  ASSERT_NE(Register(12288, 4096, IBV_ACCESS_REMOTE_READ), nullptr) << "errno " << errno;
+  errno = 0;
+  EXPECT_EQ(Register(16384, 4096, IBV_ACCESS_REMOTE_READ), nullptr) << "max_mr reached";
+  EXPECT_EQ(errno, ENOMEM);
+}
+
+TEST_F(DeviceLimits, BadMaxMrFailsOpenWithEinvalAndAMessage) {
+  for (const char* bad : {"0", "16777217", "many", "1K"}) {
+    setenv("SOFTVERBS_MAX_MR", bad, 1);
+    testing::internal::CaptureStderr();
+    errno = 0;
+    EXPECT_EQ(ibv_open_device(list_[0]), nullptr) << bad;
+    EXPECT_EQ(errno, EINVAL) << bad;
+    const std::string err = testing::internal::GetCapturedStderr();
+    EXPECT_NE(err.find("SOFTVERBS_MAX_MR="), std::string::npos) << err;
+  }
 }
 
 }  // namespace

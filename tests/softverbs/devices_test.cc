@@ -50,13 +50,15 @@ class Devices : public ::testing::Test {
   }
 
   // Opens end i on device `device`.
-  void OpenEnd(int i, int device) { ASSERT_TRUE(ends_[i].Open(list_[device])) << "errno " << errno; }
+  void OpenEnd(int i, int device) {
+    ASSERT_TRUE(ends_[i].Open(list_[device])) << "errno " << errno;
+  }
 
   // Registers buf_[b] on end i's PD with every RDMA right.
   ibv_mr* Register(int i, int b) {
-    ibv_mr* mr = ibv_reg_mr(ends_[i].pd, buf_[b], kBytes,
-                            IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
-                                IBV_ACCESS_REMOTE_READ);
+    ibv_mr* mr =
+        ibv_reg_mr(ends_[i].pd, buf_[b], kBytes,
+                   IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
     if (mr != nullptr) mrs_.push_back(mr);
     return mr;
   }

@@ -41,9 +41,9 @@ int Madvise(uintptr_t start, size_t len, int advice) {
 }
 
 PageRefs& Ranges() {
-  static PageRefs* refs = new PageRefs(
-      [](uintptr_t start, size_t len) { return Madvise(start, len, MADV_DONTFORK); },
-      [](uintptr_t start, size_t len) { return Madvise(start, len, MADV_DOFORK); });
+  static PageRefs* refs =
+      new PageRefs([](uintptr_t start, size_t len) { return Madvise(start, len, MADV_DONTFORK); },
+                   [](uintptr_t start, size_t len) { return Madvise(start, len, MADV_DOFORK); });
   return *refs;
 }
 

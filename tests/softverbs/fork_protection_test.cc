@@ -152,8 +152,7 @@ TEST_F(ForkProtection, FortyThousandAdjacentRegistrationsKeepTheMapCount) {
   for (int i = 0; i < kRegions; ++i) {
     // REMOTE_READ: pinned with mlock, which charges each page once, so the
     // test also fits an 8 MiB RLIMIT_MEMLOCK.
-    ibv_mr* mr =
-        ibv_reg_mr(pd[i % kContexts], buf + i * kPiece, kPiece, IBV_ACCESS_REMOTE_READ);
+    ibv_mr* mr = ibv_reg_mr(pd[i % kContexts], buf + i * kPiece, kPiece, IBV_ACCESS_REMOTE_READ);
     ASSERT_NE(mr, nullptr) << "registration " << i << ": errno " << errno;
     mrs.push_back(mr);
   }

@@ -9,8 +9,8 @@
 //    addr + length overflowing, or iova not congruent with addr modulo the
 //    page size is EINVAL; unmapped memory is EFAULT (the kernel's pin
 //    fails), and so is memory the CPU may not write when the MR grants a
-//    write right; the context's max_mr MRs live, or a full pin table, is
-//    ENOMEM.
+//    write right; the context's max_mr MRs live, or a full pin table (MRs
+//    with a write right), is ENOMEM.
 //  - pinning: with a write right through io_uring (pin_table.h), without
 //    one for reading only (read_only_pins.h), as the kernel pins.
 //  - fork protection (fork_protection.h), when on: MADV_DONTFORK over a
@@ -158,7 +158,7 @@ ibv_mr* RegisterMr(ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsigne
   if (err == 0) err = CheckRange(owner->ctx, addr, length, iova, accepted);
   if (err == 0) {
     std::lock_guard<std::mutex> lock(r.mu);
-    if (owner->ctx->mrs >= owner->ctx->slots) {
+    if (owner->ctx->mrs >= owner->ctx->max_mr) {
       err = ENOMEM;
     } else {
       ++owner->ctx->mrs;

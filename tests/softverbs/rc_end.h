@@ -58,10 +58,10 @@ struct RcEnd {
     a.min_rnr_timer = 1;
     a.ah_attr.dlid = peer.lid;
     a.ah_attr.port_num = 1;
-    if (int err = ibv_modify_qp(qp, &a,
-                                IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-                                    IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
-                                    IBV_QP_MIN_RNR_TIMER)) {
+    if (int err =
+            ibv_modify_qp(qp, &a,
+                          IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+                              IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER)) {
       return err;
     }
     a = {};

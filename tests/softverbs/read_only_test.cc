@@ -125,10 +125,10 @@ TEST_F(ReadOnly, APeerRdmaReadsTheFilesBytes) {
 }
 
 TEST_F(ReadOnly, AWriteRightOnReadOnlyPagesIsEfault) {
-  for (int access : {static_cast<int>(IBV_ACCESS_LOCAL_WRITE),
-                     IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE,
-                     IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_ATOMIC,
-                     IBV_ACCESS_REMOTE_READ | IBV_ACCESS_MW_BIND}) {
+  for (int access :
+       {static_cast<int>(IBV_ACCESS_LOCAL_WRITE), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE,
+        IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_ATOMIC,
+        IBV_ACCESS_REMOTE_READ | IBV_ACCESS_MW_BIND}) {
     errno = 0;
     EXPECT_EQ(Register(file_, kBytes, access), nullptr) << "access " << access;
     EXPECT_EQ(errno, EFAULT) << "access " << access;

@@ -52,9 +52,10 @@ struct Context {
   verbs_context vctx;   // first: verbs_get_ctx() computes its address from &vctx.context
   unsigned device = 0;  // index of the device opened (softverbs<device>)
   OdpLevel odp = OdpLevel::kNone;
-  unsigned slots = 0;        // size of the pin table: the device's max_mr
+  unsigned slots = 0;        // size of the pin table (MRs with a write right)
+  uint64_t max_mr = 0;       // SOFTVERBS_MAX_MR, default `slots`: most MRs live
   uint64_t max_mr_size = 0;  // SOFTVERBS_MAX_MR_SIZE: longest MR (bytes)
-  size_t mrs = 0;            // live MRs (at most `slots`)
+  size_t mrs = 0;            // live MRs (at most max_mr)
   PinTable pins;
   Transport* transport = nullptr;  // created with the first CQ, channel, QP, SRQ or AH
   // The async event pipe: vctx.context.async_fd is its read end. softverbs
