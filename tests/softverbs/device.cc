@@ -1,11 +1,15 @@
-// device.cc: softverbs' one device, its contexts and the query verbs.
+// device.cc: softverbs' devices, their contexts and the query verbs.
 //
-// The device is "softverbs0": one InfiniBand port (ACTIVE, one GID, one
-// P_Key) whose LID is this process's own on the fabric (transport.cc) and
-// whose GID is fe80::<GUID with the LID in its low 16 bits>. ibv_open_device
-// reads SOFTVERBS_ODP and
-// SOFTVERBS_SLOTS (size of the io_uring fixed-buffer table, default and
-// maximum 16384) and fills a real struct verbs_context, so the inline
+// ibv_get_device_list lists SOFTVERBS_DEVICES devices (default 1, at most
+// 64): "softverbs0", "softverbs1", ... Each has one InfiniBand port (ACTIVE,
+// one GID, one P_Key) with a LID of its own on the fabric (transport.cc), a
+// GID fe80::<the device's GUID with the LID in its low 16 bits>, and its own
+// MR key space (registry.h). ibv_open_device reads SOFTVERBS_ODP,
+// SOFTVERBS_SLOTS (size of the io_uring fixed-buffer table, which holds the
+// MRs with a write right; default and maximum 16384), SOFTVERBS_MAX_MR
+// (max_mr: live MRs of any kind, default SOFTVERBS_SLOTS, at most 2^24) and
+// SOFTVERBS_MAX_MR_SIZE (max_mr_size, default 2^64-1), and fills a real
+// struct verbs_context, so the inline
 // ibv_query_device_ex, ibv_query_port and ibv_advise_mr of rdma-core's
 // headers dispatch into softverbs.
 #include <endian.h>
@@ -19,6 +23,8 @@
 #include <cstring>
 #include <mutex>
 
+#include "tests/softverbs/env.h"
+#include "tests/softverbs/fork_protection.h"
 #include "tests/softverbs/registry.h"
 
 #undef ibv_query_port
@@ -26,8 +32,8 @@
 namespace softverbs {
 namespace {
 
-constexpr uint64_t kGuid = kNodeGuid;
 constexpr unsigned kDefaultSlots = 16384;
+constexpr uint64_t kMaxMr = uint64_t{1} << 24;  // MR keys have 24 bits of index
 
 // rdma-core's struct verbs_device, which begins with the ibv_device: a
 // provider asked whether a device is its own (mlx5dv_is_supported) compares
@@ -42,18 +48,33 @@ struct SoftDevice {
   uint64_t core_support = 0;
 };
 
-ibv_device* TheDevice() {
-  static ibv_device* dev = [] {
-    auto* d = &(new SoftDevice())->device;
-    d->node_type = IBV_NODE_CA;
-    d->transport_type = IBV_TRANSPORT_IB;
-    snprintf(d->name, sizeof d->name, "softverbs0");
-    snprintf(d->dev_name, sizeof d->dev_name, "uverbs_softverbs0");
-    snprintf(d->dev_path, sizeof d->dev_path, "/sys/class/infiniband_verbs/uverbs_softverbs0");
-    snprintf(d->ibdev_path, sizeof d->ibdev_path, "/sys/class/infiniband/softverbs0");
-    return d;
+// Every device softverbs can list, made once and never freed (a list
+// handed out earlier stays valid whatever SOFTVERBS_DEVICES says later).
+SoftDevice* Devices() {
+  static SoftDevice* devices = [] {
+    auto* all = new SoftDevice[kMaxDevices];
+    for (unsigned i = 0; i < kMaxDevices; ++i) {
+      ibv_device* d = &all[i].device;
+      d->node_type = IBV_NODE_CA;
+      d->transport_type = IBV_TRANSPORT_IB;
+      snprintf(d->name, sizeof d->name, "softverbs%u", i);
+      snprintf(d->dev_name, sizeof d->dev_name, "uverbs_softverbs%u", i);
+      snprintf(d->dev_path, sizeof d->dev_path, "/sys/class/infiniband_verbs/uverbs_softverbs%u",
+               i);
+      snprintf(d->ibdev_path, sizeof d->ibdev_path, "/sys/class/infiniband/softverbs%u", i);
+    }
+    return all;
   }();
-  return dev;
+  return devices;
+}
+
+// The index of a softverbs device, or -1 for any other pointer.
+int DeviceIndex(const ibv_device* device) {
+  const SoftDevice* all = Devices();
+  for (unsigned i = 0; i < kMaxDevices; ++i) {
+    if (device == &all[i].device) return static_cast<int>(i);
+  }
+  return -1;
 }
 
 Context* FindContext(ibv_context* ctx) {
@@ -66,13 +87,13 @@ Context* FindContext(ibv_context* ctx) {
 void FillDeviceAttr(const Context* ctx, ibv_device_attr* a) {
   memset(a, 0, sizeof *a);
   snprintf(a->fw_ver, sizeof a->fw_ver, "softverbs-1.0");
-  a->node_guid = htobe64(kGuid);
-  a->sys_image_guid = htobe64(kGuid);
-  a->max_mr_size = UINT64_MAX;
+  a->node_guid = htobe64(NodeGuid(ctx->device));
+  a->sys_image_guid = htobe64(NodeGuid(ctx->device));
+  a->max_mr_size = ctx->max_mr_size;
   a->page_size_cap = ~(static_cast<uint64_t>(PageSize()) - 1);
   a->vendor_id = 0;
   a->vendor_part_id = 0;
-  a->max_mr = static_cast<int>(ctx->slots);
+  a->max_mr = static_cast<int>(ctx->max_mr);
   a->max_pd = 1 << 16;
   a->max_qp = 1 << 16;
   a->max_qp_wr = 16384;
@@ -93,7 +114,7 @@ void FillDeviceAttr(const Context* ctx, ibv_device_attr* a) {
   a->phys_port_cnt = 1;
 }
 
-void FillPortAttr(ibv_port_attr* p) {
+void FillPortAttr(const Context* ctx, ibv_port_attr* p) {
   memset(p, 0, sizeof *p);
   p->state = IBV_PORT_ACTIVE;
   p->max_mtu = IBV_MTU_4096;
@@ -101,7 +122,7 @@ void FillPortAttr(ibv_port_attr* p) {
   p->gid_tbl_len = 1;
   p->max_msg_sz = 1U << 31;
   p->pkey_tbl_len = 1;
-  p->lid = LocalLid();
+  p->lid = LocalLid(ctx->device);
   p->sm_lid = 1;
   p->max_vl_num = 1;
   p->active_width = 2;   // 4X
@@ -140,10 +161,11 @@ int QueryDeviceEx(ibv_context* context, const ibv_query_device_ex_input* input,
 }
 
 int QueryPortEx(ibv_context* context, uint8_t port_num, ibv_port_attr* attr, size_t attr_len) {
-  if (FindContext(context) == nullptr || attr == nullptr) return EINVAL;
+  const Context* ctx = FindContext(context);
+  if (ctx == nullptr || attr == nullptr) return EINVAL;
   if (port_num != 1) return EINVAL;
   ibv_port_attr p;
-  FillPortAttr(&p);
+  FillPortAttr(ctx, &p);
   memcpy(attr, &p, attr_len < sizeof p ? attr_len : sizeof p);
   return 0;
 }
@@ -158,15 +180,24 @@ using softverbs::registry;
 
 extern "C" {
 
+// SOFTVERBS_DEVICES=N lists softverbs0..softverbs<N-1>; a value that is not
+// a whole number in 1..64, or a SOFTVERBS_FORK that is not copy|dontfork,
+// fails with EINVAL and a message on stderr.
 SOFTVERBS_DEFAULT_1_1(ibv_get_device_list);
 ibv_device** softverbs_ibv_get_device_list_1_1(int* num_devices) {
-  auto** list = static_cast<ibv_device**>(calloc(2, sizeof(ibv_device*)));
+  uint64_t n = 1;
+  if (softverbs::InitForkProtectionOnce() != 0 ||
+      softverbs::CountFromEnvironment("SOFTVERBS_DEVICES", 1, softverbs::kMaxDevices, &n) != 0) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  auto** list = static_cast<ibv_device**>(calloc(n + 1, sizeof(ibv_device*)));
   if (list == nullptr) {
     errno = ENOMEM;
     return nullptr;
   }
-  list[0] = softverbs::TheDevice();
-  if (num_devices != nullptr) *num_devices = 1;
+  for (uint64_t i = 0; i < n; ++i) list[i] = &softverbs::Devices()[i].device;
+  if (num_devices != nullptr) *num_devices = static_cast<int>(n);
   return list;
 }
 
@@ -175,7 +206,7 @@ void softverbs_ibv_free_device_list_1_1(ibv_device** list) { free(list); }
 
 SOFTVERBS_DEFAULT_1_1(ibv_get_device_name);
 const char* softverbs_ibv_get_device_name_1_1(ibv_device* device) {
-  if (device != softverbs::TheDevice()) {
+  if (softverbs::DeviceIndex(device) < 0) {
     errno = EINVAL;
     return nullptr;
   }
@@ -184,41 +215,48 @@ const char* softverbs_ibv_get_device_name_1_1(ibv_device* device) {
 
 SOFTVERBS_DEFAULT_1_1(ibv_get_device_guid);
 __be64 softverbs_ibv_get_device_guid_1_1(ibv_device* device) {
-  if (device != softverbs::TheDevice()) {
+  const int index = softverbs::DeviceIndex(device);
+  if (index < 0) {
     errno = EINVAL;
     return 0;
   }
-  return htobe64(softverbs::kGuid);
+  return htobe64(softverbs::NodeGuid(static_cast<unsigned>(index)));
 }
 
-int ibv_get_device_index(ibv_device* device) { return device == softverbs::TheDevice() ? 0 : -1; }
+int ibv_get_device_index(ibv_device* device) { return softverbs::DeviceIndex(device); }
 
 SOFTVERBS_DEFAULT_1_1(ibv_open_device);
 ibv_context* softverbs_ibv_open_device_1_1(ibv_device* device) {
-  if (device != softverbs::TheDevice()) {
+  const int index = softverbs::DeviceIndex(device);
+  if (index < 0) {
     errno = EINVAL;
     return nullptr;
   }
-  unsigned slots = softverbs::kDefaultSlots;
-  if (const char* s = getenv("SOFTVERBS_SLOTS")) {
-    char* end = nullptr;
-    unsigned long v = strtoul(s, &end, 10);
-    if (end == s || *end != '\0' || v == 0 || v > softverbs::kDefaultSlots) {
-      fprintf(stderr, "softverbs: SOFTVERBS_SLOTS=%s is not in 1..16384\n", s);
-      errno = EINVAL;
-      return nullptr;
-    }
-    slots = static_cast<unsigned>(v);
+  uint64_t slots = softverbs::kDefaultSlots;
+  uint64_t max_mr_size = UINT64_MAX;
+  if (softverbs::CountFromEnvironment("SOFTVERBS_SLOTS", 1, softverbs::kDefaultSlots, &slots) !=
+          0 ||
+      softverbs::BytesFromEnvironment("SOFTVERBS_MAX_MR_SIZE", 1, UINT64_MAX, &max_mr_size) != 0) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  uint64_t max_mr = slots;
+  if (softverbs::CountFromEnvironment("SOFTVERBS_MAX_MR", 1, softverbs::kMaxMr, &max_mr) != 0) {
+    errno = EINVAL;
+    return nullptr;
   }
   auto* ctx = new Context();
-  int err = ctx->pins.Init(slots);
+  ctx->device = static_cast<unsigned>(index);
+  ctx->max_mr = max_mr;
+  ctx->max_mr_size = max_mr_size;
+  int err = ctx->pins.Init(static_cast<unsigned>(slots));
   if (err != 0) {
     delete ctx;
     errno = err;
     return nullptr;
   }
   ctx->odp = softverbs::OdpLevelFromEnvironment();
-  ctx->slots = slots;
+  ctx->slots = static_cast<unsigned>(slots);
   verbs_context& v = ctx->vctx;
   v.sz = sizeof(verbs_context);
   v.query_device_ex = softverbs::QueryDeviceEx;
@@ -307,11 +345,12 @@ int softverbs_ibv_query_port_1_1(ibv_context* context, uint8_t port_num,
 
 SOFTVERBS_DEFAULT_1_1(ibv_query_gid);
 int softverbs_ibv_query_gid_1_1(ibv_context* context, uint8_t port_num, int index, ibv_gid* gid) {
-  if (FindContext(context) == nullptr || gid == nullptr || port_num != 1 || index != 0) {
+  const Context* ctx = FindContext(context);
+  if (ctx == nullptr || gid == nullptr || port_num != 1 || index != 0) {
     errno = EINVAL;
     return -1;
   }
-  *gid = softverbs::LocalGid();
+  *gid = softverbs::LocalGid(ctx->device);
   return 0;
 }
 
@@ -329,14 +368,14 @@ int ibv_query_gid_type(ibv_context* context, uint8_t port_num, unsigned int inde
 // The GID table of port 1: one entry, index 0, of type IB, on no netdev.
 int _ibv_query_gid_ex(ibv_context* context, uint32_t port_num, uint32_t gid_index,
                       ibv_gid_entry* entry, uint32_t flags, size_t entry_size) {
-  if (FindContext(context) == nullptr || entry == nullptr || flags != 0 ||
-      entry_size < sizeof(ibv_gid_entry)) {
+  const Context* ctx = FindContext(context);
+  if (ctx == nullptr || entry == nullptr || flags != 0 || entry_size < sizeof(ibv_gid_entry)) {
     return EINVAL;
   }
   if (port_num != 1) return EINVAL;
   if (gid_index != 0) return ENODATA;
   memset(entry, 0, entry_size);
-  entry->gid = softverbs::LocalGid();
+  entry->gid = softverbs::LocalGid(ctx->device);
   entry->gid_index = 0;
   entry->port_num = 1;
   entry->gid_type = IBV_GID_TYPE_IB;
@@ -417,13 +456,6 @@ int ibv_read_sysfs_file(const char* dir, const char* file, char* buf, size_t siz
   buf[n] = '\0';
   return static_cast<int>(n);
 }
-
-// Pages pinned through io_uring are long-term GUP pins, which the kernel
-// (>= 5.13) copies on fork: fork protection is unneeded, as on real hardware
-// with such a kernel.
-int ibv_fork_init(void) { return 0; }
-
-ibv_fork_status ibv_is_fork_initialized(void) { return IBV_FORK_UNNEEDED; }
 
 const char* ibv_node_type_str(ibv_node_type node_type) {
   switch (node_type) {

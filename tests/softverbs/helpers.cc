@@ -1,6 +1,7 @@
 // helpers.cc: the public libibverbs helpers that need no device: rate
 // conversions, event names, kernel-ABI struct copies, address handles built
-// from a received work completion, fork ranges and the sysfs root.
+// from a received work completion and the sysfs root (fork ranges:
+// fork_protection.cc).
 //
 // Each behaves as ibv_rate_to_mult(3), ibv_event_type_str(3),
 // ibv_init_ah_from_wc(3) and ibv_fork_init(3) describe.
@@ -237,20 +238,6 @@ ibv_ah* ibv_create_ah_from_wc(ibv_pd* pd, ibv_wc* wc, ibv_grh* grh, uint8_t port
     return nullptr;
   }
   return ibv_create_ah(pd, &attr);
-}
-
-// Fork protection is unneeded (ibv_is_fork_initialized is
-// IBV_FORK_UNNEEDED), so, as in libibverbs then, the ranges are left alone.
-int ibv_dontfork_range(void* base, size_t size) {
-  (void)base;
-  (void)size;
-  return 0;
-}
-
-int ibv_dofork_range(void* base, size_t size) {
-  (void)base;
-  (void)size;
-  return 0;
 }
 
 // The sysfs mount point: $SYSFS_PATH without trailing slashes, else "/sys".

@@ -5,9 +5,17 @@
 //  - access: an unknown bit outside the optional range (bits 20..29) is
 //    EINVAL; unknown optional bits are dropped, as libibverbs does;
 //    REMOTE_WRITE or REMOTE_ATOMIC without LOCAL_WRITE is EINVAL.
-//  - length 0, addr + length overflowing, or iova not congruent with addr
-//    modulo the page size is EINVAL; unmapped memory is EFAULT (the kernel's
-//    pin fails); a full pin table is ENOMEM.
+//  - length 0 or above the device's max_mr_size (SOFTVERBS_MAX_MR_SIZE),
+//    addr + length overflowing, or iova not congruent with addr modulo the
+//    page size is EINVAL; unmapped memory is EFAULT (the kernel's pin
+//    fails), and so is memory the CPU may not write when the MR grants a
+//    write right; the context's max_mr MRs live, or a full pin table (MRs
+//    with a write right), is ENOMEM.
+//  - pinning: with a write right through io_uring (pin_table.h), without
+//    one for reading only (read_only_pins.h), as the kernel pins.
+//  - fork protection (fork_protection.h), when on: MADV_DONTFORK over a
+//    non-ODP MR's pages before it is pinned, MADV_DOFORK after it is
+//    deregistered, as libibverbs' ibv_reg_mr and ibv_dereg_mr do.
 //  - IBV_ACCESS_ON_DEMAND on a device without ODP is EOPNOTSUPP (as the
 //    kernel's ib_check_mr_access); such MRs pin nothing and may cover memory
 //    not mapped yet. addr NULL + length SIZE_MAX + ON_DEMAND is the implicit
@@ -22,6 +30,8 @@
 #include <cstdint>
 #include <mutex>
 
+#include "tests/softverbs/fork_protection.h"
+#include "tests/softverbs/read_only_pins.h"
 #include "tests/softverbs/registry.h"
 
 #undef ibv_reg_mr
@@ -73,7 +83,28 @@ int CheckRange(const Context* ctx, void* addr, size_t length, uint64_t iova, uns
   }
   if ((start ^ iova) & (page - 1)) return EINVAL;
   if (iova + length < iova) return EINVAL;
+  if (length > ctx->max_mr_size) return EINVAL;
   return 0;
+}
+
+// Pins a non-ODP MR's pages as the kernel would for `access`: for write
+// through ctx's io_uring table (*slots), else for reading only
+// (*read_only). 0 or an errno.
+int PinPages(Context* ctx, void* addr, size_t length, unsigned access, std::vector<uint32_t>* slots,
+             bool* read_only) {
+  *read_only = !AccessWritable(access);
+  if (*read_only) return PinReadOnly(addr, length);
+  return ctx->pins.Pin(addr, length, slots);
+}
+
+// Releases what PinPages took.
+void UnpinPages(Context* ctx, void* addr, size_t length, const std::vector<uint32_t>& slots,
+                bool read_only) {
+  if (read_only) {
+    UnpinReadOnly(addr, length);
+  } else if (!slots.empty()) {
+    ctx->pins.Unpin(slots);
+  }
 }
 
 uint64_t PinnedSpan(void* addr, size_t length) {
@@ -114,18 +145,39 @@ ibv_mr* RegisterMr(ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsigne
     owner = it->second;
     ++owner->mrs;  // holds the PD (dealloc is EBUSY) while we pin unlocked
   }
-  auto release_pd = [&] {
+  bool counted = false;     // holds one of the context's max_mr MRs
+  bool protected_ = false;  // fork protection applied to the range
+  auto release = [&] {
+    if (protected_) DoForkRange(addr, length);
     std::lock_guard<std::mutex> lock(r.mu);
     --owner->mrs;
+    if (counted) --owner->ctx->mrs;
   };
   unsigned accepted = 0;
   int err = CheckAccess(access, &accepted);
   if (err == 0) err = CheckRange(owner->ctx, addr, length, iova, accepted);
+  if (err == 0) {
+    std::lock_guard<std::mutex> lock(r.mu);
+    if (owner->ctx->mrs >= owner->ctx->max_mr) {
+      err = ENOMEM;
+    } else {
+      ++owner->ctx->mrs;
+      counted = true;
+    }
+  }
   std::vector<uint32_t> slots;
+  bool read_only = false;
   const bool on_demand = accepted & IBV_ACCESS_ON_DEMAND;
-  if (err == 0 && !on_demand) err = owner->ctx->pins.Pin(addr, length, &slots);
+  if (err == 0 && !on_demand) {
+    if (DontForkRange(addr, length) != 0) {
+      err = errno;
+    } else {
+      protected_ = true;
+      err = PinPages(owner->ctx, addr, length, accepted, &slots, &read_only);
+    }
+  }
   if (err != 0) {
-    release_pd();
+    release();
     return Fail(err);
   }
   auto* mr = new Mr();
@@ -135,6 +187,7 @@ ibv_mr* RegisterMr(ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsigne
   mr->odp = on_demand;
   mr->implicit = IsImplicit(addr, length, accepted);
   mr->slots = std::move(slots);
+  mr->read_only_pin = read_only;
   mr->pinned_bytes = on_demand ? 0 : PinnedSpan(addr, length);
   mr->mr.context = pd->context;
   mr->mr.pd = pd;
@@ -142,11 +195,10 @@ ibv_mr* RegisterMr(ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsigne
   mr->mr.length = length;
   std::lock_guard<std::mutex> lock(r.mu);
   mr->mr.handle = r.next_handle++;
-  mr->mr.lkey = r.next_key;
-  mr->mr.rkey = r.next_key;
-  r.next_key += 0x100;
+  mr->mr.lkey = r.NewKeyLocked(owner->ctx->device);
+  mr->mr.rkey = mr->mr.lkey;
   r.mrs[&mr->mr] = mr;
-  r.by_lkey[mr->mr.lkey] = mr;
+  r.keys[owner->ctx->device].by_key[mr->mr.lkey] = mr;
   ++r.counters.registrations;
   ++r.counters.live_mrs;
   if (on_demand) ++r.counters.odp_registrations;
@@ -165,8 +217,9 @@ int MrCopyLocked(Mr* m, uint64_t addr, void* buf, size_t len, bool to_memory) {
   if (len == 0) return 0;
   const uintptr_t start = reinterpret_cast<uintptr_t>(m->mr.addr);
   const uintptr_t target = start + (addr - m->iova);
-  if (m->odp) {
-    // Through the current page tables, faulting pages in like an ODP device.
+  if (m->odp || m->read_only_pin) {
+    // Through the current page tables, faulting pages in like an ODP device
+    // (read-only pins keep those pages resident).
     iovec local{buf, len};
     iovec remote{reinterpret_cast<void*>(target), len};
     ssize_t n = to_memory ? process_vm_writev(getpid(), &local, 1, &remote, 1, 0)
@@ -180,9 +233,10 @@ int MrCopyLocked(Mr* m, uint64_t addr, void* buf, size_t len, bool to_memory) {
 
 int CheckRkeyLocked(Registry& r, uint32_t rkey, uint64_t addr, uint64_t len, unsigned right,
                     const Pd* pd, Mr** out) {
-  auto it = r.by_lkey.find(rkey);  // softverbs issues one key per MR: lkey == rkey
-  if (it == r.by_lkey.end() || it->second->mr.rkey != rkey) return IBV_WC_REM_ACCESS_ERR;
-  Mr* m = it->second;
+  // One key per MR (lkey == rkey), looked up in the responder's device's
+  // own table: a key of another device is unknown here.
+  Mr* m = pd != nullptr ? r.MrByKeyLocked(pd->ctx->device, rkey) : r.MrByKeyLocked(rkey);
+  if (m == nullptr || m->mr.rkey != rkey) return IBV_WC_REM_ACCESS_ERR;
   if (pd != nullptr && m->pd != pd) return IBV_WC_REM_ACCESS_ERR;
   if ((m->access & right) != right) return IBV_WC_REM_ACCESS_ERR;
   if (addr + len < addr || addr < m->iova || addr + len - m->iova > m->mr.length) {
@@ -246,9 +300,8 @@ int AdviseMr(ibv_pd* pd, ibv_advise_mr_advice advice, uint32_t flags, ibv_sge* s
     if (flags & ~static_cast<uint32_t>(IBV_ADVISE_MR_FLAG_FLUSH)) return EINVAL;
     if (sg_list == nullptr || num_sge == 0) return EINVAL;
     for (uint32_t i = 0; i < num_sge; ++i) {
-      auto m = r.by_lkey.find(sg_list[i].lkey);
-      if (m == r.by_lkey.end()) return EINVAL;
-      const Mr* mr = m->second;
+      const Mr* mr = r.MrByKeyLocked(it->second->ctx->device, sg_list[i].lkey);
+      if (mr == nullptr) return EINVAL;
       if (!mr->odp || mr->pd != it->second) return EINVAL;
       const uint64_t addr = sg_list[i].addr, len = sg_list[i].length;
       if (len == 0 || addr + len < addr || addr < mr->iova ||
@@ -339,11 +392,20 @@ ibv_mr* ibv_reg_dmabuf_mr(ibv_pd* pd, uint64_t offset, size_t length, uint64_t i
 SOFTVERBS_DEFAULT_1_1(ibv_dereg_mr);
 int softverbs_ibv_dereg_mr_1_1(ibv_mr* mr) {
   Registry& r = registry();
-  std::lock_guard<std::mutex> lock(r.mu);
-  auto it = r.mrs.find(mr);
-  if (it == r.mrs.end()) return EINVAL;
-  r.ForgetMrLocked(it->second);
-  ++r.counters.deregistrations;
+  void* addr = nullptr;
+  size_t length = 0;
+  bool on_demand = false;
+  {
+    std::lock_guard<std::mutex> lock(r.mu);
+    auto it = r.mrs.find(mr);
+    if (it == r.mrs.end()) return EINVAL;
+    addr = it->second->mr.addr;
+    length = it->second->mr.length;
+    on_demand = it->second->odp;
+    r.ForgetMrLocked(it->second);
+    ++r.counters.deregistrations;
+  }
+  if (!on_demand) softverbs::DoForkRange(addr, length);
   return 0;
 }
 
@@ -362,13 +424,21 @@ int ibv_rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, size_t length, i
   void* new_addr = nullptr;
   size_t new_length = 0;
   unsigned new_access = 0;
-  softverbs::PinTable* pins = nullptr;  // the context outlives this call
+  softverbs::Context* ctx = nullptr;  // outlives this call
+  void* old_addr = nullptr;
+  size_t old_length = 0;
+  bool old_odp = false;
+  bool old_read_only = false;
   {
     std::lock_guard<std::mutex> lock(r.mu);
     auto it = r.mrs.find(mr);
     if (it == r.mrs.end()) return softverbs::ReregInputError(EINVAL);
     m = it->second;
-    pins = &m->pd->ctx->pins;
+    ctx = m->pd->ctx;
+    old_addr = m->mr.addr;
+    old_length = m->mr.length;
+    old_odp = m->odp;
+    old_read_only = m->read_only_pin;
     if (m->implicit) return softverbs::ReregInputError(EOPNOTSUPP);
     new_pd = m->pd;
     if (flags & IBV_REREG_MR_CHANGE_PD) {
@@ -392,18 +462,42 @@ int ibv_rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, size_t length, i
     }
     ++new_pd->mrs;  // reserved for the MR's new home
   }
+  // As libibverbs: the new range is protected from fork before the device
+  // sees it, and unprotected again if the call fails.
+  const bool translation = flags & IBV_REREG_MR_CHANGE_TRANSLATION;
+  if (translation && softverbs::DontForkRange(new_addr, new_length) != 0) {
+    const int err = errno;
+    std::lock_guard<std::mutex> lock(r.mu);
+    --new_pd->mrs;
+    errno = err;
+    return IBV_REREG_MR_ERR_DONT_FORK_NEW;
+  }
+  auto fail = [&](int err) {
+    if (translation) softverbs::DoForkRange(new_addr, new_length);
+    return softverbs::ReregInputError(err);
+  };
   const bool on_demand = new_access & IBV_ACCESS_ON_DEMAND;
-  const bool repin = (flags & IBV_REREG_MR_CHANGE_TRANSLATION) || on_demand != m->odp;
+  const bool read_only = !on_demand && !softverbs::AccessWritable(new_access);
+  const bool repin =
+      translation || on_demand != old_odp || (!on_demand && read_only != old_read_only);
   std::vector<uint32_t> slots;
+  bool pinned_read_only = false;
   if (repin && !on_demand) {
-    int err = pins->Pin(new_addr, new_length, &slots);
+    int err = softverbs::PinPages(ctx, new_addr, new_length, new_access, &slots, &pinned_read_only);
     if (err != 0) {
-      std::lock_guard<std::mutex> lock(r.mu);
-      --new_pd->mrs;
-      return softverbs::ReregInputError(err);
+      {
+        std::lock_guard<std::mutex> lock(r.mu);
+        --new_pd->mrs;
+      }
+      return fail(err);
     }
   }
   bool gone = false;
+  // What to unpin once unlocked: the old pins (success) or the unused new
+  // ones (the MR was deregistered meanwhile).
+  void* unpin_addr = new_addr;
+  size_t unpin_length = new_length;
+  bool unpin_read_only = pinned_read_only;
   {
     std::lock_guard<std::mutex> lock(r.mu);
     if (r.mrs.find(mr) == r.mrs.end()) {  // deregistered meanwhile
@@ -417,30 +511,34 @@ int ibv_rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, size_t length, i
       if (repin) {
         r.counters.bytes_pinned -= m->pinned_bytes;
         slots.swap(m->slots);  // slots now holds the old pins
+        unpin_addr = m->mr.addr;
+        unpin_length = m->mr.length;
+        unpin_read_only = m->read_only_pin;
+        m->read_only_pin = pinned_read_only;
         m->odp = on_demand;
         m->pinned_bytes = on_demand ? 0 : softverbs::PinnedSpan(new_addr, new_length);
         softverbs::AddPinnedLocked(r, m->pinned_bytes);
-        if (flags & IBV_REREG_MR_CHANGE_TRANSLATION) {
-          m->iova = reinterpret_cast<uintptr_t>(new_addr);
-        }
+        if (translation) m->iova = reinterpret_cast<uintptr_t>(new_addr);
       }
       m->mr.addr = new_addr;
       m->mr.length = new_length;
       ++r.counters.rereg_calls;
     }
   }
-  // Either the old pins (success) or the unused new ones (MR gone).
-  if (!slots.empty()) pins->Unpin(slots);
-  return gone ? softverbs::ReregInputError(EINVAL) : 0;
+  if (repin) softverbs::UnpinPages(ctx, unpin_addr, unpin_length, slots, unpin_read_only);
+  if (gone) return fail(EINVAL);
+  if (translation && softverbs::DoForkRange(old_addr, old_length) != 0) {
+    return IBV_REREG_MR_ERR_DO_FORK_OLD;
+  }
+  return 0;
 }
 
 int softverbs_device_write(uint32_t lkey, uint64_t addr, const void* src, size_t len) {
   Registry& r = registry();
   // Held throughout, so the MR (and its slots) cannot be released mid-write.
   std::lock_guard<std::mutex> lock(r.mu);
-  auto it = r.by_lkey.find(lkey);
-  if (it == r.by_lkey.end() || src == nullptr || len == 0) return EINVAL;
-  Mr* m = it->second;
+  Mr* m = r.MrByKeyLocked(lkey);
+  if (m == nullptr || src == nullptr || len == 0) return EINVAL;
   if (addr + len < addr || addr < m->iova || addr + len - m->iova > m->mr.length) return ERANGE;
   if (!(m->access & IBV_ACCESS_LOCAL_WRITE)) return EACCES;
   const int err = softverbs::MrCopyLocked(m, addr, const_cast<void*>(src), len, /*to_memory=*/true);

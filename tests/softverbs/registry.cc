@@ -5,6 +5,9 @@
 // names, decimal values), replacing the file.
 #include "tests/softverbs/registry.h"
 
+#include "tests/softverbs/fork_protection.h"
+#include "tests/softverbs/read_only_pins.h"
+
 #include <pthread.h>
 #include <unistd.h>
 
@@ -21,13 +24,31 @@ Registry& registry() {
 
 void Registry::ForgetMrLocked(Mr* mr) {
   if (!mr->slots.empty()) mr->pd->ctx->pins.Unpin(mr->slots);
+  if (mr->read_only_pin) UnpinReadOnly(mr->mr.addr, mr->mr.length);
   counters.bytes_pinned -= mr->pinned_bytes;
   --counters.live_mrs;
   --mr->pd->mrs;
-  by_lkey.erase(mr->mr.lkey);
+  --mr->pd->ctx->mrs;
+  keys[mr->pd->ctx->device].by_key.erase(mr->mr.lkey);
   mrs.erase(&mr->mr);
   delete mr;
 }
+
+uint32_t Registry::NewKeyLocked(unsigned device) {
+  DeviceKeys& k = keys[device];
+  const uint32_t key = (k.next << 8) | device;
+  k.next = (k.next + 1) & 0xffffff;
+  if (k.next == 0) k.next = 1;
+  return key;
+}
+
+Mr* Registry::MrByKeyLocked(unsigned device, uint32_t key) {
+  if (device >= kMaxDevices) return nullptr;
+  auto it = keys[device].by_key.find(key);
+  return it == keys[device].by_key.end() ? nullptr : it->second;
+}
+
+Mr* Registry::MrByKeyLocked(uint32_t key) { return MrByKeyLocked(key & 0xff, key); }
 
 OdpLevel OdpLevelFromEnvironment() {
   const char* v = getenv("SOFTVERBS_ODP");
@@ -79,20 +100,26 @@ void WriteCountersFile() {
 
 // fork() in a multi-threaded process: another thread may hold a softverbs
 // lock at that instant, and the child would inherit it locked forever. Every
-// lock is taken before the fork (in the order the code nests them: mu, then
-// the port's, then each context's pin table) and released in both processes.
+// lock is taken before the fork (the fork-protection ranges' first, which
+// nests with none; then in the order the code nests them: mu, the port's,
+// each context's pin table, the read-only pins' page counts) and released in
+// both processes.
 void PrepareFork() {
   Registry& r = registry();
+  LockForkProtectionForFork();  // never nested with the others
   r.mu.lock();
   r.port_mu.lock();
   for (auto& [c, ctx] : r.contexts) ctx->pins.LockForFork();
+  LockReadOnlyPinsForFork();
 }
 
 void AfterFork() {
   Registry& r = registry();
+  UnlockReadOnlyPinsAfterFork();
   for (auto& [c, ctx] : r.contexts) ctx->pins.UnlockAfterFork();
   r.port_mu.unlock();
   r.mu.unlock();
+  UnlockForkProtectionAfterFork();
 }
 
 __attribute__((constructor)) void InstallForkHandlers() {

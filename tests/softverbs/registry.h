@@ -6,8 +6,12 @@
 //
 // Invariants (all under Registry::mu):
 //  - contexts, pds and mrs hold exactly the live objects;
-//  - Pd::mrs == number of live MRs whose pd is that Pd;
-//  - by_lkey maps each live MR's lkey to it; keys are never reused;
+//  - Pd::mrs == number of live MRs whose pd is that Pd (and pending ones);
+//  - Context::mrs == number of live MRs of that context (and pending ones);
+//  - each device has its own key table: keys[d].by_key maps each live MR of
+//    device d's contexts to it by its key (lkey == rkey); a key carries its
+//    device in its low byte, so no key is ever valid on two devices; keys are
+//    never reused (until 2^24 registrations on one device wrap the counter);
 //  - counters.live_mrs == mrs.size(), counters.live_pds == pds.size(),
 //    counters.bytes_pinned == sum of Mr::pinned_bytes.
 #ifndef SOFTVERBS_REGISTRY_H_
@@ -28,17 +32,30 @@ namespace softverbs {
 
 struct Transport;  // transport.cc: a context's queues and progress thread
 
-// The node GUID; a port's GID is fe80::<this GUID with the LID in its low 16 bits>.
+// The node GUID of softverbs0; a port's GID is fe80::<its device's GUID
+// with the LID in the low 16 bits>.
 constexpr uint64_t kNodeGuid = 0x5f7665726273aa01ULL;  // "_verbs" + 0xaa01
+
+// SOFTVERBS_DEVICES lists at most this many devices (softverbs0..63).
+constexpr unsigned kMaxDevices = 64;
+
+// Device d's node GUID: kNodeGuid with d in bits 16..23 (softverbs0's is kNodeGuid).
+constexpr uint64_t NodeGuid(unsigned device) {
+  return kNodeGuid ^ (static_cast<uint64_t>(device) << 16);
+}
 
 // ODP support, from SOFTVERBS_ODP=none|explicit|implicit at ibv_open_device.
 enum class OdpLevel { kNone, kExplicit, kImplicit };
 
 // What ibv_open_device returns a pointer into (&vctx.context).
 struct Context {
-  verbs_context vctx;  // first: verbs_get_ctx() computes its address from &vctx.context
+  verbs_context vctx;   // first: verbs_get_ctx() computes its address from &vctx.context
+  unsigned device = 0;  // index of the device opened (softverbs<device>)
   OdpLevel odp = OdpLevel::kNone;
-  unsigned slots = 0;  // size of the pin table: the device's max_mr
+  unsigned slots = 0;        // size of the pin table (MRs with a write right)
+  uint64_t max_mr = 0;       // SOFTVERBS_MAX_MR, default `slots`: most MRs live
+  uint64_t max_mr_size = 0;  // SOFTVERBS_MAX_MR_SIZE: longest MR (bytes)
+  size_t mrs = 0;            // live MRs (at most max_mr)
   PinTable pins;
   Transport* transport = nullptr;  // created with the first CQ, channel, QP, SRQ or AH
   // The async event pipe: vctx.context.async_fd is its read end. softverbs
@@ -62,8 +79,15 @@ struct Mr {
   unsigned access = 0;          // accepted access bits (optional ones dropped)
   bool odp = false;             // IBV_ACCESS_ON_DEMAND: nothing pinned
   bool implicit = false;        // the implicit ODP MR (addr NULL, length SIZE_MAX)
-  std::vector<uint32_t> slots;  // pinned: io_uring fixed-buffer slots, in order
+  bool read_only_pin = false;   // pinned without write access (read_only_pins.h)
+  std::vector<uint32_t> slots;  // pinned for write: io_uring fixed-buffer slots, in order
   uint64_t pinned_bytes = 0;    // page-rounded span pinned
+};
+
+// One device's MR key space.
+struct DeviceKeys {
+  uint32_t next = 1;  // the next key's counter (bits 8..31 of the key)
+  std::unordered_map<uint32_t, Mr*> by_key;
 };
 
 struct Registry {
@@ -72,13 +96,19 @@ struct Registry {
   std::unordered_map<ibv_context*, Context*> contexts;
   std::unordered_map<ibv_pd*, Pd*> pds;
   std::unordered_map<ibv_mr*, Mr*> mrs;
-  std::unordered_map<uint32_t, Mr*> by_lkey;
-  uint32_t next_key = 0x100;
+  DeviceKeys keys[kMaxDevices];
   uint32_t next_handle = 1;
   softverbs_counters counters{};
 
   // Releases the MR's pins and forgets it. Caller holds mu.
   void ForgetMrLocked(Mr* mr);
+  // A fresh key of `device` (never handed out before). Caller holds mu.
+  uint32_t NewKeyLocked(unsigned device);
+  // The live MR whose key is `key` on `device`, or null. Caller holds mu.
+  Mr* MrByKeyLocked(unsigned device, uint32_t key);
+  // The live MR whose key is `key` on the device the key names, or null (for
+  // the test entry points, which name no device). Caller holds mu.
+  Mr* MrByKeyLocked(uint32_t key);
 };
 
 // The process-wide registry (never destroyed, so it outlives exit handlers).
@@ -120,13 +150,15 @@ void InitTransportOps(Context* ctx);
 // QPs, SRQs, AHs, CQs and completion channels. Called without mu held.
 void CloseTransport(Context* ctx);
 
-// The port's LID, unique among live processes sharing SOFTVERBS_FABRIC_DIR
-// (0 if the fabric directory is unusable; a message says why). A child made
-// by fork() gets a LID of its own at its first use.
-uint16_t LocalLid();
+// The LID of `device`'s port, unique among the live ports (every device of
+// every process) sharing SOFTVERBS_FABRIC_DIR (0 if the fabric directory is
+// unusable; a message says why). A child made by fork() gets LIDs of its
+// own at their first use.
+uint16_t LocalLid(unsigned device);
 
-// The port's GID (fe80:: + kNodeGuid with the LID in its low 16 bits).
-ibv_gid LocalGid();
+// The GID of `device`'s port (fe80:: + NodeGuid(device) with the LID in its
+// low 16 bits).
+ibv_gid LocalGid(unsigned device);
 
 }  // namespace softverbs
 

@@ -10,7 +10,8 @@
  * Invariants:
  *  - live_mrs == registrations - deregistrations - mrs_released_by_close.
  *  - bytes_pinned is the sum, over live non-ODP MRs, of the page-rounded
- *    span [floor(addr), ceil(addr + length)) that io_uring holds pinned.
+ *    span [floor(addr), ceil(addr + length)) that io_uring holds pinned (MRs
+ *    with a write right) or mlock holds resident (MRs without one).
  *  - Every counter is updated under the same lock as the MR registry, so a
  *    snapshot is consistent.
  */
@@ -62,11 +63,13 @@ int softverbs_device_write(uint32_t lkey, uint64_t addr, const void* src, size_t
 
 /* What a peer's RDMA WRITE (softverbs_remote_write) or RDMA READ
  * (softverbs_remote_read) of `len` bytes at `addr` (in the MR's iova space)
- * with the rkey `rkey` does, checked like an HCA checks it: the MR named by
+ * with the rkey `rkey` does, checked like an HCA checks it (by the device
+ * the key belongs to; every device has keys of its own): the MR named by
  * the rkey must be alive (rkeys die at ibv_dereg_mr and are never reused),
  * grant IBV_ACCESS_REMOTE_WRITE (resp. REMOTE_READ), and contain
  * [addr, addr+len) byte for byte. Data moves through the pages pinned at
- * registration, as softverbs_device_write does (ODP MRs: the current page
+ * registration, as softverbs_device_write does (ODP MRs, and MRs without a
+ * write right, which are pinned for reading only: the current page
  * tables). Returns IBV_WC_SUCCESS (0) or the completion status the peer would
  * see (enum ibv_wc_status): IBV_WC_REM_ACCESS_ERR for a dead or unknown rkey,
  * a missing right, a range outside the MR, or (ODP) memory not mapped;

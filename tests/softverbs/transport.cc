@@ -2,8 +2,8 @@
 // UD), shared receive queues and address handles, between processes on one
 // machine.
 //
-// The fabric. Every process is one port with its own LID, held by an flock
-// on SOFTVERBS_FABRIC_DIR/lid-<LID> (default $XDG_RUNTIME_DIR/softverbs-fabric,
+// The fabric. Every device of every process is one port with its own LID,
+// held by an flock on SOFTVERBS_FABRIC_DIR/lid-<LID> (default $XDG_RUNTIME_DIR/softverbs-fabric,
 // else /tmp/softverbs-fabric-<uid>); the lock dies with the process, so a LID
 // is free again once its owner is gone. Every QP binds a unix datagram socket
 // SOFTVERBS_FABRIC_DIR/<LID>-<QPN> (hex, 4 and 6 digits); a peer's packets are
@@ -249,7 +249,7 @@ Queues& queues() {
   return *q;
 }
 
-// ---- The fabric directory and this process's LID ----
+// ---- The fabric directory and this process's LIDs (one per device) ----
 
 struct Port {
   std::string dir;
@@ -297,17 +297,34 @@ Port AcquirePort() {
   return p;
 }
 
-Port ThePort() {
-  static Port port;
+// Guarded by registry().port_mu; an entry whose pid is not ours (never
+// taken, or inherited through fork()) is taken afresh at its first use.
+Port ports[kMaxDevices];
+
+Port PortOf(unsigned device) {
   std::lock_guard<std::mutex> lock(registry().port_mu);
+  Port& port = ports[device];
   if (port.pid != getpid()) port = AcquirePort();
   return port;
 }
 
-std::string QpPath(uint16_t lid, uint32_t qpn) {
+// Whether `lid` is the port of one of this process's devices.
+bool IsLocalLid(uint16_t lid) {
+  if (lid == 0) return false;
+  std::lock_guard<std::mutex> lock(registry().port_mu);
+  const pid_t self = getpid();
+  for (const Port& port : ports) {
+    if (port.pid == self && port.lid == lid) return true;
+  }
+  return false;
+}
+
+// The socket of QP `qpn` at `lid`, in the fabric directory of `port` (the
+// sender's or binder's own port).
+std::string QpPath(const Port& port, uint16_t lid, uint32_t qpn) {
   char name[32];
   snprintf(name, sizeof name, "/%04x-%06x", lid, qpn);
-  return ThePort().dir + name;
+  return port.dir + name;
 }
 
 // ---- Completions ----
@@ -419,9 +436,8 @@ uint64_t SgeTotal(const std::vector<ibv_sge>& sges) {
 int CheckSgesLocked(Registry& r, const Pd* pd, const std::vector<ibv_sge>& sges, bool write) {
   for (const ibv_sge& s : sges) {
     if (s.length == 0) continue;
-    auto it = r.by_lkey.find(s.lkey);
-    if (it == r.by_lkey.end()) return IBV_WC_LOC_PROT_ERR;
-    const Mr* m = it->second;
+    const Mr* m = r.MrByKeyLocked(pd->ctx->device, s.lkey);
+    if (m == nullptr) return IBV_WC_LOC_PROT_ERR;
     if (m->pd != pd) return IBV_WC_LOC_PROT_ERR;
     if (write && !(m->access & IBV_ACCESS_LOCAL_WRITE)) return IBV_WC_LOC_PROT_ERR;
     if (s.addr + s.length < s.addr || s.addr < m->iova ||
@@ -445,7 +461,7 @@ int SgeCopyLocked(Registry& r, const Pd* pd, const std::vector<ibv_sge>& sges, u
       continue;
     }
     const size_t n = std::min<uint64_t>(len, s.length - offset);
-    Mr* m = r.by_lkey.find(s.lkey)->second;
+    Mr* m = r.MrByKeyLocked(pd->ctx->device, s.lkey);
     if (MrCopyLocked(m, s.addr + offset, buf, n, to_memory) != 0) return IBV_WC_LOC_PROT_ERR;
     buf += n;
     len -= n;
@@ -486,7 +502,7 @@ bool SendPacketLocked(Registry& r, Qp* qp, uint16_t dlid, const PacketHeader& h,
                       const void* payload, size_t len) {
   sockaddr_un to{};
   to.sun_family = AF_UNIX;
-  const std::string path = QpPath(dlid, h.dst_qpn);
+  const std::string path = QpPath(PortOf(qp->ctx->device), dlid, h.dst_qpn);
   if (path.size() >= sizeof to.sun_path) return false;
   memcpy(to.sun_path, path.c_str(), path.size() + 1);
   iovec iov[2] = {{const_cast<PacketHeader*>(&h), sizeof h}, {const_cast<void*>(payload), len}};
@@ -498,7 +514,7 @@ bool SendPacketLocked(Registry& r, Qp* qp, uint16_t dlid, const PacketHeader& h,
   // A missing peer loses the packet, as a fabric would; so does a full queue
   // for RC (which retransmits) and within this process.
   const ibv_qp_type type = qp->qpx.qp_base.qp_type;
-  const bool lossless = type != IBV_QPT_RC && dlid != LocalLid();
+  const bool lossless = type != IBV_QPT_RC && !IsLocalLid(dlid);
   const auto deadline = Clock::now() + kHeadOfQueueLifetime;
   auto pause = std::chrono::microseconds(20);
   while (sendmsg(qp->sock, &msg, MSG_DONTWAIT | MSG_NOSIGNAL) < 0) {
@@ -518,7 +534,7 @@ PacketHeader NewHeader(const Qp* qp, Kind kind, uint32_t dst_qpn) {
   memset(&h, 0, sizeof h);
   h.magic = kMagic;
   h.kind = kind;
-  h.src_lid = ThePort().lid;
+  h.src_lid = PortOf(qp->ctx->device).lid;
   h.src_qpn = qp->qpx.qp_base.qp_num;
   h.dst_qpn = dst_qpn;
   return h;
@@ -614,7 +630,7 @@ void SendUdLocked(Registry& r, Qp* qp, const SendWqe& w) {
   // A remote Q_Key with the high bit set means "use the QP's own".
   h.qkey = (w.remote_qkey & 0x80000000u) ? qp->attr.qkey : w.remote_qkey;
   h.total = h.length = static_cast<uint32_t>(qp->total);
-  const ibv_gid gid = LocalGid();
+  const ibv_gid gid = LocalGid(qp->ctx->device);
   memcpy(h.sgid, &gid, sizeof h.sgid);
   std::vector<char> payload(qp->total);
   int status = IBV_WC_SUCCESS;
@@ -769,7 +785,7 @@ void HandleUdLocked(Registry& r, Qp* qp, const PacketHeader& h, const char* payl
   if (h.flags & kGlobal) {
     data[0] = 0x60;  // IPv6 version
     memcpy(&data[8], h.sgid, 16);
-    const ibv_gid dgid = LocalGid();
+    const ibv_gid dgid = LocalGid(qp->ctx->device);
     memcpy(&data[24], &dgid, 16);
   }
   if (len != 0) memcpy(&data[kGrhBytes], payload, len);
@@ -1397,8 +1413,9 @@ ibv_qp* Fail(int err) {
 
 // Binds the QP's socket at SOFTVERBS_FABRIC_DIR/<LID>-<QPN>. 0 or an errno.
 int BindQp(Qp* qp) {
-  if (ThePort().lid == 0) return ENODEV;
-  qp->path = QpPath(ThePort().lid, qp->qpx.qp_base.qp_num);
+  const Port port = PortOf(qp->ctx->device);
+  if (port.lid == 0) return ENODEV;
+  qp->path = QpPath(port, port.lid, qp->qpx.qp_base.qp_num);
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   if (qp->path.size() >= sizeof addr.sun_path) {
@@ -1704,12 +1721,12 @@ void CloseTransport(Context* ctx) {
   ctx->transport = nullptr;
 }
 
-uint16_t LocalLid() { return ThePort().lid; }
+uint16_t LocalLid(unsigned device) { return PortOf(device).lid; }
 
-ibv_gid LocalGid() {
+ibv_gid LocalGid(unsigned device) {
   ibv_gid gid;
   gid.global.subnet_prefix = htobe64(0xfe80000000000000ULL);
-  gid.global.interface_id = htobe64((kNodeGuid & ~0xffffULL) | LocalLid());
+  gid.global.interface_id = htobe64((NodeGuid(device) & ~0xffffULL) | LocalLid(device));
   return gid;
 }
 
