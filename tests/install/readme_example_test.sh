@@ -23,9 +23,12 @@ diff -u "$example" "$TEST_TMPDIR/readme_example.c" ||
 
 prefix="$TEST_TMPDIR/prefix"
 scripts/install_tree . . "$prefix" >/dev/null
+# Sanitizer builds: the library needs its sanitizer runtime loaded first,
+# which the uninstrumented example does not do (TSan cannot start later).
+runtime=$(ldd "$prefix/lib/libmrcache.so.0" | awk '/lib(asan|tsan)\.so/ {print $3}')
 run_example() {  # run_example BINARY: runs it with no LD_LIBRARY_PATH
   local out
-  out=$(env -u LD_LIBRARY_PATH "$1") || fail "$1 exited $?"
+  out=$(env -u LD_LIBRARY_PATH ${runtime:+LD_PRELOAD="$runtime"} "$1") || fail "$1 exited $?"
   [ "$out" = "$expected" ] || fail "$1 printed '$out', expected '$expected'"
 }
 
