@@ -29,9 +29,12 @@ for f in lib/libmrcache.so.0 lib/libmrcache_pool.so.0 lib/libmrcache_preload.so 
 done
 
 expected="hits=9 misses=1 registrations=1 deregistrations=1"
+# Sanitizer builds: the library needs its sanitizer runtime loaded first,
+# which the uninstrumented runtimes do not do (TSan cannot start later).
+runtime=$(ldd "$prefix/lib/libmrcache.so.0" | awk '/lib(asan|tsan)\.so/ {print $3}')
 run_runtime() {  # run_runtime BINARY
   local out
-  out=$(LD_LIBRARY_PATH="$prefix/lib" "$1") || fail "$1 exited $?"
+  out=$(env LD_LIBRARY_PATH="$prefix/lib" ${runtime:+LD_PRELOAD="$runtime"} "$1") || fail "$1 exited $?"
   [ "$out" = "$expected" ] || fail "$1 printed '$out'"
 }
 
