@@ -43,15 +43,15 @@ fi
 # Open MPI's session directory holds unix sockets: keep its path short.
 export TMPDIR="$SOFTVERBS_FABRIC_DIR"
 
-# ranks NAME WRAPPER: one mpirun of two ranks, each rank as WRAPPER PROG and
-# its softverbs counters in $out/NAME.rank<R>.counters.
+# ranks NAME WRAPPER: one mpirun of two ranks, each rank as WRAPPER PROG
+# [max_bytes] and its softverbs counters in $out/NAME.rank<R>.counters.
 ranks() {
   local name=$1 wrap=$2
-  # Each rank names its own counters file after its rank.
-  # shellcheck disable=SC2016  # expanded by each rank's shell
   # Every UCX_* setting goes to the ranks.
   local ucx_vars=() var
   for var in $(compgen -e | grep '^UCX_'); do ucx_vars+=(-x "$var"); done
+  # Each rank names its own counters file after its rank.
+  # shellcheck disable=SC2016  # expanded by each rank's shell
   local rank_cmd='SOFTVERBS_COUNTERS_FILE="$0.rank$OMPI_COMM_WORLD_RANK.counters" exec "$@"'
   # shellcheck disable=SC2086  # $wrap is a word list on purpose
   timeout 120 "$node" mpirun --allow-run-as-root --oversubscribe -np 2 \
