@@ -76,17 +76,48 @@ through_cache() {
   done
 }
 
-# skip_ucx_without_memlock: UCX's default pools pin tens of MiB per process
-# and UCX itself asks for an unlimited RLIMIT_MEMLOCK ("Please set max locked
-# memory (ulimit -l) to 'unlimited'"); softverbs pins through io_uring, which
-# charges the pins of all of a user's processes to one RLIMIT_MEMLOCK-sized
-# budget. Without CAP_IPC_LOCK under a limited RLIMIT_MEMLOCK a UCX test
-# stops here with that reason.
-skip_ucx_without_memlock() {
+# memlock_limited: true when RLIMIT_MEMLOCK binds this process (a finite
+# limit and no CAP_IPC_LOCK, bit 14 of CapEff).
+memlock_limited() {
   local cap_eff
   cap_eff=$(awk '/^CapEff:/ {print $2}' /proc/self/status)
-  if [ "$(ulimit -l)" != unlimited ] && ((((0x$cap_eff >> 14) & 1) == 0)); then  # bit 14: CAP_IPC_LOCK
-    echo "SKIPPED: UCX needs an unlimited RLIMIT_MEMLOCK or CAP_IPC_LOCK (now $(ulimit -l) KiB, no CAP_IPC_LOCK): its pools pin tens of MiB per process"
-    exit 0
-  fi
+  [ "$(ulimit -l)" != unlimited ] && ((((0x$cap_eff >> 14) & 1) == 0))
+}
+
+# fit_ucx_in_small_memlock: when memlock_limited, exports the UCX settings a
+# user with a small RLIMIT_MEMLOCK would choose, says so, and waits (4 min
+# at most) until no other memlock-limited UCX test of this user runs.
+#
+# UCX 1.13's defaults register pools in chunks far above 8 MiB (measured
+# here: rc_verbs' receive pool 38 MiB, ud_verbs' 20 MiB, each transmit pool
+# 6 MiB: 4095/4096-entry receive queues, 1024-buffer growth steps, chunks
+# rounded up to 2 MiB huge pages); every one fails with ENOMEM, UCX keeps
+# retrying and the pair hangs. With 32/64-entry queues, 16..64-buffer
+# growth, plain mmap'ed chunks and a 1 MiB registration cache (UCX's cache
+# otherwise keeps freed heap buffers registered) a ucx_perftest process pins
+# 1.6 MiB plus its messages (softverbs' peak_bytes_pinned: 2.8 MiB with
+# 256 KiB messages, 5.7 MiB with 1 MiB ones). The kernel charges each process's MRs to that
+# process's RLIMIT_MEMLOCK, so on an HCA 1 MiB messages fit 8 MiB; softverbs
+# pins through io_uring, which charges all of a user's unprivileged pins to
+# one RLIMIT_MEMLOCK-sized budget (tests/softverbs/README.md), so both
+# processes of a pair share 8 MiB here: large messages shrink to
+# UCX_LARGE_MESSAGE = 256 KiB, still far above the rendezvous threshold,
+# and a second pair running at the same time (another test) would push the
+# sum past 8 MiB: the tests take turns through a per-user lock file.
+UCX_LARGE_MESSAGE=1048576
+fit_ucx_in_small_memlock() {
+  memlock_limited || return 0
+  exec {memlock_turn_fd}>"/tmp/softverbs-memlock-turn.$(id -u)"
+  flock -w 240 "$memlock_turn_fd" || fail "another memlock-limited UCX test held the turn for 4 minutes"
+  UCX_LARGE_MESSAGE=262144
+  export UCX_RC_VERBS_ALLOC=md,mmap,heap UCX_UD_VERBS_ALLOC=md,mmap,heap UCX_SELF_ALLOC=md,mmap,heap
+  export UCX_RC_VERBS_RX_QUEUE_LEN=32 UCX_RC_VERBS_RX_BUFS_GROW=32 UCX_RC_VERBS_FC_WND_SIZE=16
+  export UCX_RC_VERBS_TX_QUEUE_LEN=32 UCX_RC_VERBS_TX_BUFS_GROW=16
+  export UCX_UD_VERBS_RX_QUEUE_LEN=64 UCX_UD_VERBS_RX_QUEUE_LEN_INIT=64 UCX_UD_VERBS_RX_BUFS_GROW=64
+  # ud_verbs needs a send queue longer than its 64-entry window.
+  export UCX_UD_VERBS_TX_QUEUE_LEN=128 UCX_UD_VERBS_TX_BUFS_GROW=16
+  # UCX's registration cache keeps freed but still mapped buffers (malloc's
+  # heap) registered: bound what it holds.
+  export UCX_IB_RCACHE_MAX_SIZE=1m
+  echo "RLIMIT_MEMLOCK $(ulimit -l) KiB without CAP_IPC_LOCK: small UCX queues and pools, large messages $UCX_LARGE_MESSAGE B"
 }

@@ -4,6 +4,9 @@
 // allocator, and large buffers to the kernel), and check every byte; then an
 // allreduce whose result is checked. Prints "rank N: ok" and exits 0 when
 // every check passed; exits 1 on the first mismatch, naming it.
+//
+// Usage: mpi_sendrecv [MAX_BYTES]: messages longer than MAX_BYTES are left
+// out (default: none, up to 4 MiB); exit 2 on a malformed MAX_BYTES.
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,6 +51,17 @@ static int Exchange(int rank, int from, int to, size_t n, int round) {
 
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
+  size_t max_bytes = (size_t)-1;
+  if (argc > 1) {
+    char* end = NULL;
+    unsigned long long v = strtoull(argv[1], &end, 10);
+    if (argv[1][0] == '\0' || argv[1][0] == '-' || *end != '\0') {
+      fprintf(stderr, "mpi_sendrecv: MAX_BYTES '%s' is not a byte count\n", argv[1]);
+      MPI_Finalize();
+      return 2;
+    }
+    max_bytes = (size_t)v;
+  }
   int rank = 0, size = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
@@ -63,6 +77,7 @@ int main(int argc, char** argv) {
   int bad = 0, round = 0;
   for (int r = 0; r < kRounds && !bad; ++r) {
     for (size_t k = 0; k < sizeof kSizes / sizeof kSizes[0] && !bad; ++k) {
+      if (kSizes[k] > max_bytes) continue;
       bad |= Exchange(rank, 0, 1, kSizes[k], round++);
       bad |= Exchange(rank, 1, 0, kSizes[k], round++);
     }

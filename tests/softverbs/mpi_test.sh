@@ -23,9 +23,14 @@ source tests/softverbs/foreign_programs.sh
 command -v mpirun >/dev/null || fail "mpirun is not installed (Debian package openmpi-bin, scripts/setup)"
 preload_sanitizer_runtime
 skip_ucx_under_tsan
-skip_ucx_without_memlock
 export LD_LIBRARY_PATH="$PWD/tests/softverbs"
 export UCX_TLS=rc_verbs,ud_verbs:aux,self UCX_NET_DEVICES=softverbs0:1
+fit_ucx_in_small_memlock
+# Under a small RLIMIT_MEMLOCK the two ranks share softverbs' 8 MiB
+# (fit_ucx_in_small_memlock): messages stop at UCX_LARGE_MESSAGE there, since
+# 3 MiB and 4 MiB ones need that much pinned in each rank at once.
+max_bytes=""
+memlock_limited && max_bytes=$UCX_LARGE_MESSAGE
 # ASan's allocator maps and unmaps large blocks by raw system calls, which
 # UCX's memory hooks cannot see: UCX's own registration cache then hands out
 # registrations of unmapped pages and the ranks receive into the old pages
@@ -38,20 +43,22 @@ fi
 # Open MPI's session directory holds unix sockets: keep its path short.
 export TMPDIR="$SOFTVERBS_FABRIC_DIR"
 
-# ranks NAME WRAPPER: one mpirun of two ranks, each rank as WRAPPER PROG and
-# its softverbs counters in $out/NAME.rank<R>.counters.
+# ranks NAME WRAPPER: one mpirun of two ranks, each rank as WRAPPER PROG
+# [max_bytes] and its softverbs counters in $out/NAME.rank<R>.counters.
 ranks() {
   local name=$1 wrap=$2
+  # Every UCX_* setting goes to the ranks.
+  local ucx_vars=() var
+  for var in $(compgen -e | grep '^UCX_'); do ucx_vars+=(-x "$var"); done
   # Each rank names its own counters file after its rank.
   # shellcheck disable=SC2016  # expanded by each rank's shell
   local rank_cmd='SOFTVERBS_COUNTERS_FILE="$0.rank$OMPI_COMM_WORLD_RANK.counters" exec "$@"'
   # shellcheck disable=SC2086  # $wrap is a word list on purpose
   timeout 120 "$node" mpirun --allow-run-as-root --oversubscribe -np 2 \
     --mca pml ucx --mca pml_ucx_devices any --mca pml_ucx_tls any --mca btl self \
-    -x LD_LIBRARY_PATH -x SOFTVERBS_FABRIC_DIR -x UCX_TLS -x UCX_NET_DEVICES \
-    ${UCX_IB_REG_METHODS:+-x UCX_IB_REG_METHODS} \
+    -x LD_LIBRARY_PATH -x SOFTVERBS_FABRIC_DIR "${ucx_vars[@]}" \
     ${LD_PRELOAD:+-x LD_PRELOAD} ${ASAN_OPTIONS:+-x ASAN_OPTIONS} \
-    bash -c "$rank_cmd" "$out/$name" $wrap "$prog" >"$out/$name.log" 2>&1
+    bash -c "$rank_cmd" "$out/$name" $wrap "$prog" $max_bytes >"$out/$name.log" 2>&1
   local rc=$?
   [ "$rc" = 0 ] || fail "$name: mpirun exited $rc: $(cat "$out/$name.log")"
   local r total_packets=0
