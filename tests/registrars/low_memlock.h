@@ -5,10 +5,19 @@
 // that capability from its effective set, lowers RLIMIT_MEMLOCK to `limit`
 // bytes, runs `body` and sends its result (a trivially copyable struct) back
 // through a pipe. The parent is untouched.
+//
+// An unprivileged io_uring charges its pinned pages to the user, not to the
+// process, so two such children of one user running at once (tests run in
+// parallel) would share one `limit`. The child therefore takes the user's
+// memlock turn first (an flock on /tmp/softverbs-memlock-turn.<uid>, the
+// file the unprivileged UCX tests take too: tests/softverbs/foreign_programs.sh),
+// waiting at most four minutes; it holds the turn until it exits.
 #ifndef TESTS_REGISTRARS_LOW_MEMLOCK_H_
 #define TESTS_REGISTRARS_LOW_MEMLOCK_H_
 
+#include <fcntl.h>
 #include <linux/capability.h>
+#include <sys/file.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -16,6 +25,7 @@
 
 #include <cerrno>
 #include <cstddef>
+#include <cstdio>
 #include <type_traits>
 
 namespace mrcache_test {
@@ -26,6 +36,21 @@ inline bool DropIpcLockFromEffectiveSet() {
   if (syscall(SYS_capget, &header, data) != 0) return false;
   data[CAP_IPC_LOCK / 32].effective &= ~(1u << (CAP_IPC_LOCK % 32));
   return syscall(SYS_capset, &header, data) == 0;
+}
+
+// Takes this user's memlock turn (see above) for the rest of the process's
+// life; false (errno set) if the file cannot be opened or the turn is not
+// free within four minutes.
+inline bool TakeMemlockTurn() {
+  char path[64];
+  snprintf(path, sizeof path, "/tmp/softverbs-memlock-turn.%u", static_cast<unsigned>(getuid()));
+  int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0) return false;
+  for (int waited_ms = 0; flock(fd, LOCK_EX | LOCK_NB) != 0; waited_ms += 10) {
+    if (errno != EWOULDBLOCK || waited_ms >= 240000) return false;
+    usleep(10000);
+  }
+  return true;  // fd stays open: the lock lasts until exit
 }
 
 // What came back from the child. setup_errno != 0: the child could not lower
@@ -54,7 +79,8 @@ ChildResult<Outcome> RunWithLowMemlock(size_t limit, Body body) {
     ChildResult<Outcome> mine;
     mine.child_ok = true;
     rlimit low{limit, limit};
-    if (!DropIpcLockFromEffectiveSet() || setrlimit(RLIMIT_MEMLOCK, &low) != 0) {
+    if (!TakeMemlockTurn() || !DropIpcLockFromEffectiveSet() ||
+        setrlimit(RLIMIT_MEMLOCK, &low) != 0) {
       mine.setup_errno = errno;
     } else {
       mine.outcome = body();
