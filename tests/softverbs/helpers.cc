@@ -60,6 +60,33 @@ void CopyAhAttrFromKern(ibv_ah_attr* dst, const ib_uverbs_ah_attr* src) {
 
 using softverbs::kRates;
 
+namespace {
+
+// The fields that ibv_sa_path_rec and ib_user_path_rec both name alike
+// (everything but the GIDs, which differ in type), copied either way.
+template <typename Dst, typename Src>
+void CopyPathRecordFields(Dst* dst, const Src* src) {
+  dst->dlid = src->dlid;
+  dst->slid = src->slid;
+  dst->raw_traffic = src->raw_traffic;
+  dst->flow_label = src->flow_label;
+  dst->hop_limit = src->hop_limit;
+  dst->traffic_class = src->traffic_class;
+  dst->reversible = src->reversible;
+  dst->numb_path = src->numb_path;
+  dst->pkey = src->pkey;
+  dst->sl = src->sl;
+  dst->mtu_selector = src->mtu_selector;
+  dst->mtu = src->mtu;
+  dst->rate_selector = src->rate_selector;
+  dst->rate = src->rate;
+  dst->packet_life_time_selector = src->packet_life_time_selector;
+  dst->packet_life_time = src->packet_life_time;
+  dst->preference = src->preference;
+}
+
+}  // namespace
+
 extern "C" {
 
 int ibv_rate_to_mult(ibv_rate rate) {
@@ -156,45 +183,13 @@ void ibv_copy_qp_attr_from_kern(ibv_qp_attr* dst, ib_uverbs_qp_attr* src) {
 void ibv_copy_path_rec_from_kern(ibv_sa_path_rec* dst, ib_user_path_rec* src) {
   memcpy(dst->dgid.raw, src->dgid, sizeof dst->dgid.raw);
   memcpy(dst->sgid.raw, src->sgid, sizeof dst->sgid.raw);
-  dst->dlid = src->dlid;
-  dst->slid = src->slid;
-  dst->raw_traffic = src->raw_traffic;
-  dst->flow_label = src->flow_label;
-  dst->hop_limit = src->hop_limit;
-  dst->traffic_class = src->traffic_class;
-  dst->reversible = src->reversible;
-  dst->numb_path = src->numb_path;
-  dst->pkey = src->pkey;
-  dst->sl = src->sl;
-  dst->mtu_selector = src->mtu_selector;
-  dst->mtu = src->mtu;
-  dst->rate_selector = src->rate_selector;
-  dst->rate = src->rate;
-  dst->packet_life_time_selector = src->packet_life_time_selector;
-  dst->packet_life_time = src->packet_life_time;
-  dst->preference = src->preference;
+  CopyPathRecordFields(dst, src);
 }
 
 void ibv_copy_path_rec_to_kern(ib_user_path_rec* dst, ibv_sa_path_rec* src) {
   memcpy(dst->dgid, src->dgid.raw, sizeof dst->dgid);
   memcpy(dst->sgid, src->sgid.raw, sizeof dst->sgid);
-  dst->dlid = src->dlid;
-  dst->slid = src->slid;
-  dst->raw_traffic = src->raw_traffic;
-  dst->flow_label = src->flow_label;
-  dst->hop_limit = src->hop_limit;
-  dst->traffic_class = src->traffic_class;
-  dst->reversible = src->reversible;
-  dst->numb_path = src->numb_path;
-  dst->pkey = src->pkey;
-  dst->sl = src->sl;
-  dst->mtu_selector = src->mtu_selector;
-  dst->mtu = src->mtu;
-  dst->rate_selector = src->rate_selector;
-  dst->rate = src->rate;
-  dst->packet_life_time_selector = src->packet_life_time_selector;
-  dst->packet_life_time = src->packet_life_time;
-  dst->preference = src->preference;
+  CopyPathRecordFields(dst, src);
 }
 
 // The reply's address: back to the sender's LID (and GID when the message
