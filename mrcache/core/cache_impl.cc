@@ -406,44 +406,13 @@ absl::StatusOr<Region*> CacheImpl::AcquireOversized(uintptr_t start, uintptr_t e
 void CacheImpl::EndThreadCacheWindow(ThreadCache* tc) {
   const size_t want = tc->EndWindow(tick_.load(std::memory_order_relaxed),
                                     wanted_thread_lines_.load(std::memory_order_relaxed));
-  if (want != tc->mask + 1) ResizeThreadCache(tc, want);
-}
-
-void CacheImpl::ResizeThreadCache(ThreadCache* tc, size_t want) {
-  // Allocate outside the lock; migrate under it; free outside it.
-  ThreadCache fresh(want);
+  if (want == tc->mask + 1) return;
+  ThreadCache fresh(want);  // allocated outside the lock
   {
     MutexLock lock(&mu_);
-    // Lookup entries simply start empty. Slots counting references move to
-    // their region's set in the new table, state and all; one that finds
-    // its set full goes to its region's locked count and stamp, as does
-    // the stamp of a slot with no count. (A slot that is not kDead names a
-    // live region, so reading it is safe; no two name the same region, so
-    // none is found in the new table before it moves.)
-    for (size_t i = 0; i <= tc->mask; ++i) {
-      ThreadCache::Line& old = tc->lines[i];
-      Region* r = old.ref_region;
-      uint8_t state = old.ref_state.load(std::memory_order_relaxed);
-      if (r == nullptr || state == ThreadCache::kDead) continue;
-      int64_t count = old.ref_count.load(std::memory_order_relaxed);
-      uint64_t used = old.ref_last_use.load(std::memory_order_relaxed);
-      ThreadCache::Line* slot = count != 0 ? fresh.ClaimableSlot(r->start) : nullptr;
-      if (slot != nullptr) {
-        slot->ref_region = r;
-        slot->ref_state.store(state, std::memory_order_relaxed);
-        slot->ref_count.store(count, std::memory_order_relaxed);
-        slot->ref_last_use.store(used, std::memory_order_relaxed);
-      } else {
-        r->locked_refs += count;
-        RaiseLastUse(r, used);
-      }
-    }
-    std::swap(tc->mask, fresh.mask);
-    std::swap(tc->lines, fresh.lines);
-    tc->last_region = nullptr;  // last_slot pointed into the old table
-    tc->last_slot = nullptr;
-  }  // `fresh` now owns the old table and frees it here, unlocked.
-}
+    tc->MoveSlotsInto(&fresh);
+  }
+}  // `fresh` now holds the old table and frees it here, unlocked.
 
 uint64_t CacheImpl::read_locked_hits() const {
   MutexLock lock(&mu_);
@@ -630,7 +599,7 @@ Region* CacheImpl::HitShared(ThreadCache* tc, const Miss& miss) {
   // both): the region gets its second chance, and the hit reads no Region.
   slot->ref_last_use.store(tick_.load(std::memory_order_relaxed), std::memory_order_relaxed);
   ThreadCache::OwnerAdd(tc->read_locked_hits, 1);
-  CountLockedHit(tc);
+  tc->CountLockedHit();
   return hit;
 }
 
@@ -646,7 +615,7 @@ Region* CacheImpl::TakeCoveringLocked(ThreadCache* tc, Miss* miss) {
   }
   HandOutLocked(tc, hit, *miss);
   if (!miss->counted) slow_hits_.fetch_add(1, std::memory_order_relaxed);
-  CountLockedHit(tc);
+  tc->CountLockedHit();
   miss->counted = true;
   return hit;
 }
@@ -1501,8 +1470,6 @@ void CacheImpl::FillLookupLocked(ThreadCache* tc, uintptr_t start, uintptr_t end
   e->slot = static_cast<uint16_t>(slot_index);
 }
 
-void CacheImpl::RaiseLastUse(Region* r, uint64_t used) { AtomicMax(r->last_use, used); }
-
 void CacheImpl::DeferLastUse(ThreadCache* tc, Region* r, uint64_t used) {
   if (used == 0) return;  // never hit through this slot: nothing to keep
   if (tc->displaced_count == ThreadCache::kDisplacedBatch || tc->displaced_frees != region_frees_) {
@@ -1515,7 +1482,7 @@ void CacheImpl::DeferLastUse(ThreadCache* tc, Region* r, uint64_t used) {
 void CacheImpl::FoldDisplacedLocked(ThreadCache* tc) {
   if (tc->displaced_frees == region_frees_) {
     for (size_t i = 0; i < tc->displaced_count; ++i) {
-      RaiseLastUse(tc->displaced[i].region, tc->displaced[i].last_use);
+      tc->displaced[i].region->RaiseLastUse(tc->displaced[i].last_use);
     }
   }
   tc->displaced_count = 0;
@@ -1794,7 +1761,7 @@ void CacheImpl::FoldOrphansLocked() {
         continue;
       }
       r->locked_refs += slot.ref_count.load(std::memory_order_relaxed);
-      RaiseLastUse(r, slot.ref_last_use.load(std::memory_order_relaxed));
+      r->RaiseLastUse(slot.ref_last_use.load(std::memory_order_relaxed));
     }
     FoldDisplacedLocked(tc);
     folded_hits_ += tc->hits.load(std::memory_order_relaxed);

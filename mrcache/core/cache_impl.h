@@ -336,24 +336,12 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   absl::StatusOr<Registration> TimedImplicitRegister(int access);
   ThreadCache* AttachThread();
   // Counts a slow-path get of the calling thread (tc's owner) and, at the
-  // end of a window (a table's worth of gets), resizes its table
-  // (ThreadCache::EndWindow decides, as ThreadCache::kMaxLines states).
+  // end of a window, resizes its table to what ThreadCache::EndWindow decides
+  // (EndThreadCacheWindow).
   void AdaptThreadCache(ThreadCache* tc) {
-    ++tc->window_slow;
-    const uint64_t gets =
-        tc->hits.load(std::memory_order_relaxed) - tc->window_hits + tc->window_slow;
-    if (gets >= tc->mask + 1) EndThreadCacheWindow(tc);
+    if (tc->CountSlowGet()) EndThreadCacheWindow(tc);
   }
   void EndThreadCacheWindow(ThreadCache* tc);
-  // Notes a locked hit of tc's thread: the window saw a hit, and the thread
-  // is not streaming (ThreadCache::streaming).
-  static void CountLockedHit(ThreadCache* tc) {
-    ++tc->window_locked_hits;
-    tc->streaming = false;
-  }
-  // Replaces tc's table by one of `lines` lines (owner only; takes mu_ to
-  // migrate the slots).
-  void ResizeThreadCache(ThreadCache* tc, size_t lines);
 
   // Every *Locked function requires mu_, held exclusively
   // (ABSL_EXCLUSIVE_LOCKS_REQUIRED) unless its annotation is
@@ -437,9 +425,6 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
                         Range span, ThreadCache::Line* slot) ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // A write-locked use of r: its stamp, and the policy told.
   void TouchLocked(Region* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Raises r->last_use to `used` (a slot's stamp that is about to go away, or
-  // a shared hit's touch); an atomic maximum, so readers of mu_ may race.
-  static void RaiseLastUse(Region* r, uint64_t used);
   // Keeps `used`, the stamp of tc's slot that r (not dead) is losing, in
   // tc->displaced and prefetches r; folds the waiting stamps first when
   // kDisplacedBatch of them wait. Owner thread of tc only.

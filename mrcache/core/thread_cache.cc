@@ -5,7 +5,9 @@
 
 #include <cstdlib>
 #include <new>
+#include <utility>
 
+#include "mrcache/core/region.h"
 #include "mrcache/core/table_memory.h"
 
 namespace mrcache {
@@ -131,6 +133,31 @@ size_t ThreadCache::EndWindow(uint64_t tick, size_t cap) {
     }
   }
   return want;
+}
+
+void ThreadCache::MoveSlotsInto(ThreadCache* fresh) {
+  for (size_t i = 0; i <= mask; ++i) {
+    Line& old = lines[i];
+    Region* r = old.ref_region;
+    const uint8_t state = old.ref_state.load(std::memory_order_relaxed);
+    if (r == nullptr || state == kDead) continue;
+    const int64_t count = old.ref_count.load(std::memory_order_relaxed);
+    const uint64_t used = old.ref_last_use.load(std::memory_order_relaxed);
+    Line* slot = count != 0 ? fresh->ClaimableSlot(r->start) : nullptr;
+    if (slot != nullptr) {
+      slot->ref_region = r;
+      slot->ref_state.store(state, std::memory_order_relaxed);
+      slot->ref_count.store(count, std::memory_order_relaxed);
+      slot->ref_last_use.store(used, std::memory_order_relaxed);
+    } else {
+      r->locked_refs += count;
+      r->RaiseLastUse(used);
+    }
+  }
+  std::swap(mask, fresh->mask);
+  std::swap(lines, fresh->lines);
+  last_region = nullptr;  // last_slot pointed into the old table
+  last_slot = nullptr;
 }
 
 }  // namespace mrcache

@@ -76,7 +76,7 @@ class CacheImpl;
 
 struct alignas(64) ThreadCache {
   // Size (lines; 64 bytes each). The owner resizes its table on its own
-  // slow path (CacheImpl::AdaptThreadCache), judging the window of gets since
+  // slow path (CountSlowGet, EndWindow, MoveSlotsInto), judging the window of gets since
   // the last judgement once it holds at least as many gets as the table has
   // lines. A get that had to take a slot from another live region of ours
   // (or found its set all counting references) is *displacing*: the working
@@ -104,6 +104,29 @@ struct alignas(64) ThreadCache {
   // now on (its size if unchanged), at most `cap` when it grows (the cache's
   // two lines per region) and never below its size then. Sets `streaming`.
   size_t EndWindow(uint64_t tick, size_t cap);
+  // Owner only: counts a slow-path get in the window; true when the window
+  // holds a table's worth of gets and EndWindow is due.
+  bool CountSlowGet() {
+    ++window_slow;
+    const uint64_t gets = hits.load(std::memory_order_relaxed) - window_hits + window_slow;
+    return gets >= mask + 1;
+  }
+  // Owner only: a locked hit (a slow-path get that a cached region answered):
+  // the window saw a hit, and the thread is not streaming.
+  void CountLockedHit() {
+    ++window_locked_hits;
+    streaming = false;
+  }
+  // Owner only, under the cache lock (it writes Region::locked_refs):
+  // replaces this table by `fresh`'s (allocated outside the lock, empty),
+  // which `fresh` then holds, to be freed outside the lock. Lookup entries
+  // start empty. Slots counting references move to their region's set in
+  // the new table, state and all; one that finds its set full goes to its
+  // region's locked count and stamp, as does the stamp of a slot with no
+  // count. (A slot that is not kDead names a live region, so reading it is
+  // safe; no two name the same region, so none is found in the new table
+  // before it moves.)
+  void MoveSlotsInto(ThreadCache* fresh);
   static constexpr uint64_t kShrinkShare = 256;
 
   enum RefState : uint8_t { kLive = 0, kRetired = 1, kDead = 2 };
@@ -207,7 +230,7 @@ struct alignas(64) ThreadCache {
   // Owner thread's hot fields (the hit path reads the first three).
   uint64_t cache_uid = 0;
   // The table has mask + 1 lines. `lines` and `mask` change only by the
-  // owner thread under the cache lock (CacheImpl::ResizeThreadCache).
+  // owner thread under the cache lock (MoveSlotsInto).
   size_t mask;
   Line* lines;
   std::atomic<uint64_t> hits{0};
