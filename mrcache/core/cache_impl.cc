@@ -251,7 +251,7 @@ CacheImpl::~CacheImpl() {
   int64_t held = 0;
   {
     MutexLock lock(&mu_);
-    FoldOrphansLocked();
+    threads_.FoldOrphans(region_frees_);
     MRCACHE_DCHECK(IndexAgreesLocked());
     Region* all = nullptr;
     index_.ForEach([&all](uintptr_t, uintptr_t, Region* r) {
@@ -265,12 +265,10 @@ CacheImpl::~CacheImpl() {
       index_.DetachNode(r->start, r);  // the node is part of r
       dead.Push(r);
     }
-    while (retired_ != nullptr) {
-      Region* r = retired_;
-      UnlinkRetiredLocked(r);
+    reclaim_.TakeAllRetired([&held, &dead](Region* r) {
       ++held;
       dead.Push(r);
-    }
+    });
     eviction_->Clear();
     held += implicit_.Held();
   }
@@ -298,12 +296,6 @@ CacheImpl::~CacheImpl() {
   }
   FreeRegions(spare[0]);
   FreeRegions(spare[1]);
-  for (ThreadCache* tc = threads_; tc != nullptr;) {
-    ThreadCache* next = tc->next;
-    ThreadCache::Unref(tc);
-    tc = next;
-  }
-  threads_ = nullptr;
 }
 
 // ---- memory events (hook context) -----------------------------------------
@@ -416,15 +408,7 @@ void CacheImpl::EndThreadCacheWindow(ThreadCache* tc) {
 
 uint64_t CacheImpl::read_locked_hits() const {
   MutexLock lock(&mu_);
-  return ReadLockedHitsLocked();
-}
-
-uint64_t CacheImpl::ReadLockedHitsLocked() const {
-  uint64_t sum = folded_read_locked_hits_;
-  for (const ThreadCache* tc = threads_; tc != nullptr; tc = tc->next) {
-    sum += tc->read_locked_hits.load(std::memory_order_relaxed);
-  }
-  return sum;
+  return threads_.ReadLockedHits();
 }
 
 size_t CacheImpl::thread_table_lines() const {
@@ -439,8 +423,7 @@ ThreadCache* CacheImpl::AttachThread() {
   tc->reader_slot = static_cast<int>(next_reader_slot_.fetch_add(1, std::memory_order_relaxed));
   {
     MutexLock lock(&mu_);
-    tc->next = threads_;
-    threads_ = tc;
+    threads_.Attach(tc);
   }
   InstallThreadCache(tc);
   return tc;
@@ -1008,10 +991,7 @@ CacheStats CacheImpl::stats() {
   uint64_t thread_hits = 0;
   {
     MutexLock lock(&mu_);
-    for (ThreadCache* tc = threads_; tc != nullptr; tc = tc->next) {
-      thread_hits += tc->hits.load(std::memory_order_relaxed);
-    }
-    thread_hits += folded_hits_ + ReadLockedHitsLocked();
+    thread_hits = threads_.Hits() + threads_.ReadLockedHits();
   }
   s.hits = thread_hits + slow_hits_.load();
   s.misses = misses_.load();
@@ -1057,8 +1037,7 @@ void CacheImpl::MaintainLocked(DeadList* dead) {
   // Before draining: a report whose bump this load misses is pushed after it,
   // and voids every lookup entry filled with this generation.
   drained_gen_ = gen_.load(std::memory_order_acquire);
-  if (__builtin_expect(
-          !ring_.empty() || OrphanEpoch() != folded_orphan_epoch_ || retired_ != nullptr, 0)) {
+  if (__builtin_expect(!ring_.empty() || threads_.MayHaveOrphans() || reclaim_.has_retired(), 0)) {
     MaintainSlowLocked(dead);
   }
 }
@@ -1076,7 +1055,7 @@ void CacheImpl::MaintainSlowLocked(DeadList* dead) {
     drain.self->InvalidateRangeLocked(s, e, drain.candidates);
     drain.self->SpoilPendingLocked(s, e);
   });
-  FoldOrphansLocked();
+  threads_.FoldOrphans(region_frees_);
   if (candidates != nullptr) SettleLocked(candidates, dead);
   RecheckRetiredLocked(dead);
 }
@@ -1407,7 +1386,8 @@ ThreadCache::Line* CacheImpl::ClaimSlotShared(ThreadCache* tc, Region* r, uintpt
     // keeps the recency the slot recorded for it (it is alive unless dead).
     const bool dead = slot->ref_state.load(std::memory_order_relaxed) == ThreadCache::kDead;
     if (!dead && slot->ref_region != nullptr) {
-      DeferLastUse(tc, slot->ref_region, slot->ref_last_use.load(std::memory_order_relaxed));
+      tc->DeferLastUse(slot->ref_region, slot->ref_last_use.load(std::memory_order_relaxed),
+                       region_frees_);
       ++tc->window_displaced;  // a live region of ours loses its slot: the set is full
     }
     slot->ref_region = r;
@@ -1470,44 +1450,11 @@ void CacheImpl::FillLookupLocked(ThreadCache* tc, uintptr_t start, uintptr_t end
   e->slot = static_cast<uint16_t>(slot_index);
 }
 
-void CacheImpl::DeferLastUse(ThreadCache* tc, Region* r, uint64_t used) {
-  if (used == 0) return;  // never hit through this slot: nothing to keep
-  if (tc->displaced_count == ThreadCache::kDisplacedBatch || tc->displaced_frees != region_frees_) {
-    FoldDisplacedLocked(tc);  // full, or the waiting stamps are void
-  }
-  __builtin_prefetch(&r->last_use, 1);
-  tc->displaced[tc->displaced_count++] = {r, used};
-}
-
-void CacheImpl::FoldDisplacedLocked(ThreadCache* tc) {
-  if (tc->displaced_frees == region_frees_) {
-    for (size_t i = 0; i < tc->displaced_count; ++i) {
-      tc->displaced[i].region->RaiseLastUse(tc->displaced[i].last_use);
-    }
-  }
-  tc->displaced_count = 0;
-  tc->displaced_frees = region_frees_;
-}
-
 void CacheImpl::TouchLocked(Region* r) {
   if (r->state != RegionState::kCached) return;
   const uint64_t tick = tick_.load(std::memory_order_relaxed);
   r->last_use.store(tick, std::memory_order_relaxed);
   WithPolicy([r, tick](auto& policy) { policy.Touched(r, tick); });
-}
-
-int64_t CacheImpl::TotalRefsLocked(const Region* r, uint64_t* last_use) const {
-  int64_t total = r->locked_refs;
-  uint64_t used = r->last_use.load(std::memory_order_relaxed);
-  for (const ThreadCache* tc = threads_; tc != nullptr; tc = tc->next) {
-    if (const ThreadCache::Line* slot = tc->FindSlot(r, r->start)) {
-      total += slot->ref_count.load(std::memory_order_acquire);
-      uint64_t hit = slot->ref_last_use.load(std::memory_order_relaxed);
-      if (hit > used) used = hit;
-    }
-  }
-  if (last_use != nullptr) *last_use = used;
-  return total;
 }
 
 void CacheImpl::DetachLocked(Region* r) {
@@ -1521,21 +1468,9 @@ void CacheImpl::DetachLocked(Region* r) {
   r->state = RegionState::kInvalid;
 }
 
-bool CacheImpl::AloneLocked() const {
-  const ThreadCache* mine = FindThreadCache(uid_);
-  for (const ThreadCache* tc = threads_; tc != nullptr; tc = tc->next) {
-    if (tc != mine && !tc->orphaned.load(std::memory_order_acquire)) return false;
-  }
-  return true;
-}
-
 void CacheImpl::UnindexLocked(Region* r, Region** candidates) {
   DetachLocked(r);
-  // Lock-free hits and puts learn it from their slots (before the fence
-  // that SettleLocked does, see Put); only another thread's slot needs it.
-  if (MarkSlotsLocked(r, ThreadCache::kRetired)) settle_needs_fence_ = true;
-  r->next_dead = *candidates;
-  *candidates = r;
+  reclaim_.Retire(r, candidates);
 }
 
 void CacheImpl::BumpGenerationAndFence() {
@@ -1546,68 +1481,7 @@ void CacheImpl::BumpGenerationAndFence() {
   // Lock-free hits run only on threads with a live ThreadCache; a thread
   // attaches under mu_ (held here). If the only one is ours, no hit can race
   // with this reclaimer and the asymmetric fence is not needed.
-  if (!AloneLocked()) ReclaimerFence();
-}
-
-void CacheImpl::SettleLocked(Region* candidates, DeadList* dead) {
-  // The candidates' slots are marked kRetired (UnindexLocked): after the
-  // fence, a hit either sees the mark or is seen in the sums below. Where no
-  // other thread has a slot naming a candidate, none can hit or put it
-  // without the lock (slots are claimed only under it), and the fence (an
-  // interrupt of every CPU running the process) is skipped.
-  if (settle_needs_fence_) ReclaimerFence();
-  settle_needs_fence_ = false;
-  while (candidates != nullptr) {
-    Region* r = candidates;
-    candidates = r->next_dead;
-    r->next_dead = nullptr;
-    if (TotalRefsLocked(r) == 0) {
-      KillLocked(r, dead);
-    } else {
-      LinkRetiredLocked(r);
-    }
-  }
-}
-
-void CacheImpl::KillLocked(Region* r, DeadList* dead) {
-  // Only a region with no reference left is deregistered.
-  MRCACHE_DCHECK(r->state != RegionState::kDead && TotalRefsLocked(r) == 0);
-  r->state = RegionState::kDead;
-  // Slots naming r now hold meaningless counts: let their owners reclaim
-  // them. This happens before r is freed, so no non-dead slot ever names a
-  // freed region (or a later one allocated at the same address).
-  MarkSlotsLocked(r, ThreadCache::kDead);
-  dead->Push(r);
-}
-
-bool CacheImpl::MarkSlotsLocked(const Region* r, uint8_t state) {
-  bool others = false;
-  const ThreadCache* mine = nullptr;  // looked up at the first slot found
-  for (ThreadCache* tc = threads_; tc != nullptr; tc = tc->next) {
-    if (ThreadCache::Line* slot = tc->FindSlot(r, r->start)) {
-      slot->ref_state.store(state, std::memory_order_release);
-      if (others || tc->orphaned.load(std::memory_order_acquire)) continue;
-      if (mine == nullptr) mine = FindThreadCache(uid_);
-      others = tc != mine;
-    }
-  }
-  return others;
-}
-
-void CacheImpl::LinkRetiredLocked(Region* r) {
-  r->on_retired_list = true;
-  r->prev_retired = nullptr;
-  r->next_dead = retired_;
-  if (retired_ != nullptr) retired_->prev_retired = r;
-  retired_ = r;
-}
-
-void CacheImpl::UnlinkRetiredLocked(Region* r) {
-  if (r->prev_retired != nullptr) r->prev_retired->next_dead = r->next_dead;
-  if (r->next_dead != nullptr) r->next_dead->prev_retired = r->prev_retired;
-  if (retired_ == r) retired_ = r->next_dead;
-  r->prev_retired = r->next_dead = nullptr;
-  r->on_retired_list = false;
+  if (!threads_.Alone()) ReclaimerFence();
 }
 
 bool CacheImpl::IndexAgreesLocked() const {
@@ -1622,23 +1496,8 @@ bool CacheImpl::IndexAgreesLocked() const {
     sum.agree = sum.agree && r->state == RegionState::kCached && r->cache == sum.self &&
                 !r->bypass && !r->on_retired_list && r->start == s && r->end == e;
   });
-  for (const Region* r = retired_; r != nullptr; r = r->next_dead) {
-    sum.agree = sum.agree && r->state == RegionState::kInvalid && r->on_retired_list;
-  }
-  return sum.agree && sum.bytes == cached_bytes_ && sum.overlapping == overlapping_regions_;
-}
-
-void CacheImpl::RecheckRetiredLocked(DeadList* dead) {
-  // Retired regions gain no new references (they left the index and every
-  // lookup entry naming them is stale), so a zero count is final.
-  for (Region* r = retired_; r != nullptr;) {
-    Region* next = r->next_dead;
-    if (TotalRefsLocked(r) == 0) {
-      UnlinkRetiredLocked(r);
-      KillLocked(r, dead);
-    }
-    r = next;
-  }
+  return sum.agree && reclaim_.RetiredAgree() && sum.bytes == cached_bytes_ &&
+         sum.overlapping == overlapping_regions_;
 }
 
 void CacheImpl::InvalidateRangeLocked(uintptr_t start, uintptr_t end, Region** candidates) {
@@ -1691,16 +1550,14 @@ void CacheImpl::EvictLocked(Pred over, DeadList* dead, EvictionPolicy::Goal goal
   // turned out to be in use stays retired until its last put (never
   // deregistered early).
   // This thread's deferred stamps first: its own recent uses count. Tested
-  // here, as FoldDisplacedLocked would: usually there is nothing to fold.
+  // here, as ThreadCache::FoldDisplaced would: usually there is nothing to fold.
   ThreadCache* mine = FindThreadCache(uid_);
-  if (mine != nullptr && (mine->displaced_count != 0 || mine->displaced_frees != region_frees_)) {
-    FoldDisplacedLocked(mine);
-  }
+  if (mine != nullptr && mine->HasDisplaced(region_frees_)) mine->FoldDisplaced(region_frees_);
   if (!over()) return;  // most installs: nothing to evict
   // With no other live thread attached, no get or put reaches a region
   // without the lock, so an unused victim is deregistered at once: no
   // retired mark, no fence, no second count (SettleLocked).
-  const bool alone = AloneLocked();
+  const bool alone = threads_.Alone();
   EvictionUse use(this);
   EvictionPolicy::Pass pass{goal, tick_.load(std::memory_order_relaxed),
                             WithPolicy([this](auto& policy) {
@@ -1742,33 +1599,6 @@ bool CacheImpl::NotAdmittedLocked(const Miss& miss, const MissPlan& plan) {
     return false;
   }
   return !eviction_->AdmitsToFullCache(miss.page_start / page_, miss.page_end / page_);
-}
-
-void CacheImpl::FoldOrphansLocked() {
-  // Before the walk: an orphan that raises the epoch after this load is
-  // folded by the next maintenance.
-  folded_orphan_epoch_ = OrphanEpoch();
-  for (ThreadCache** p = &threads_; *p != nullptr;) {
-    ThreadCache* tc = *p;
-    if (!tc->orphaned.load(std::memory_order_acquire)) {
-      p = &tc->next;
-      continue;
-    }
-    for (size_t i = 0; i <= tc->mask; ++i) {
-      const ThreadCache::Line& slot = tc->lines[i];
-      Region* r = slot.ref_region;
-      if (r == nullptr || slot.ref_state.load(std::memory_order_relaxed) == ThreadCache::kDead) {
-        continue;
-      }
-      r->locked_refs += slot.ref_count.load(std::memory_order_relaxed);
-      r->RaiseLastUse(slot.ref_last_use.load(std::memory_order_relaxed));
-    }
-    FoldDisplacedLocked(tc);
-    folded_hits_ += tc->hits.load(std::memory_order_relaxed);
-    folded_read_locked_hits_ += tc->read_locked_hits.load(std::memory_order_relaxed);
-    *p = tc->next;
-    ThreadCache::Unref(tc);
-  }
 }
 
 // ---- outside the lock ------------------------------------------------------

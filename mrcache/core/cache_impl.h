@@ -63,7 +63,7 @@
 // slot naming the region: no other thread can then hit or put it without
 // the lock, since slots are claimed only under it. When no live thread but
 // the reclaimer's is attached to the cache at all, an eviction, which takes
-// only regions with no reference, kills its victim at once: AloneLocked.)
+// only regions with no reference, kills its victim at once: ThreadList::Alone.)
 // Either T sees the mark and backs off without touching the region, or the
 // reclaimer sees T's increment and keeps the region (it becomes kInvalid and
 // is deregistered after its last put). Lookup entries are only filled under
@@ -127,9 +127,11 @@
 #include "mrcache/core/log2_histogram.h"
 #include "mrcache/core/miss.h"
 #include "mrcache/core/range.h"
+#include "mrcache/core/reclaim.h"
 #include "mrcache/core/region.h"
 #include "mrcache/core/release_generations.h"
 #include "mrcache/core/thread_cache.h"
+#include "mrcache/core/thread_list.h"
 #include "mrcache/internal/mutex.h"
 #include "mrcache/monitors/memory_events.h"
 #include "mrcache/monitors/monitor.h"
@@ -208,14 +210,6 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   size_t ReclaimUnused(size_t bytes) override;
 
  private:
-  // Regions to deregister once mu_ is released (linked through next_dead).
-  struct DeadList {
-    Region* head = nullptr;
-    void Push(Region* r) {
-      r->next_dead = head;
-      head = r;
-    }
-  };
   CacheImpl(const Config& config, std::unique_ptr<Registrar> registrar,
             std::unique_ptr<EvictionPolicy> eviction);
   // The eviction policy's view of references and slot stamps (eviction.h).
@@ -353,8 +347,6 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   // something to do (MaintainSlowLocked).
   void MaintainLocked(DeadList* dead) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void MaintainSlowLocked(DeadList* dead) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // OrphanEpoch() when orphans were last folded (FoldOrphansLocked).
-  uint64_t folded_orphan_epoch_ ABSL_GUARDED_BY(mu_) = 0;
   // Plans a miss of the aligned range [start, end): merging, then bridging.
   MissPlan PlanMissLocked(uintptr_t start, uintptr_t end, int access)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -425,38 +417,27 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
                         Range span, ThreadCache::Line* slot) ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // A write-locked use of r: its stamp, and the policy told.
   void TouchLocked(Region* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Keeps `used`, the stamp of tc's slot that r (not dead) is losing, in
-  // tc->displaced and prefetches r; folds the waiting stamps first when
-  // kDisplacedBatch of them wait. Owner thread of tc only.
-  void DeferLastUse(ThreadCache* tc, Region* r, uint64_t used) ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  // Raises the last_use of the regions tc->displaced names to their stamps
-  // and empties it, the one place that decides whether they are still
-  // valid: it drops them instead if a batch of Regions was freed since they
-  // were taken (region_frees_), as they may name freed memory. The owner
-  // thread of tc, or any thread once tc is orphaned (mu_ held).
-  void FoldDisplacedLocked(ThreadCache* tc) ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  // The sum of r's shared and per-thread counts; with last_use, also the max
-  // of r's own stamp and its live slots' stamps.
+  // The sum of r's locked and per-thread counts (ThreadList::TotalRefs).
   int64_t TotalRefsLocked(const Region* r, uint64_t* last_use = nullptr) const
-      ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  // Sets the state of every thread's non-dead slot naming r; true if one of
-  // them belongs to a live thread other than the caller.
-  MRCACHE_MISS_INLINE bool MarkSlotsLocked(const Region* r, uint8_t state)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+      ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    return threads_.TotalRefs(r, last_use);
+  }
   // Removes r from the index, its hints and the eviction policy (state
   // kInvalid); its slots are untouched.
   MRCACHE_MISS_INLINE void DetachLocked(Region* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // True if no live thread but the caller has a ThreadCache of this cache:
-  // then no lock-free hit or put can run while the caller holds mu_.
-  MRCACHE_MISS_INLINE bool AloneLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  // Removes r from the index and LRU (DetachLocked), marks its slots
-  // retired, and queues it on `candidates` (via
-  // next_dead); SettleLocked then fences (if another thread has a slot
-  // naming one), and sends each
-  // candidate to `dead` (no references) or to the retired list.
+  // Removes r from the index and LRU (DetachLocked) and retires it onto
+  // `candidates` (Reclaim::Retire), for SettleLocked.
   void UnindexLocked(Region* r, Region** candidates) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void SettleLocked(Region* candidates, DeadList* dead) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void KillLocked(Region* r, DeadList* dead) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Reclaim::Settle, Kill and RecheckRetired, with mu_ held for writing.
+  void SettleLocked(Region* candidates, DeadList* dead) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    reclaim_.Settle(candidates, dead);
+  }
+  void KillLocked(Region* r, DeadList* dead) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    reclaim_.Kill(r, dead);
+  }
+  void RecheckRetiredLocked(DeadList* dead) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    reclaim_.RecheckRetired(dead);
+  }
   void InvalidateRangeLocked(uintptr_t start, uintptr_t end, Region** candidates)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SpoilPendingLocked(uintptr_t start, uintptr_t end) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -472,17 +453,14 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   // plan is exactly the requested pages, and the policy does not admit them
   // (EvictionPolicy::AdmitsToFullCache).
   bool NotAdmittedLocked(const Miss& miss, const MissPlan& plan) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void RecheckRetiredLocked(DeadList* dead) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // True if the index and the regions agree: every indexed region is
   // cached, this cache's, at the range the index holds; cached_bytes_ and
   // overlapping_regions_ count them; every retired region is kInvalid.
   // O(regions): for MRCACHE_DCHECK.
   bool IndexAgreesLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  void FoldOrphansLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Bumps gen_ (voiding every lookup entry) and fences unless no other live
+  // thread is attached.
   void BumpGenerationAndFence() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-
-  void LinkRetiredLocked(Region* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void UnlinkRetiredLocked(Region* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Outside mu_: deregisters, reports, and quarantines the regions of
   // `dead` (DeregisterDeadNow, not called when the list is empty, as it often is).
@@ -581,8 +559,10 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   auto WithPolicy(Call call) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return clock_ != nullptr ? call(*clock_) : call(*eviction_);
   }
-  Region* retired_ ABSL_GUARDED_BY(mu_) = nullptr;  // kInvalid regions still referenced
-  ThreadCache* threads_ ABSL_GUARDED_BY(mu_) = nullptr;
+  // The attached threads (their slots, hit counters and orphans), and
+  // reclamation (the retired list), which reads and marks their slots.
+  ThreadList threads_ ABSL_GUARDED_BY(mu_){uid_};
+  Reclaim reclaim_ ABSL_GUARDED_BY(mu_){&threads_};
   PendingMisses pending_ ABSL_GUARDED_BY(mu_);
   AddressHeat invalidated_ ABSL_GUARDED_BY(mu_);    // where regions died by invalidation
   AddressHeat bridge_failed_ ABSL_GUARDED_BY(mu_);  // where bridging found nothing or failed
@@ -596,9 +576,6 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   // entry is filled with it, never with a later generation: a release pushed
   // after the drain then voids the entry.
   uint64_t drained_gen_ ABSL_GUARDED_BY(mu_) = 0;
-  // Whether a region unindexed since the last SettleLocked had a slot in
-  // another live thread: only then must SettleLocked fence.
-  bool settle_needs_fence_ ABSL_GUARDED_BY(mu_) = false;
   // The most releases waiting in the ring that a shared hit checks for
   // overlap with its region before it leaves the get to a writer.
   static constexpr uint64_t kPendingScan = 8;
@@ -607,10 +584,6 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   // no two indexed regions overlap (of two that do, the later one was
   // installed over the other), so at most one region holds any address.
   size_t overlapping_regions_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t folded_hits_ ABSL_GUARDED_BY(mu_) = 0;              // hits of orphaned threads
-  uint64_t folded_read_locked_hits_ ABSL_GUARDED_BY(mu_) = 0;  // their read-locked hits
-  // The read-locked hits of every thread, orphaned ones included.
-  uint64_t ReadLockedHitsLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   Cache::RetireCallback retire_cb_ ABSL_GUARDED_BY(mu_);  // (copied out before calling)
   // Deregistered Regions waiting to be freed (Quarantine), linked through
   // next_dead, and their number.

@@ -135,6 +135,25 @@ size_t ThreadCache::EndWindow(uint64_t tick, size_t cap) {
   return want;
 }
 
+void ThreadCache::DeferLastUse(Region* r, uint64_t used, uint64_t region_frees) {
+  if (used == 0) return;  // never hit through this slot: nothing to keep
+  if (displaced_count == kDisplacedBatch || displaced_frees != region_frees) {
+    FoldDisplaced(region_frees);  // full, or the waiting stamps are void
+  }
+  __builtin_prefetch(&r->last_use, 1);
+  displaced[displaced_count++] = {r, used};
+}
+
+void ThreadCache::FoldDisplaced(uint64_t region_frees) {
+  if (displaced_frees == region_frees) {
+    for (size_t i = 0; i < displaced_count; ++i) {
+      displaced[i].region->RaiseLastUse(displaced[i].last_use);
+    }
+  }
+  displaced_count = 0;
+  displaced_frees = region_frees;
+}
+
 void ThreadCache::MoveSlotsInto(ThreadCache* fresh) {
   for (size_t i = 0; i <= mask; ++i) {
     Line& old = lines[i];

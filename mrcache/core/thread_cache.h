@@ -269,7 +269,7 @@ struct alignas(64) ThreadCache {
   bool slow_hit_expected = true;
   // Owner only (or the cache once orphaned), under the cache lock in either
   // mode: recency stamps of regions whose slot a claim took over, not yet
-  // folded into those regions (CacheImpl::DeferLastUse). Folding one at once
+  // folded into those regions (DeferLastUse). Folding one at once
   // reads a Region nothing else on the claiming get reads, a cache miss at
   // large working sets; deferred, the Region is prefetched and folded a few
   // claims later, or when this thread evicts or the cache folds an orphan.
@@ -286,6 +286,21 @@ struct alignas(64) ThreadCache {
   DisplacedStamp displaced[kDisplacedBatch];
   size_t displaced_count = 0;
   uint64_t displaced_frees = 0;
+  // Owner only, the cache lock held in either mode: keeps `used`, the stamp
+  // of a slot that r (not dead) is losing, in `displaced` and prefetches r;
+  // folds the waiting stamps first when kDisplacedBatch of them wait or they
+  // are void. `region_frees`: the cache's count of freed Region batches.
+  void DeferLastUse(Region* r, uint64_t used, uint64_t region_frees);
+  // Raises the last_use of the regions `displaced` names to their stamps
+  // and empties it, the one place that decides whether they are still
+  // valid: it drops them instead if `region_frees` moved since they were
+  // taken, as they may name freed memory. The owner thread, or any thread
+  // once orphaned; the cache lock held in either mode.
+  void FoldDisplaced(uint64_t region_frees);
+  // True if FoldDisplaced has something to do.
+  bool HasDisplaced(uint64_t region_frees) const {
+    return displaced_count != 0 || displaced_frees != region_frees;
+  }
 
   CacheImpl* cache = nullptr;
   std::atomic<int> owners{2};         // the thread's directory + the cache's list
