@@ -572,7 +572,7 @@ Region* CacheImpl::HitShared(ThreadCache* tc, const Miss& miss) {
   // release waiting there that overlaps the region may void it. Releases
   // elsewhere (another thread's buffers) do not: their writer drains them.
   if (ring_.MayOverlapPending(span.start, span.end, kPendingScan)) return nullptr;
-  ThreadCache::Line* slot = TakeOwnSlotRefShared(tc, hit, span.start);
+  ThreadCache::Line* slot = tc->TakeSlotRef(hit, span.start, region_frees_);
   if (slot == nullptr) return nullptr;
   // The put finds its slot without reading the Region (OwnSlot).
   tc->last_region = hit;
@@ -1350,12 +1350,12 @@ Region* CacheImpl::FindCoveringLocked(uintptr_t start, uintptr_t end, int access
 }
 
 ThreadCache::Line* CacheImpl::TakeRefLocked(ThreadCache* tc, Region* r) {
-  ThreadCache::Line* slot = TakeOwnSlotRefShared(tc, r, r->start);
+  ThreadCache::Line* slot = tc->TakeSlotRef(r, r->start, region_frees_);
   return slot != nullptr ? slot : CountRefInRegionLocked(tc, r);
 }
 
 ThreadCache::Line* CacheImpl::TakeFirstRefLocked(ThreadCache* tc, Region* r) {
-  ThreadCache::Line* slot = ClaimSlotShared(tc, r, r->start);
+  ThreadCache::Line* slot = tc->ClaimSlot(r, r->start, region_frees_);
   return slot != nullptr ? slot : CountRefInRegionLocked(tc, r);
 }
 
@@ -1365,54 +1365,12 @@ ThreadCache::Line* CacheImpl::CountRefInRegionLocked(ThreadCache* tc, Region* r)
   return nullptr;
 }
 
-ThreadCache::Line* CacheImpl::TakeOwnSlotRefShared(ThreadCache* tc, Region* r, uintptr_t r_start) {
-  // r is in the index, so a non-dead slot naming it is live (not retired).
-  if (ThreadCache::Line* own = tc->FindSlot(r, r_start)) {
-    ThreadCache::OwnerAdd(own->ref_count, 1);
-    return own;
-  }
-  return ClaimSlotShared(tc, r, r_start);
-}
-
-ThreadCache::Line* CacheImpl::ClaimSlotShared(ThreadCache* tc, Region* r, uintptr_t r_start) {
-  ++tc->window_claims;
-  if (ThreadCache::Line* slot = tc->ClaimableSlot(r_start)) {
-    // A slot is reused only once it counts no reference (its region's
-    // readers left), or once its region is dead.
-    MRCACHE_DCHECK(slot->ref_region == nullptr ||
-                   slot->ref_state.load(std::memory_order_relaxed) == ThreadCache::kDead ||
-                   slot->ref_count.load(std::memory_order_relaxed) == 0);
-    // Claim the slot: its previous region holds no reference from us, and
-    // keeps the recency the slot recorded for it (it is alive unless dead).
-    const bool dead = slot->ref_state.load(std::memory_order_relaxed) == ThreadCache::kDead;
-    if (!dead && slot->ref_region != nullptr) {
-      tc->DeferLastUse(slot->ref_region, slot->ref_last_use.load(std::memory_order_relaxed),
-                       region_frees_);
-      ++tc->window_displaced;  // a live region of ours loses its slot: the set is full
-    }
-    slot->ref_region = r;
-    slot->ref_last_use.store(0, std::memory_order_relaxed);
-    slot->ref_state.store(ThreadCache::kLive, std::memory_order_relaxed);
-    slot->ref_count.store(1, std::memory_order_release);
-    return slot;
-  }
-  return nullptr;
-}
-
 void CacheImpl::FillLookupLocked(ThreadCache* tc, uintptr_t start, uintptr_t end, int access,
                                  Region* r, Range span, ThreadCache::Line* slot) {
   // The entry holds the region's range (so a later get of any part of it
-  // hits) and sits in the set of the requested start. Entries of that set
-  // that cover the request go first: only one may, or a stale one could
-  // hide the new one from the probe (thread_cache.h).
-  const size_t home = tc->HomeIndex(start);
-  for (size_t i = 0; i < ThreadCache::kWays; ++i) {
-    ThreadCache::Line& line = tc->lines[ThreadCache::ProbeIndex(home, i)];
-    if (line.start <= start && end <= line.end && line.access == access) {
-      line.gen = 0;
-      line.start = line.end = 0;
-    }
-  }
+  // hits) and sits in the set of the requested start; entries of that set
+  // that cover the request go first.
+  tc->ClearEntriesCovering(start, end, access);
   // Without a slot of ours (all of its set count references) a hit could
   // not count its reference: no entry.
   const int level = ReleaseGenerations::LevelOf(span.start, span.end);
@@ -1423,31 +1381,18 @@ void CacheImpl::FillLookupLocked(ThreadCache* tc, uintptr_t start, uintptr_t end
   // region no bucket holds, leave the entry out. (A release bumps after it
   // pushes, and only a writer drains: one counted here is still waiting.)
   if (ring_.MayOverlapPending(span.start, span.end, kPendingScan)) return;
-  // The slot's own line if it is in this set (one line per hit), else a free
-  // (empty or stale) line, else one in turn.
-  const size_t slot_index = static_cast<size_t>(slot - tc->lines);
-  ThreadCache::Line* e = slot;
-  if ((slot_index & ~(ThreadCache::kWays - 1)) != (home & ~(ThreadCache::kWays - 1))) {
-    e = nullptr;
-    const uint64_t gen = gen_.load(std::memory_order_relaxed);
-    for (size_t i = 0; i < ThreadCache::kWays && e == nullptr; ++i) {
-      ThreadCache::Line& line = tc->lines[ThreadCache::ProbeIndex(home, i)];
-      if (line.gen == 0 || line.gen != gen + release_gens_.Counter(line.release_level, line.start)
-                                                 .load(std::memory_order_relaxed)) {
-        e = &line;  // the first empty or stale line
-      }
-    }
-    if (e == nullptr) {
-      e = &tc->lines[ThreadCache::ProbeIndex(home, tc->window_claims % ThreadCache::kWays)];
-    }
-  }
+  const uint64_t gen = gen_.load(std::memory_order_relaxed);
+  ThreadCache::Line* e = tc->EntryLine(start, slot, [this, gen](const ThreadCache::Line& line) {
+    return line.gen != gen + release_gens_.Counter(line.release_level, line.start)
+                                 .load(std::memory_order_relaxed);
+  });
   e->gen = drained_gen_ + released;
   e->release_level = static_cast<uint8_t>(level);
   e->start = span.start;
   e->end = span.end;
   e->access = access;
   e->region = r;
-  e->slot = static_cast<uint16_t>(slot_index);
+  e->slot = static_cast<uint16_t>(slot - tc->lines);
 }
 
 void CacheImpl::TouchLocked(Region* r) {

@@ -398,18 +398,6 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   // reference goes to r->locked_refs; returns nullptr (no slot).
   ThreadCache::Line* CountRefInRegionLocked(ThreadCache* tc, Region* r)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Counts a reference to r (in the index, starting at r_start) in one of
-  // tc's own slots (a claimed one if none names r yet) and returns the slot;
-  // nullptr, with nothing changed, if every slot of r's set counts
-  // references to other regions. Writes only tc's own slots and window
-  // counters, and defers the stamp of a region whose slot it takes over
-  // (DeferLastUse): safe with mu_ held for reading. Reads no field of r.
-  ThreadCache::Line* TakeOwnSlotRefShared(ThreadCache* tc, Region* r, uintptr_t r_start)
-      ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  // Its second half: claims a slot of r's set for r with a count of 1
-  // (caller: no slot names r), or nullptr if every slot counts references.
-  ThreadCache::Line* ClaimSlotShared(ThreadCache* tc, Region* r, uintptr_t r_start)
-      ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Fills tc's lookup entry for a get of [start, end) answered by r, whose
   // range is `span` and whose slot of tc is `slot` (nullptr: none, and no
   // entry). Reads no field of r.

@@ -7,6 +7,7 @@
 #include <new>
 #include <utility>
 
+#include "mrcache/core/dcheck.h"
 #include "mrcache/core/region.h"
 #include "mrcache/core/table_memory.h"
 
@@ -133,6 +134,30 @@ size_t ThreadCache::EndWindow(uint64_t tick, size_t cap) {
     }
   }
   return want;
+}
+
+ThreadCache::Line* ThreadCache::ClaimSlot(Region* r, uintptr_t r_start, uint64_t region_frees) {
+  ++window_claims;
+  Line* slot = ClaimableSlot(r_start);
+  if (slot == nullptr) return nullptr;
+  // A slot is reused only once it counts no reference (its region's
+  // readers left), or once its region is dead.
+  MRCACHE_DCHECK(slot->ref_region == nullptr ||
+                 slot->ref_state.load(std::memory_order_relaxed) == kDead ||
+                 slot->ref_count.load(std::memory_order_relaxed) == 0);
+  // Claim the slot: its previous region holds no reference from us, and
+  // keeps the recency the slot recorded for it (it is alive unless dead).
+  const bool dead = slot->ref_state.load(std::memory_order_relaxed) == kDead;
+  if (!dead && slot->ref_region != nullptr) {
+    DeferLastUse(slot->ref_region, slot->ref_last_use.load(std::memory_order_relaxed),
+                 region_frees);
+    ++window_displaced;  // a live region of ours loses its slot: the set is full
+  }
+  slot->ref_region = r;
+  slot->ref_last_use.store(0, std::memory_order_relaxed);
+  slot->ref_state.store(kLive, std::memory_order_relaxed);
+  slot->ref_count.store(1, std::memory_order_release);
+  return slot;
 }
 
 void ThreadCache::DeferLastUse(Region* r, uint64_t used, uint64_t region_frees) {

@@ -13,7 +13,7 @@
 // direct-mapped table, and up to kWays keys whose home lines coincide all fit.
 // Each line carries two unrelated halves, both keyed by page: a get of a
 // region's first page usually finds its lookup entry and its reference slot
-// on one cache line (FillLookupLocked puts the entry on the slot's line when
+// on one cache line (EntryLine puts the entry on the slot's line when
 // that line is in the entry's set):
 //  - a lookup entry, in the set of the get's start address (FindEntry): a
 //    recent get() answer, read
@@ -209,6 +209,55 @@ struct alignas(64) ThreadCache {
       }
     }
     return oldest;
+  }
+
+  // Owner only, the cache lock held in either mode (it writes only this
+  // table, its window counters and `displaced`): counts a reference to r (in
+  // the index, starting at r_start) in this thread's slot naming r, or in
+  // one it claims (ClaimSlot), and returns the slot; nullptr, with nothing
+  // changed, if every slot of r's set counts references to other regions.
+  // Reads no field of r.
+  Line* TakeSlotRef(Region* r, uintptr_t r_start, uint64_t region_frees) {
+    // r is in the index, so a non-dead slot naming it is live (not retired).
+    if (Line* own = FindSlot(r, r_start)) {
+      OwnerAdd(own->ref_count, 1);
+      return own;
+    }
+    return ClaimSlot(r, r_start, region_frees);
+  }
+  // Its second half (the caller: no slot names r): claims a slot of r's set
+  // for r with a count of 1, or returns nullptr if every slot counts
+  // references. The stamp of a live region that loses its slot is deferred
+  // (DeferLastUse, with `region_frees`).
+  Line* ClaimSlot(Region* r, uintptr_t r_start, uint64_t region_frees);
+
+  // Owner only: voids the lookup entries of the set of `start` that cover
+  // [start, end) for `access`, so that a new entry is the only one that
+  // does (a stale one could hide it from the probe).
+  void ClearEntriesCovering(uintptr_t start, uintptr_t end, int access) {
+    const size_t home = HomeIndex(start);
+    for (size_t i = 0; i < kWays; ++i) {
+      Line& line = lines[ProbeIndex(home, i)];
+      if (line.start <= start && end <= line.end && line.access == access) {
+        line.gen = 0;
+        line.start = line.end = 0;
+      }
+    }
+  }
+  // Owner only: the line for a new lookup entry of a get starting at
+  // `start` whose reference is counted in `slot`: the slot's own line if it
+  // is in the entry's set (one line per hit), else the first line of the set
+  // that is empty or that `stale(line)` says is void, else one in turn.
+  template <typename Stale>
+  Line* EntryLine(uintptr_t start, Line* slot, Stale stale) {
+    const size_t home = HomeIndex(start);
+    const size_t slot_index = static_cast<size_t>(slot - lines);
+    if ((slot_index & ~(kWays - 1)) == (home & ~(kWays - 1))) return slot;
+    for (size_t i = 0; i < kWays; ++i) {
+      Line& line = lines[ProbeIndex(home, i)];
+      if (line.gen == 0 || stale(line)) return &line;
+    }
+    return &lines[ProbeIndex(home, window_claims % kWays)];
   }
 
   // Tables are whole pages of their own (mmap), never heap chunks: a freed
