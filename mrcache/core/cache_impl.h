@@ -544,7 +544,7 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   // call(policy) on eviction_: on clock_ when set, so that the default
   // policy's calls on the miss path are direct and inlined, not virtual.
   template <typename Call>
-  auto WithPolicy(Call call) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+  MRCACHE_MISS_INLINE auto WithPolicy(Call call) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return clock_ != nullptr ? call(*clock_) : call(*eviction_);
   }
   // The attached threads (their slots, hit counters and orphans), and

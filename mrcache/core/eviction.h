@@ -88,6 +88,9 @@ class EvictionPolicy {
   // [page_start, page_end) (numbers of pages) is cached (true) or served
   // by a registration of its own (false). Called once for each such miss.
   virtual bool AdmitsToFullCache(uint64_t first_page, uint64_t end_page) = 0;
+  // False if AdmitsToFullCache answers true whatever it is asked: then a
+  // miss of a full cache is not weighed for admission at all.
+  virtual bool MayRefuseAdmission() const { return true; }
 };
 
 // The cache's policy: generalised CLOCK over an LRU list, with periods of
@@ -169,6 +172,8 @@ class ClockEviction final : public EvictionPolicy {
   }
   void ExpectEvictionsForBytes() override { by_size_ = true; }
   bool AdmitsToFullCache(uint64_t first_page, uint64_t end_page) override;
+  // Inline, like the calls above: every miss of a full cache asks first.
+  bool MayRefuseAdmission() const override { return admission_; }
 
   // The bits of the admission filter for max_regions.
   static size_t AdmissionBits(size_t max_regions);
