@@ -1388,10 +1388,11 @@ void CacheImpl::EvictLocked(Pred over, DeadList* dead, EvictionPolicy::Goal goal
 bool CacheImpl::NotAdmittedLocked(const Miss& miss, const MissPlan& plan) {
   const size_t max_regions = config_.max_regions;
   if (max_regions == 0 || index_.size() < max_regions) return false;
-  // First, and inline for the default policy: whether the policy refuses
-  // any miss at all (a small cache admits every one), so that such a cache
-  // weighs nothing else on each miss.
   if (!WithPolicy([](const auto& policy) { return policy.MayRefuseAdmission(); })) return false;
+  return NotAdmittedByPolicyLocked(miss, plan);
+}
+
+bool CacheImpl::NotAdmittedByPolicyLocked(const Miss& miss, const MissPlan& plan) {
   const size_t budget = ProcessBudget();
   if (budget != 0 && budget_->pinned() + (miss.page_end - miss.page_start) > budget) return false;
   // Pages that touch a cached region may merge with it (and replace it,

@@ -392,12 +392,20 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   // The same for a region just installed, which no slot names yet (a slot
   // that is not kDead names a live region, and r was not one: thread_cache.h),
   // so no search for one.
+  // Inline: the miss's install calls it.
   ThreadCache::Line* TakeFirstRefLocked(ThreadCache* tc, Region* r)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    ThreadCache::Line* slot = tc->ClaimSlot(r, r->start, region_frees_);
+    return slot != nullptr ? slot : CountRefInRegionLocked(tc, r);
+  }
   // Their fallback when every slot of r's set counts references: the
   // reference goes to r->locked_refs; returns nullptr (no slot).
   ThreadCache::Line* CountRefInRegionLocked(ThreadCache* tc, Region* r)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    ++tc->window_displaced;
+    ++r->locked_refs;  // every slot of the set counts another live region of ours
+    return nullptr;
+  }
   // Fills tc's lookup entry for a get of [start, end) answered by r, whose
   // range is `span` and whose slot of tc is `slot` (nullptr: none, and no
   // entry). Reads no field of r.
@@ -439,8 +447,13 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   // register `plan` (PlanForLocked) is served by a registration of its own:
   // the cache is full by count, the pin budget has room for the pages, the
   // plan is exactly the requested pages, and the policy does not admit them
-  // (EvictionPolicy::AdmitsToFullCache).
-  bool NotAdmittedLocked(const Miss& miss, const MissPlan& plan) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // (EvictionPolicy::AdmitsToFullCache). Inline, the usual answers first: a
+  // cache not full by count, or whose policy admits every miss, weighs
+  // nothing else on its miss (NotAdmittedByPolicyLocked weighs the rest).
+  MRCACHE_MISS_INLINE bool NotAdmittedLocked(const Miss& miss, const MissPlan& plan)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool NotAdmittedByPolicyLocked(const Miss& miss, const MissPlan& plan)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // True if the index and the regions agree: every indexed region is
   // cached, this cache's, at the range the index holds; cached_bytes_ and
   // overlapping_regions_ count them; every retired region is kInvalid.

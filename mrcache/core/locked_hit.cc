@@ -108,17 +108,6 @@ ThreadCache::Line* CacheImpl::TakeRefLocked(ThreadCache* tc, Region* r) {
   return slot != nullptr ? slot : CountRefInRegionLocked(tc, r);
 }
 
-ThreadCache::Line* CacheImpl::TakeFirstRefLocked(ThreadCache* tc, Region* r) {
-  ThreadCache::Line* slot = tc->ClaimSlot(r, r->start, region_frees_);
-  return slot != nullptr ? slot : CountRefInRegionLocked(tc, r);
-}
-
-ThreadCache::Line* CacheImpl::CountRefInRegionLocked(ThreadCache* tc, Region* r) {
-  ++tc->window_displaced;
-  ++r->locked_refs;  // every slot of the set counts another live region of ours
-  return nullptr;
-}
-
 void CacheImpl::FillLookupLocked(ThreadCache* tc, uintptr_t start, uintptr_t end, int access,
                                  Region* r, Range span, ThreadCache::Line* slot) {
   // The entry holds the region's range (so a later get of any part of it
