@@ -251,7 +251,7 @@ CacheImpl::~CacheImpl() {
   int64_t held = 0;
   {
     MutexLock lock(&mu_);
-    FoldOrphansLocked();
+    threads_.FoldOrphans(region_frees_);
     MRCACHE_DCHECK(IndexAgreesLocked());
     Region* all = nullptr;
     index_.ForEach([&all](uintptr_t, uintptr_t, Region* r) {
@@ -265,12 +265,10 @@ CacheImpl::~CacheImpl() {
       index_.DetachNode(r->start, r);  // the node is part of r
       dead.Push(r);
     }
-    while (retired_ != nullptr) {
-      Region* r = retired_;
-      UnlinkRetiredLocked(r);
+    reclaim_.TakeAllRetired([&held, &dead](Region* r) {
       ++held;
       dead.Push(r);
-    }
+    });
     eviction_->Clear();
     held += implicit_.Held();
   }
@@ -298,12 +296,6 @@ CacheImpl::~CacheImpl() {
   }
   FreeRegions(spare[0]);
   FreeRegions(spare[1]);
-  for (ThreadCache* tc = threads_; tc != nullptr;) {
-    ThreadCache* next = tc->next;
-    ThreadCache::Unref(tc);
-    tc = next;
-  }
-  threads_ = nullptr;
 }
 
 // ---- memory events (hook context) -----------------------------------------
@@ -406,56 +398,17 @@ absl::StatusOr<Region*> CacheImpl::AcquireOversized(uintptr_t start, uintptr_t e
 void CacheImpl::EndThreadCacheWindow(ThreadCache* tc) {
   const size_t want = tc->EndWindow(tick_.load(std::memory_order_relaxed),
                                     wanted_thread_lines_.load(std::memory_order_relaxed));
-  if (want != tc->mask + 1) ResizeThreadCache(tc, want);
-}
-
-void CacheImpl::ResizeThreadCache(ThreadCache* tc, size_t want) {
-  // Allocate outside the lock; migrate under it; free outside it.
-  ThreadCache fresh(want);
+  if (want == tc->mask + 1) return;
+  ThreadCache fresh(want);  // allocated outside the lock
   {
     MutexLock lock(&mu_);
-    // Lookup entries simply start empty. Slots counting references move to
-    // their region's set in the new table, state and all; one that finds
-    // its set full goes to its region's locked count and stamp, as does
-    // the stamp of a slot with no count. (A slot that is not kDead names a
-    // live region, so reading it is safe; no two name the same region, so
-    // none is found in the new table before it moves.)
-    for (size_t i = 0; i <= tc->mask; ++i) {
-      ThreadCache::Line& old = tc->lines[i];
-      Region* r = old.ref_region;
-      uint8_t state = old.ref_state.load(std::memory_order_relaxed);
-      if (r == nullptr || state == ThreadCache::kDead) continue;
-      int64_t count = old.ref_count.load(std::memory_order_relaxed);
-      uint64_t used = old.ref_last_use.load(std::memory_order_relaxed);
-      ThreadCache::Line* slot = count != 0 ? fresh.ClaimableSlot(r->start) : nullptr;
-      if (slot != nullptr) {
-        slot->ref_region = r;
-        slot->ref_state.store(state, std::memory_order_relaxed);
-        slot->ref_count.store(count, std::memory_order_relaxed);
-        slot->ref_last_use.store(used, std::memory_order_relaxed);
-      } else {
-        r->locked_refs += count;
-        RaiseLastUse(r, used);
-      }
-    }
-    std::swap(tc->mask, fresh.mask);
-    std::swap(tc->lines, fresh.lines);
-    tc->last_region = nullptr;  // last_slot pointed into the old table
-    tc->last_slot = nullptr;
-  }  // `fresh` now owns the old table and frees it here, unlocked.
-}
+    tc->MoveSlotsInto(&fresh);
+  }
+}  // `fresh` now holds the old table and frees it here, unlocked.
 
 uint64_t CacheImpl::read_locked_hits() const {
   MutexLock lock(&mu_);
-  return ReadLockedHitsLocked();
-}
-
-uint64_t CacheImpl::ReadLockedHitsLocked() const {
-  uint64_t sum = folded_read_locked_hits_;
-  for (const ThreadCache* tc = threads_; tc != nullptr; tc = tc->next) {
-    sum += tc->read_locked_hits.load(std::memory_order_relaxed);
-  }
-  return sum;
+  return threads_.ReadLockedHits();
 }
 
 size_t CacheImpl::thread_table_lines() const {
@@ -470,8 +423,7 @@ ThreadCache* CacheImpl::AttachThread() {
   tc->reader_slot = static_cast<int>(next_reader_slot_.fetch_add(1, std::memory_order_relaxed));
   {
     MutexLock lock(&mu_);
-    tc->next = threads_;
-    threads_ = tc;
+    threads_.Attach(tc);
   }
   InstallThreadCache(tc);
   return tc;
@@ -598,63 +550,6 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
     absl::Status spoiled = RetryAfterSpoil(&miss, attempt, in_flight);
     if (!spoiled.ok()) return spoiled;
   }
-}
-
-void CacheImpl::GrowHintsNow() {
-  const size_t want = wanted_hint_lines_.load(std::memory_order_relaxed);
-  CoveringHints fresh(want);  // outside the lock
-  {
-    MutexLock lock(&mu_);
-    if (hints_.lines() >= want) return;  // another thread grew it
-    hints_.Swap(&fresh);
-    hint_lines_.store(want, std::memory_order_relaxed);
-  }
-}  // `fresh` now holds the old table and frees it here, unlocked.
-
-Region* CacheImpl::HitShared(ThreadCache* tc, const Miss& miss) {
-  ReaderMutexLock lock(&mu_, tc->reader_slot);
-  Range span;
-  Region* hit = FindCoveringLocked(miss.start, miss.end, miss.access, &span);
-  if (hit == nullptr) return nullptr;
-  // A writer drains the ring before it looks; a reader cannot, and a
-  // release waiting there that overlaps the region may void it. Releases
-  // elsewhere (another thread's buffers) do not: their writer drains them.
-  if (ring_.MayOverlapPending(span.start, span.end, kPendingScan)) return nullptr;
-  ThreadCache::Line* slot = TakeOwnSlotRefShared(tc, hit, span.start);
-  if (slot == nullptr) return nullptr;
-  // The put finds its slot without reading the Region (OwnSlot).
-  tc->last_region = hit;
-  tc->last_slot = slot;
-  FillLookupLocked(tc, miss.start, miss.end, miss.user_access, hit, span, slot);
-  // The CLOCK touch, on our slot as a lock-free hit's (EvictLocked reads
-  // both): the region gets its second chance, and the hit reads no Region.
-  slot->ref_last_use.store(tick_.load(std::memory_order_relaxed), std::memory_order_relaxed);
-  ThreadCache::OwnerAdd(tc->read_locked_hits, 1);
-  CountLockedHit(tc);
-  return hit;
-}
-
-Region* CacheImpl::TakeCoveringLocked(ThreadCache* tc, Miss* miss) {
-  Region* hit = FindCoveringLocked(miss->start, miss->end, miss->access);
-  tc->slow_hit_expected = hit != nullptr;
-  // Usually a miss: the hits a thread expects go to HitShared first.
-  if (__builtin_expect(hit == nullptr, 1)) {
-    // One get, one count: a retry was counted already.
-    if (__builtin_expect(!miss->counted, 1)) misses_.fetch_add(1, std::memory_order_relaxed);
-    miss->counted = true;
-    return nullptr;
-  }
-  HandOutLocked(tc, hit, *miss);
-  if (!miss->counted) slow_hits_.fetch_add(1, std::memory_order_relaxed);
-  CountLockedHit(tc);
-  miss->counted = true;
-  return hit;
-}
-
-void CacheImpl::HandOutLocked(ThreadCache* tc, Region* r, const Miss& miss) {
-  ThreadCache::Line* slot = TakeRefLocked(tc, r);
-  FillLookupLocked(tc, miss.start, miss.end, miss.user_access, r, Range{r->start, r->end}, slot);
-  TouchLocked(r);
 }
 
 MissPlan CacheImpl::PlanForLocked(const Miss& miss) {
@@ -1039,10 +934,7 @@ CacheStats CacheImpl::stats() {
   uint64_t thread_hits = 0;
   {
     MutexLock lock(&mu_);
-    for (ThreadCache* tc = threads_; tc != nullptr; tc = tc->next) {
-      thread_hits += tc->hits.load(std::memory_order_relaxed);
-    }
-    thread_hits += folded_hits_ + ReadLockedHitsLocked();
+    thread_hits = threads_.Hits() + threads_.ReadLockedHits();
   }
   s.hits = thread_hits + slow_hits_.load();
   s.misses = misses_.load();
@@ -1088,8 +980,7 @@ void CacheImpl::MaintainLocked(DeadList* dead) {
   // Before draining: a report whose bump this load misses is pushed after it,
   // and voids every lookup entry filled with this generation.
   drained_gen_ = gen_.load(std::memory_order_acquire);
-  if (__builtin_expect(
-          !ring_.empty() || OrphanEpoch() != folded_orphan_epoch_ || retired_ != nullptr, 0)) {
+  if (__builtin_expect(!ring_.empty() || threads_.MayHaveOrphans() || reclaim_.has_retired(), 0)) {
     MaintainSlowLocked(dead);
   }
 }
@@ -1107,7 +998,7 @@ void CacheImpl::MaintainSlowLocked(DeadList* dead) {
     drain.self->InvalidateRangeLocked(s, e, drain.candidates);
     drain.self->SpoilPendingLocked(s, e);
   });
-  FoldOrphansLocked();
+  threads_.FoldOrphans(region_frees_);
   if (candidates != nullptr) SettleLocked(candidates, dead);
   RecheckRetiredLocked(dead);
 }
@@ -1365,184 +1256,6 @@ bool CacheImpl::BridgeOutsideLock(const MissPlan& plan, uintptr_t* start, uintpt
   return true;
 }
 
-Region* CacheImpl::FindCoveringLocked(uintptr_t start, uintptr_t end, int access, Range* span) {
-  Range unused;
-  if (span == nullptr) span = &unused;
-  // First the hint of the last get that started on this page, if its region
-  // is still in the index (covering_hints.h).
-  if (Region* hinted = hints_.Find(start, end, access, &span->start, &span->end)) {
-    return hinted;
-  }
-  // Most indexes hold no overlapping regions, and then only the region that
-  // starts last at or before `start` can cover the request: one descent,
-  // about half the nodes the overlap search reads (it checks each sibling's
-  // max_end), and for a miss the only one. With overlapping regions (other
-  // rights, a merge's neighbours) a request that one of them does not cover
-  // takes the full search.
-  uintptr_t s = 0, e = 0;
-  Region* last = nullptr;
-  if (index_.FindLastStartingAtOrBefore(start, &s, &e, &last) && end <= e &&
-      AccessCompatible(last->reg.access, access)) {
-    hints_.Fill(start, last);
-    *span = Range{s, e};
-    return last;
-  }
-  if (overlapping_regions_ == 0) return nullptr;
-  Region* found = nullptr;
-  index_.FindCovering(start, end, [access, &found](uintptr_t, uintptr_t, Region* r) {
-    if (!AccessCompatible(r->reg.access, access)) return false;
-    found = r;
-    return true;
-  });
-  if (found != nullptr) {
-    hints_.Fill(start, found);
-    *span = Range{found->start, found->end};
-  }
-  return found;
-}
-
-ThreadCache::Line* CacheImpl::TakeRefLocked(ThreadCache* tc, Region* r) {
-  ThreadCache::Line* slot = TakeOwnSlotRefShared(tc, r, r->start);
-  return slot != nullptr ? slot : CountRefInRegionLocked(tc, r);
-}
-
-ThreadCache::Line* CacheImpl::TakeFirstRefLocked(ThreadCache* tc, Region* r) {
-  ThreadCache::Line* slot = ClaimSlotShared(tc, r, r->start);
-  return slot != nullptr ? slot : CountRefInRegionLocked(tc, r);
-}
-
-ThreadCache::Line* CacheImpl::CountRefInRegionLocked(ThreadCache* tc, Region* r) {
-  ++tc->window_displaced;
-  ++r->locked_refs;  // every slot of the set counts another live region of ours
-  return nullptr;
-}
-
-ThreadCache::Line* CacheImpl::TakeOwnSlotRefShared(ThreadCache* tc, Region* r, uintptr_t r_start) {
-  // r is in the index, so a non-dead slot naming it is live (not retired).
-  if (ThreadCache::Line* own = tc->FindSlot(r, r_start)) {
-    ThreadCache::OwnerAdd(own->ref_count, 1);
-    return own;
-  }
-  return ClaimSlotShared(tc, r, r_start);
-}
-
-ThreadCache::Line* CacheImpl::ClaimSlotShared(ThreadCache* tc, Region* r, uintptr_t r_start) {
-  ++tc->window_claims;
-  if (ThreadCache::Line* slot = tc->ClaimableSlot(r_start)) {
-    // A slot is reused only once it counts no reference (its region's
-    // readers left), or once its region is dead.
-    MRCACHE_DCHECK(slot->ref_region == nullptr ||
-                   slot->ref_state.load(std::memory_order_relaxed) == ThreadCache::kDead ||
-                   slot->ref_count.load(std::memory_order_relaxed) == 0);
-    // Claim the slot: its previous region holds no reference from us, and
-    // keeps the recency the slot recorded for it (it is alive unless dead).
-    const bool dead = slot->ref_state.load(std::memory_order_relaxed) == ThreadCache::kDead;
-    if (!dead && slot->ref_region != nullptr) {
-      DeferLastUse(tc, slot->ref_region, slot->ref_last_use.load(std::memory_order_relaxed));
-      ++tc->window_displaced;  // a live region of ours loses its slot: the set is full
-    }
-    slot->ref_region = r;
-    slot->ref_last_use.store(0, std::memory_order_relaxed);
-    slot->ref_state.store(ThreadCache::kLive, std::memory_order_relaxed);
-    slot->ref_count.store(1, std::memory_order_release);
-    return slot;
-  }
-  return nullptr;
-}
-
-void CacheImpl::FillLookupLocked(ThreadCache* tc, uintptr_t start, uintptr_t end, int access,
-                                 Region* r, Range span, ThreadCache::Line* slot) {
-  // The entry holds the region's range (so a later get of any part of it
-  // hits) and sits in the set of the requested start. Entries of that set
-  // that cover the request go first: only one may, or a stale one could
-  // hide the new one from the probe (thread_cache.h).
-  const size_t home = tc->HomeIndex(start);
-  for (size_t i = 0; i < ThreadCache::kWays; ++i) {
-    ThreadCache::Line& line = tc->lines[ThreadCache::ProbeIndex(home, i)];
-    if (line.start <= start && end <= line.end && line.access == access) {
-      line.gen = 0;
-      line.start = line.end = 0;
-    }
-  }
-  // Without a slot of ours (all of its set count references) a hit could
-  // not count its reference: no entry.
-  const int level = ReleaseGenerations::LevelOf(span.start, span.end);
-  if (slot == nullptr || level == ReleaseGenerations::kLevels) return;
-  uint64_t released = release_gens_.Counter(level, span.start).load(std::memory_order_acquire);
-  // After reading the counter: a release pushed since the drain may overlap
-  // r and be counted in `released` already (cache_impl.h). Then, and for a
-  // region no bucket holds, leave the entry out. (A release bumps after it
-  // pushes, and only a writer drains: one counted here is still waiting.)
-  if (ring_.MayOverlapPending(span.start, span.end, kPendingScan)) return;
-  // The slot's own line if it is in this set (one line per hit), else a free
-  // (empty or stale) line, else one in turn.
-  const size_t slot_index = static_cast<size_t>(slot - tc->lines);
-  ThreadCache::Line* e = slot;
-  if ((slot_index & ~(ThreadCache::kWays - 1)) != (home & ~(ThreadCache::kWays - 1))) {
-    e = nullptr;
-    const uint64_t gen = gen_.load(std::memory_order_relaxed);
-    for (size_t i = 0; i < ThreadCache::kWays && e == nullptr; ++i) {
-      ThreadCache::Line& line = tc->lines[ThreadCache::ProbeIndex(home, i)];
-      if (line.gen == 0 || line.gen != gen + release_gens_.Counter(line.release_level, line.start)
-                                                 .load(std::memory_order_relaxed)) {
-        e = &line;  // the first empty or stale line
-      }
-    }
-    if (e == nullptr) {
-      e = &tc->lines[ThreadCache::ProbeIndex(home, tc->window_claims % ThreadCache::kWays)];
-    }
-  }
-  e->gen = drained_gen_ + released;
-  e->release_level = static_cast<uint8_t>(level);
-  e->start = span.start;
-  e->end = span.end;
-  e->access = access;
-  e->region = r;
-  e->slot = static_cast<uint16_t>(slot_index);
-}
-
-void CacheImpl::RaiseLastUse(Region* r, uint64_t used) { AtomicMax(r->last_use, used); }
-
-void CacheImpl::DeferLastUse(ThreadCache* tc, Region* r, uint64_t used) {
-  if (used == 0) return;  // never hit through this slot: nothing to keep
-  if (tc->displaced_count == ThreadCache::kDisplacedBatch || tc->displaced_frees != region_frees_) {
-    FoldDisplacedLocked(tc);  // full, or the waiting stamps are void
-  }
-  __builtin_prefetch(&r->last_use, 1);
-  tc->displaced[tc->displaced_count++] = {r, used};
-}
-
-void CacheImpl::FoldDisplacedLocked(ThreadCache* tc) {
-  if (tc->displaced_frees == region_frees_) {
-    for (size_t i = 0; i < tc->displaced_count; ++i) {
-      RaiseLastUse(tc->displaced[i].region, tc->displaced[i].last_use);
-    }
-  }
-  tc->displaced_count = 0;
-  tc->displaced_frees = region_frees_;
-}
-
-void CacheImpl::TouchLocked(Region* r) {
-  if (r->state != RegionState::kCached) return;
-  const uint64_t tick = tick_.load(std::memory_order_relaxed);
-  r->last_use.store(tick, std::memory_order_relaxed);
-  WithPolicy([r, tick](auto& policy) { policy.Touched(r, tick); });
-}
-
-int64_t CacheImpl::TotalRefsLocked(const Region* r, uint64_t* last_use) const {
-  int64_t total = r->locked_refs;
-  uint64_t used = r->last_use.load(std::memory_order_relaxed);
-  for (const ThreadCache* tc = threads_; tc != nullptr; tc = tc->next) {
-    if (const ThreadCache::Line* slot = tc->FindSlot(r, r->start)) {
-      total += slot->ref_count.load(std::memory_order_acquire);
-      uint64_t hit = slot->ref_last_use.load(std::memory_order_relaxed);
-      if (hit > used) used = hit;
-    }
-  }
-  if (last_use != nullptr) *last_use = used;
-  return total;
-}
-
 void CacheImpl::DetachLocked(Region* r) {
   MRCACHE_DCHECK(r->state == RegionState::kCached);  // a region leaves the index once
   index_.DetachNode(r->start, r);                    // the node is part of r, freed with it
@@ -1554,21 +1267,9 @@ void CacheImpl::DetachLocked(Region* r) {
   r->state = RegionState::kInvalid;
 }
 
-bool CacheImpl::AloneLocked() const {
-  const ThreadCache* mine = FindThreadCache(uid_);
-  for (const ThreadCache* tc = threads_; tc != nullptr; tc = tc->next) {
-    if (tc != mine && !tc->orphaned.load(std::memory_order_acquire)) return false;
-  }
-  return true;
-}
-
 void CacheImpl::UnindexLocked(Region* r, Region** candidates) {
   DetachLocked(r);
-  // Lock-free hits and puts learn it from their slots (before the fence
-  // that SettleLocked does, see Put); only another thread's slot needs it.
-  if (MarkSlotsLocked(r, ThreadCache::kRetired)) settle_needs_fence_ = true;
-  r->next_dead = *candidates;
-  *candidates = r;
+  reclaim_.Retire(r, candidates);
 }
 
 void CacheImpl::BumpGenerationAndFence() {
@@ -1579,68 +1280,7 @@ void CacheImpl::BumpGenerationAndFence() {
   // Lock-free hits run only on threads with a live ThreadCache; a thread
   // attaches under mu_ (held here). If the only one is ours, no hit can race
   // with this reclaimer and the asymmetric fence is not needed.
-  if (!AloneLocked()) ReclaimerFence();
-}
-
-void CacheImpl::SettleLocked(Region* candidates, DeadList* dead) {
-  // The candidates' slots are marked kRetired (UnindexLocked): after the
-  // fence, a hit either sees the mark or is seen in the sums below. Where no
-  // other thread has a slot naming a candidate, none can hit or put it
-  // without the lock (slots are claimed only under it), and the fence (an
-  // interrupt of every CPU running the process) is skipped.
-  if (settle_needs_fence_) ReclaimerFence();
-  settle_needs_fence_ = false;
-  while (candidates != nullptr) {
-    Region* r = candidates;
-    candidates = r->next_dead;
-    r->next_dead = nullptr;
-    if (TotalRefsLocked(r) == 0) {
-      KillLocked(r, dead);
-    } else {
-      LinkRetiredLocked(r);
-    }
-  }
-}
-
-void CacheImpl::KillLocked(Region* r, DeadList* dead) {
-  // Only a region with no reference left is deregistered.
-  MRCACHE_DCHECK(r->state != RegionState::kDead && TotalRefsLocked(r) == 0);
-  r->state = RegionState::kDead;
-  // Slots naming r now hold meaningless counts: let their owners reclaim
-  // them. This happens before r is freed, so no non-dead slot ever names a
-  // freed region (or a later one allocated at the same address).
-  MarkSlotsLocked(r, ThreadCache::kDead);
-  dead->Push(r);
-}
-
-bool CacheImpl::MarkSlotsLocked(const Region* r, uint8_t state) {
-  bool others = false;
-  const ThreadCache* mine = nullptr;  // looked up at the first slot found
-  for (ThreadCache* tc = threads_; tc != nullptr; tc = tc->next) {
-    if (ThreadCache::Line* slot = tc->FindSlot(r, r->start)) {
-      slot->ref_state.store(state, std::memory_order_release);
-      if (others || tc->orphaned.load(std::memory_order_acquire)) continue;
-      if (mine == nullptr) mine = FindThreadCache(uid_);
-      others = tc != mine;
-    }
-  }
-  return others;
-}
-
-void CacheImpl::LinkRetiredLocked(Region* r) {
-  r->on_retired_list = true;
-  r->prev_retired = nullptr;
-  r->next_dead = retired_;
-  if (retired_ != nullptr) retired_->prev_retired = r;
-  retired_ = r;
-}
-
-void CacheImpl::UnlinkRetiredLocked(Region* r) {
-  if (r->prev_retired != nullptr) r->prev_retired->next_dead = r->next_dead;
-  if (r->next_dead != nullptr) r->next_dead->prev_retired = r->prev_retired;
-  if (retired_ == r) retired_ = r->next_dead;
-  r->prev_retired = r->next_dead = nullptr;
-  r->on_retired_list = false;
+  if (!threads_.Alone()) ReclaimerFence();
 }
 
 bool CacheImpl::IndexAgreesLocked() const {
@@ -1655,23 +1295,8 @@ bool CacheImpl::IndexAgreesLocked() const {
     sum.agree = sum.agree && r->state == RegionState::kCached && r->cache == sum.self &&
                 !r->bypass && !r->on_retired_list && r->start == s && r->end == e;
   });
-  for (const Region* r = retired_; r != nullptr; r = r->next_dead) {
-    sum.agree = sum.agree && r->state == RegionState::kInvalid && r->on_retired_list;
-  }
-  return sum.agree && sum.bytes == cached_bytes_ && sum.overlapping == overlapping_regions_;
-}
-
-void CacheImpl::RecheckRetiredLocked(DeadList* dead) {
-  // Retired regions gain no new references (they left the index and every
-  // lookup entry naming them is stale), so a zero count is final.
-  for (Region* r = retired_; r != nullptr;) {
-    Region* next = r->next_dead;
-    if (TotalRefsLocked(r) == 0) {
-      UnlinkRetiredLocked(r);
-      KillLocked(r, dead);
-    }
-    r = next;
-  }
+  return sum.agree && reclaim_.RetiredAgree() && sum.bytes == cached_bytes_ &&
+         sum.overlapping == overlapping_regions_;
 }
 
 void CacheImpl::InvalidateRangeLocked(uintptr_t start, uintptr_t end, Region** candidates) {
@@ -1724,16 +1349,14 @@ void CacheImpl::EvictLocked(Pred over, DeadList* dead, EvictionPolicy::Goal goal
   // turned out to be in use stays retired until its last put (never
   // deregistered early).
   // This thread's deferred stamps first: its own recent uses count. Tested
-  // here, as FoldDisplacedLocked would: usually there is nothing to fold.
+  // here, as ThreadCache::FoldDisplaced would: usually there is nothing to fold.
   ThreadCache* mine = FindThreadCache(uid_);
-  if (mine != nullptr && (mine->displaced_count != 0 || mine->displaced_frees != region_frees_)) {
-    FoldDisplacedLocked(mine);
-  }
+  if (mine != nullptr && mine->HasDisplaced(region_frees_)) mine->FoldDisplaced(region_frees_);
   if (!over()) return;  // most installs: nothing to evict
   // With no other live thread attached, no get or put reaches a region
   // without the lock, so an unused victim is deregistered at once: no
   // retired mark, no fence, no second count (SettleLocked).
-  const bool alone = AloneLocked();
+  const bool alone = threads_.Alone();
   EvictionUse use(this);
   EvictionPolicy::Pass pass{goal, tick_.load(std::memory_order_relaxed),
                             WithPolicy([this](auto& policy) {
@@ -1765,6 +1388,11 @@ void CacheImpl::EvictLocked(Pred over, DeadList* dead, EvictionPolicy::Goal goal
 bool CacheImpl::NotAdmittedLocked(const Miss& miss, const MissPlan& plan) {
   const size_t max_regions = config_.max_regions;
   if (max_regions == 0 || index_.size() < max_regions) return false;
+  if (!WithPolicy([](const auto& policy) { return policy.MayRefuseAdmission(); })) return false;
+  return NotAdmittedByPolicyLocked(miss, plan);
+}
+
+bool CacheImpl::NotAdmittedByPolicyLocked(const Miss& miss, const MissPlan& plan) {
   const size_t budget = ProcessBudget();
   if (budget != 0 && budget_->pinned() + (miss.page_end - miss.page_start) > budget) return false;
   // Pages that touch a cached region may merge with it (and replace it,
@@ -1775,33 +1403,6 @@ bool CacheImpl::NotAdmittedLocked(const Miss& miss, const MissPlan& plan) {
     return false;
   }
   return !eviction_->AdmitsToFullCache(miss.page_start / page_, miss.page_end / page_);
-}
-
-void CacheImpl::FoldOrphansLocked() {
-  // Before the walk: an orphan that raises the epoch after this load is
-  // folded by the next maintenance.
-  folded_orphan_epoch_ = OrphanEpoch();
-  for (ThreadCache** p = &threads_; *p != nullptr;) {
-    ThreadCache* tc = *p;
-    if (!tc->orphaned.load(std::memory_order_acquire)) {
-      p = &tc->next;
-      continue;
-    }
-    for (size_t i = 0; i <= tc->mask; ++i) {
-      const ThreadCache::Line& slot = tc->lines[i];
-      Region* r = slot.ref_region;
-      if (r == nullptr || slot.ref_state.load(std::memory_order_relaxed) == ThreadCache::kDead) {
-        continue;
-      }
-      r->locked_refs += slot.ref_count.load(std::memory_order_relaxed);
-      RaiseLastUse(r, slot.ref_last_use.load(std::memory_order_relaxed));
-    }
-    FoldDisplacedLocked(tc);
-    folded_hits_ += tc->hits.load(std::memory_order_relaxed);
-    folded_read_locked_hits_ += tc->read_locked_hits.load(std::memory_order_relaxed);
-    *p = tc->next;
-    ThreadCache::Unref(tc);
-  }
 }
 
 // ---- outside the lock ------------------------------------------------------

@@ -63,7 +63,7 @@
 // slot naming the region: no other thread can then hit or put it without
 // the lock, since slots are claimed only under it. When no live thread but
 // the reclaimer's is attached to the cache at all, an eviction, which takes
-// only regions with no reference, kills its victim at once: AloneLocked.)
+// only regions with no reference, kills its victim at once: ThreadList::Alone.)
 // Either T sees the mark and backs off without touching the region, or the
 // reclaimer sees T's increment and keeps the region (it becomes kInvalid and
 // is deregistered after its last put). Lookup entries are only filled under
@@ -127,9 +127,11 @@
 #include "mrcache/core/log2_histogram.h"
 #include "mrcache/core/miss.h"
 #include "mrcache/core/range.h"
+#include "mrcache/core/reclaim.h"
 #include "mrcache/core/region.h"
 #include "mrcache/core/release_generations.h"
 #include "mrcache/core/thread_cache.h"
+#include "mrcache/core/thread_list.h"
 #include "mrcache/internal/mutex.h"
 #include "mrcache/monitors/memory_events.h"
 #include "mrcache/monitors/monitor.h"
@@ -208,14 +210,6 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   size_t ReclaimUnused(size_t bytes) override;
 
  private:
-  // Regions to deregister once mu_ is released (linked through next_dead).
-  struct DeadList {
-    Region* head = nullptr;
-    void Push(Region* r) {
-      r->next_dead = head;
-      head = r;
-    }
-  };
   CacheImpl(const Config& config, std::unique_ptr<Registrar> registrar,
             std::unique_ptr<EvictionPolicy> eviction);
   // The eviction policy's view of references and slot stamps (eviction.h).
@@ -336,24 +330,12 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   absl::StatusOr<Registration> TimedImplicitRegister(int access);
   ThreadCache* AttachThread();
   // Counts a slow-path get of the calling thread (tc's owner) and, at the
-  // end of a window (a table's worth of gets), resizes its table
-  // (ThreadCache::EndWindow decides, as ThreadCache::kMaxLines states).
+  // end of a window, resizes its table to what ThreadCache::EndWindow decides
+  // (EndThreadCacheWindow).
   void AdaptThreadCache(ThreadCache* tc) {
-    ++tc->window_slow;
-    const uint64_t gets =
-        tc->hits.load(std::memory_order_relaxed) - tc->window_hits + tc->window_slow;
-    if (gets >= tc->mask + 1) EndThreadCacheWindow(tc);
+    if (tc->CountSlowGet()) EndThreadCacheWindow(tc);
   }
   void EndThreadCacheWindow(ThreadCache* tc);
-  // Notes a locked hit of tc's thread: the window saw a hit, and the thread
-  // is not streaming (ThreadCache::streaming).
-  static void CountLockedHit(ThreadCache* tc) {
-    ++tc->window_locked_hits;
-    tc->streaming = false;
-  }
-  // Replaces tc's table by one of `lines` lines (owner only; takes mu_ to
-  // migrate the slots).
-  void ResizeThreadCache(ThreadCache* tc, size_t lines);
 
   // Every *Locked function requires mu_, held exclusively
   // (ABSL_EXCLUSIVE_LOCKS_REQUIRED) unless its annotation is
@@ -365,8 +347,6 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   // something to do (MaintainSlowLocked).
   void MaintainLocked(DeadList* dead) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void MaintainSlowLocked(DeadList* dead) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // OrphanEpoch() when orphans were last folded (FoldOrphansLocked).
-  uint64_t folded_orphan_epoch_ ABSL_GUARDED_BY(mu_) = 0;
   // Plans a miss of the aligned range [start, end): merging, then bridging.
   MissPlan PlanMissLocked(uintptr_t start, uintptr_t end, int access)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -412,24 +392,20 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   // The same for a region just installed, which no slot names yet (a slot
   // that is not kDead names a live region, and r was not one: thread_cache.h),
   // so no search for one.
+  // Inline: the miss's install calls it.
   ThreadCache::Line* TakeFirstRefLocked(ThreadCache* tc, Region* r)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    ThreadCache::Line* slot = tc->ClaimSlot(r, r->start, region_frees_);
+    return slot != nullptr ? slot : CountRefInRegionLocked(tc, r);
+  }
   // Their fallback when every slot of r's set counts references: the
   // reference goes to r->locked_refs; returns nullptr (no slot).
   ThreadCache::Line* CountRefInRegionLocked(ThreadCache* tc, Region* r)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Counts a reference to r (in the index, starting at r_start) in one of
-  // tc's own slots (a claimed one if none names r yet) and returns the slot;
-  // nullptr, with nothing changed, if every slot of r's set counts
-  // references to other regions. Writes only tc's own slots and window
-  // counters, and defers the stamp of a region whose slot it takes over
-  // (DeferLastUse): safe with mu_ held for reading. Reads no field of r.
-  ThreadCache::Line* TakeOwnSlotRefShared(ThreadCache* tc, Region* r, uintptr_t r_start)
-      ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  // Its second half: claims a slot of r's set for r with a count of 1
-  // (caller: no slot names r), or nullptr if every slot counts references.
-  ThreadCache::Line* ClaimSlotShared(ThreadCache* tc, Region* r, uintptr_t r_start)
-      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    ++tc->window_displaced;
+    ++r->locked_refs;  // every slot of the set counts another live region of ours
+    return nullptr;
+  }
   // Fills tc's lookup entry for a get of [start, end) answered by r, whose
   // range is `span` and whose slot of tc is `slot` (nullptr: none, and no
   // entry). Reads no field of r.
@@ -437,41 +413,27 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
                         Range span, ThreadCache::Line* slot) ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // A write-locked use of r: its stamp, and the policy told.
   void TouchLocked(Region* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Raises r->last_use to `used` (a slot's stamp that is about to go away, or
-  // a shared hit's touch); an atomic maximum, so readers of mu_ may race.
-  static void RaiseLastUse(Region* r, uint64_t used);
-  // Keeps `used`, the stamp of tc's slot that r (not dead) is losing, in
-  // tc->displaced and prefetches r; folds the waiting stamps first when
-  // kDisplacedBatch of them wait. Owner thread of tc only.
-  void DeferLastUse(ThreadCache* tc, Region* r, uint64_t used) ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  // Raises the last_use of the regions tc->displaced names to their stamps
-  // and empties it, the one place that decides whether they are still
-  // valid: it drops them instead if a batch of Regions was freed since they
-  // were taken (region_frees_), as they may name freed memory. The owner
-  // thread of tc, or any thread once tc is orphaned (mu_ held).
-  void FoldDisplacedLocked(ThreadCache* tc) ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  // The sum of r's shared and per-thread counts; with last_use, also the max
-  // of r's own stamp and its live slots' stamps.
+  // The sum of r's locked and per-thread counts (ThreadList::TotalRefs).
   int64_t TotalRefsLocked(const Region* r, uint64_t* last_use = nullptr) const
-      ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  // Sets the state of every thread's non-dead slot naming r; true if one of
-  // them belongs to a live thread other than the caller.
-  MRCACHE_MISS_INLINE bool MarkSlotsLocked(const Region* r, uint8_t state)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+      ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    return threads_.TotalRefs(r, last_use);
+  }
   // Removes r from the index, its hints and the eviction policy (state
   // kInvalid); its slots are untouched.
   MRCACHE_MISS_INLINE void DetachLocked(Region* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // True if no live thread but the caller has a ThreadCache of this cache:
-  // then no lock-free hit or put can run while the caller holds mu_.
-  MRCACHE_MISS_INLINE bool AloneLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  // Removes r from the index and LRU (DetachLocked), marks its slots
-  // retired, and queues it on `candidates` (via
-  // next_dead); SettleLocked then fences (if another thread has a slot
-  // naming one), and sends each
-  // candidate to `dead` (no references) or to the retired list.
+  // Removes r from the index and LRU (DetachLocked) and retires it onto
+  // `candidates` (Reclaim::Retire), for SettleLocked.
   void UnindexLocked(Region* r, Region** candidates) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void SettleLocked(Region* candidates, DeadList* dead) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void KillLocked(Region* r, DeadList* dead) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Reclaim::Settle, Kill and RecheckRetired, with mu_ held for writing.
+  void SettleLocked(Region* candidates, DeadList* dead) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    reclaim_.Settle(candidates, dead);
+  }
+  void KillLocked(Region* r, DeadList* dead) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    reclaim_.Kill(r, dead);
+  }
+  void RecheckRetiredLocked(DeadList* dead) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    reclaim_.RecheckRetired(dead);
+  }
   void InvalidateRangeLocked(uintptr_t start, uintptr_t end, Region** candidates)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SpoilPendingLocked(uintptr_t start, uintptr_t end) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -485,19 +447,21 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   // register `plan` (PlanForLocked) is served by a registration of its own:
   // the cache is full by count, the pin budget has room for the pages, the
   // plan is exactly the requested pages, and the policy does not admit them
-  // (EvictionPolicy::AdmitsToFullCache).
-  bool NotAdmittedLocked(const Miss& miss, const MissPlan& plan) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void RecheckRetiredLocked(DeadList* dead) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // (EvictionPolicy::AdmitsToFullCache). Inline, the usual answers first: a
+  // cache not full by count, or whose policy admits every miss, weighs
+  // nothing else on its miss (NotAdmittedByPolicyLocked weighs the rest).
+  MRCACHE_MISS_INLINE bool NotAdmittedLocked(const Miss& miss, const MissPlan& plan)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool NotAdmittedByPolicyLocked(const Miss& miss, const MissPlan& plan)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // True if the index and the regions agree: every indexed region is
   // cached, this cache's, at the range the index holds; cached_bytes_ and
   // overlapping_regions_ count them; every retired region is kInvalid.
   // O(regions): for MRCACHE_DCHECK.
   bool IndexAgreesLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  void FoldOrphansLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Bumps gen_ (voiding every lookup entry) and fences unless no other live
+  // thread is attached.
   void BumpGenerationAndFence() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-
-  void LinkRetiredLocked(Region* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void UnlinkRetiredLocked(Region* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Outside mu_: deregisters, reports, and quarantines the regions of
   // `dead` (DeregisterDeadNow, not called when the list is empty, as it often is).
@@ -593,11 +557,13 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   // call(policy) on eviction_: on clock_ when set, so that the default
   // policy's calls on the miss path are direct and inlined, not virtual.
   template <typename Call>
-  auto WithPolicy(Call call) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+  MRCACHE_MISS_INLINE auto WithPolicy(Call call) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return clock_ != nullptr ? call(*clock_) : call(*eviction_);
   }
-  Region* retired_ ABSL_GUARDED_BY(mu_) = nullptr;  // kInvalid regions still referenced
-  ThreadCache* threads_ ABSL_GUARDED_BY(mu_) = nullptr;
+  // The attached threads (their slots, hit counters and orphans), and
+  // reclamation (the retired list), which reads and marks their slots.
+  ThreadList threads_ ABSL_GUARDED_BY(mu_){uid_};
+  Reclaim reclaim_ ABSL_GUARDED_BY(mu_){&threads_};
   PendingMisses pending_ ABSL_GUARDED_BY(mu_);
   AddressHeat invalidated_ ABSL_GUARDED_BY(mu_);    // where regions died by invalidation
   AddressHeat bridge_failed_ ABSL_GUARDED_BY(mu_);  // where bridging found nothing or failed
@@ -611,9 +577,6 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   // entry is filled with it, never with a later generation: a release pushed
   // after the drain then voids the entry.
   uint64_t drained_gen_ ABSL_GUARDED_BY(mu_) = 0;
-  // Whether a region unindexed since the last SettleLocked had a slot in
-  // another live thread: only then must SettleLocked fence.
-  bool settle_needs_fence_ ABSL_GUARDED_BY(mu_) = false;
   // The most releases waiting in the ring that a shared hit checks for
   // overlap with its region before it leaves the get to a writer.
   static constexpr uint64_t kPendingScan = 8;
@@ -622,10 +585,6 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   // no two indexed regions overlap (of two that do, the later one was
   // installed over the other), so at most one region holds any address.
   size_t overlapping_regions_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t folded_hits_ ABSL_GUARDED_BY(mu_) = 0;              // hits of orphaned threads
-  uint64_t folded_read_locked_hits_ ABSL_GUARDED_BY(mu_) = 0;  // their read-locked hits
-  // The read-locked hits of every thread, orphaned ones included.
-  uint64_t ReadLockedHitsLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   Cache::RetireCallback retire_cb_ ABSL_GUARDED_BY(mu_);  // (copied out before calling)
   // Deregistered Regions waiting to be freed (Quarantine), linked through
   // next_dead, and their number.

@@ -88,6 +88,9 @@ class EvictionPolicy {
   // [page_start, page_end) (numbers of pages) is cached (true) or served
   // by a registration of its own (false). Called once for each such miss.
   virtual bool AdmitsToFullCache(uint64_t first_page, uint64_t end_page) = 0;
+  // False if AdmitsToFullCache answers true whatever it is asked: then a
+  // miss of a full cache is not weighed for admission at all.
+  virtual bool MayRefuseAdmission() const { return true; }
 };
 
 // The cache's policy: generalised CLOCK over an LRU list, with periods of
@@ -146,9 +149,10 @@ class ClockEviction final : public EvictionPolicy {
   size_t StepsFor(size_t regions) const override { return regions * (kMaxPeriodsUsed + 2) + 1; }
   Region* NextVictim(Pass* pass) override { return NextVictimBy(pass, pass->use); }
   // NextVictim asking `use` (pass->use, as its own type): a cache whose
-  // probe is a final class calls this, and the probe, directly.
+  // probe is a final class calls this, and the probe, directly, inlined
+  // into its eviction (a call of its own on every miss of a full cache).
   template <typename UseT>
-  Region* NextVictimBy(Pass* pass, UseT* use) {
+  inline __attribute__((always_inline)) Region* NextVictimBy(Pass* pass, UseT* use) {
     while (lru_tail_ != nullptr && pass->steps_left > 0) {
       --pass->steps_left;
       Region* r = lru_tail_;
@@ -169,6 +173,8 @@ class ClockEviction final : public EvictionPolicy {
   }
   void ExpectEvictionsForBytes() override { by_size_ = true; }
   bool AdmitsToFullCache(uint64_t first_page, uint64_t end_page) override;
+  // Inline, like the calls above: every miss of a full cache asks first.
+  bool MayRefuseAdmission() const override { return admission_; }
 
   // The bits of the admission filter for max_regions.
   static size_t AdmissionBits(size_t max_regions);

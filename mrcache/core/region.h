@@ -51,8 +51,8 @@ class Region : public mrc_region {
 
   // Recency: the tick of the last slow-path touch, or of fast-path hits
   // folded in from a reference slot that was reclaimed, migrated or
-  // orphaned. Only raised (CacheImpl::RaiseLastUse, an atomic maximum), with
-  // the cache lock held for reading at least. The region's last use is the
+  // orphaned. Only raised (RaiseLastUse, an atomic maximum), with the cache
+  // lock held for reading at least. The region's last use is the
   // max of this and its live slots' ref_last_use.
   std::atomic<uint64_t> last_use{0};
 
@@ -110,6 +110,13 @@ class Region : public mrc_region {
   IntervalTree<Region*>::Node index_node{0, 1, nullptr};
 
   size_t length() const { return end - start; }
+  // Raises last_use to `used` (a slot's stamp that is about to go away, or a
+  // shared hit's touch); an atomic maximum, so readers of the lock may race.
+  void RaiseLastUse(uint64_t used) {
+    uint64_t cur = last_use.load(std::memory_order_relaxed);
+    while (cur < used && !last_use.compare_exchange_weak(cur, used, std::memory_order_relaxed)) {
+    }
+  }
   int remote_access() const { return reg.access & kAccessRemoteBits; }
 };
 

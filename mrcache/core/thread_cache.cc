@@ -5,7 +5,10 @@
 
 #include <cstdlib>
 #include <new>
+#include <utility>
 
+#include "mrcache/core/dcheck.h"
+#include "mrcache/core/region.h"
 #include "mrcache/core/table_memory.h"
 
 namespace mrcache {
@@ -131,6 +134,74 @@ size_t ThreadCache::EndWindow(uint64_t tick, size_t cap) {
     }
   }
   return want;
+}
+
+ThreadCache::Line* ThreadCache::ClaimSlot(Region* r, uintptr_t r_start, uint64_t region_frees) {
+  ++window_claims;
+  Line* slot = ClaimableSlot(r_start);
+  if (slot == nullptr) return nullptr;
+  // A slot is reused only once it counts no reference (its region's
+  // readers left), or once its region is dead.
+  MRCACHE_DCHECK(slot->ref_region == nullptr ||
+                 slot->ref_state.load(std::memory_order_relaxed) == kDead ||
+                 slot->ref_count.load(std::memory_order_relaxed) == 0);
+  // Claim the slot: its previous region holds no reference from us, and
+  // keeps the recency the slot recorded for it (it is alive unless dead).
+  const bool dead = slot->ref_state.load(std::memory_order_relaxed) == kDead;
+  if (!dead && slot->ref_region != nullptr) {
+    DeferLastUse(slot->ref_region, slot->ref_last_use.load(std::memory_order_relaxed),
+                 region_frees);
+    ++window_displaced;  // a live region of ours loses its slot: the set is full
+  }
+  slot->ref_region = r;
+  slot->ref_last_use.store(0, std::memory_order_relaxed);
+  slot->ref_state.store(kLive, std::memory_order_relaxed);
+  slot->ref_count.store(1, std::memory_order_release);
+  return slot;
+}
+
+void ThreadCache::DeferLastUse(Region* r, uint64_t used, uint64_t region_frees) {
+  if (used == 0) return;  // never hit through this slot: nothing to keep
+  if (displaced_count == kDisplacedBatch || displaced_frees != region_frees) {
+    FoldDisplaced(region_frees);  // full, or the waiting stamps are void
+  }
+  __builtin_prefetch(&r->last_use, 1);
+  displaced[displaced_count++] = {r, used};
+}
+
+void ThreadCache::FoldDisplaced(uint64_t region_frees) {
+  if (displaced_frees == region_frees) {
+    for (size_t i = 0; i < displaced_count; ++i) {
+      displaced[i].region->RaiseLastUse(displaced[i].last_use);
+    }
+  }
+  displaced_count = 0;
+  displaced_frees = region_frees;
+}
+
+void ThreadCache::MoveSlotsInto(ThreadCache* fresh) {
+  for (size_t i = 0; i <= mask; ++i) {
+    Line& old = lines[i];
+    Region* r = old.ref_region;
+    const uint8_t state = old.ref_state.load(std::memory_order_relaxed);
+    if (r == nullptr || state == kDead) continue;
+    const int64_t count = old.ref_count.load(std::memory_order_relaxed);
+    const uint64_t used = old.ref_last_use.load(std::memory_order_relaxed);
+    Line* slot = count != 0 ? fresh->ClaimableSlot(r->start) : nullptr;
+    if (slot != nullptr) {
+      slot->ref_region = r;
+      slot->ref_state.store(state, std::memory_order_relaxed);
+      slot->ref_count.store(count, std::memory_order_relaxed);
+      slot->ref_last_use.store(used, std::memory_order_relaxed);
+    } else {
+      r->locked_refs += count;
+      r->RaiseLastUse(used);
+    }
+  }
+  std::swap(mask, fresh->mask);
+  std::swap(lines, fresh->lines);
+  last_region = nullptr;  // last_slot pointed into the old table
+  last_slot = nullptr;
 }
 
 }  // namespace mrcache

@@ -13,7 +13,7 @@
 // direct-mapped table, and up to kWays keys whose home lines coincide all fit.
 // Each line carries two unrelated halves, both keyed by page: a get of a
 // region's first page usually finds its lookup entry and its reference slot
-// on one cache line (FillLookupLocked puts the entry on the slot's line when
+// on one cache line (EntryLine puts the entry on the slot's line when
 // that line is in the entry's set):
 //  - a lookup entry, in the set of the get's start address (FindEntry): a
 //    recent get() answer, read
@@ -76,7 +76,7 @@ class CacheImpl;
 
 struct alignas(64) ThreadCache {
   // Size (lines; 64 bytes each). The owner resizes its table on its own
-  // slow path (CacheImpl::AdaptThreadCache), judging the window of gets since
+  // slow path (CountSlowGet, EndWindow, MoveSlotsInto), judging the window of gets since
   // the last judgement once it holds at least as many gets as the table has
   // lines. A get that had to take a slot from another live region of ours
   // (or found its set all counting references) is *displacing*: the working
@@ -104,6 +104,29 @@ struct alignas(64) ThreadCache {
   // now on (its size if unchanged), at most `cap` when it grows (the cache's
   // two lines per region) and never below its size then. Sets `streaming`.
   size_t EndWindow(uint64_t tick, size_t cap);
+  // Owner only: counts a slow-path get in the window; true when the window
+  // holds a table's worth of gets and EndWindow is due.
+  bool CountSlowGet() {
+    ++window_slow;
+    const uint64_t gets = hits.load(std::memory_order_relaxed) - window_hits + window_slow;
+    return gets >= mask + 1;
+  }
+  // Owner only: a locked hit (a slow-path get that a cached region answered):
+  // the window saw a hit, and the thread is not streaming.
+  void CountLockedHit() {
+    ++window_locked_hits;
+    streaming = false;
+  }
+  // Owner only, under the cache lock (it writes Region::locked_refs):
+  // replaces this table by `fresh`'s (allocated outside the lock, empty),
+  // which `fresh` then holds, to be freed outside the lock. Lookup entries
+  // start empty. Slots counting references move to their region's set in
+  // the new table, state and all; one that finds its set full goes to its
+  // region's locked count and stamp, as does the stamp of a slot with no
+  // count. (A slot that is not kDead names a live region, so reading it is
+  // safe; no two name the same region, so none is found in the new table
+  // before it moves.)
+  void MoveSlotsInto(ThreadCache* fresh);
   static constexpr uint64_t kShrinkShare = 256;
 
   enum RefState : uint8_t { kLive = 0, kRetired = 1, kDead = 2 };
@@ -188,6 +211,55 @@ struct alignas(64) ThreadCache {
     return oldest;
   }
 
+  // Owner only, the cache lock held in either mode (it writes only this
+  // table, its window counters and `displaced`): counts a reference to r (in
+  // the index, starting at r_start) in this thread's slot naming r, or in
+  // one it claims (ClaimSlot), and returns the slot; nullptr, with nothing
+  // changed, if every slot of r's set counts references to other regions.
+  // Reads no field of r.
+  Line* TakeSlotRef(Region* r, uintptr_t r_start, uint64_t region_frees) {
+    // r is in the index, so a non-dead slot naming it is live (not retired).
+    if (Line* own = FindSlot(r, r_start)) {
+      OwnerAdd(own->ref_count, 1);
+      return own;
+    }
+    return ClaimSlot(r, r_start, region_frees);
+  }
+  // Its second half (the caller: no slot names r): claims a slot of r's set
+  // for r with a count of 1, or returns nullptr if every slot counts
+  // references. The stamp of a live region that loses its slot is deferred
+  // (DeferLastUse, with `region_frees`).
+  Line* ClaimSlot(Region* r, uintptr_t r_start, uint64_t region_frees);
+
+  // Owner only: voids the lookup entries of the set of `start` that cover
+  // [start, end) for `access`, so that a new entry is the only one that
+  // does (a stale one could hide it from the probe).
+  void ClearEntriesCovering(uintptr_t start, uintptr_t end, int access) {
+    const size_t home = HomeIndex(start);
+    for (size_t i = 0; i < kWays; ++i) {
+      Line& line = lines[ProbeIndex(home, i)];
+      if (line.start <= start && end <= line.end && line.access == access) {
+        line.gen = 0;
+        line.start = line.end = 0;
+      }
+    }
+  }
+  // Owner only: the line for a new lookup entry of a get starting at
+  // `start` whose reference is counted in `slot`: the slot's own line if it
+  // is in the entry's set (one line per hit), else the first line of the set
+  // that is empty or that `stale(line)` says is void, else one in turn.
+  template <typename Stale>
+  Line* EntryLine(uintptr_t start, Line* slot, Stale stale) {
+    const size_t home = HomeIndex(start);
+    const size_t slot_index = static_cast<size_t>(slot - lines);
+    if ((slot_index & ~(kWays - 1)) == (home & ~(kWays - 1))) return slot;
+    for (size_t i = 0; i < kWays; ++i) {
+      Line& line = lines[ProbeIndex(home, i)];
+      if (line.gen == 0 || stale(line)) return &line;
+    }
+    return &lines[ProbeIndex(home, window_claims % kWays)];
+  }
+
   // Tables are whole pages of their own (mmap), never heap chunks: a freed
   // table goes back to the system at once, so thread churn does not leave
   // the allocator's per-thread arenas holding freed tables.
@@ -207,7 +279,7 @@ struct alignas(64) ThreadCache {
   // Owner thread's hot fields (the hit path reads the first three).
   uint64_t cache_uid = 0;
   // The table has mask + 1 lines. `lines` and `mask` change only by the
-  // owner thread under the cache lock (CacheImpl::ResizeThreadCache).
+  // owner thread under the cache lock (MoveSlotsInto).
   size_t mask;
   Line* lines;
   std::atomic<uint64_t> hits{0};
@@ -246,7 +318,7 @@ struct alignas(64) ThreadCache {
   bool slow_hit_expected = true;
   // Owner only (or the cache once orphaned), under the cache lock in either
   // mode: recency stamps of regions whose slot a claim took over, not yet
-  // folded into those regions (CacheImpl::DeferLastUse). Folding one at once
+  // folded into those regions (DeferLastUse). Folding one at once
   // reads a Region nothing else on the claiming get reads, a cache miss at
   // large working sets; deferred, the Region is prefetched and folded a few
   // claims later, or when this thread evicts or the cache folds an orphan.
@@ -263,6 +335,21 @@ struct alignas(64) ThreadCache {
   DisplacedStamp displaced[kDisplacedBatch];
   size_t displaced_count = 0;
   uint64_t displaced_frees = 0;
+  // Owner only, the cache lock held in either mode: keeps `used`, the stamp
+  // of a slot that r (not dead) is losing, in `displaced` and prefetches r;
+  // folds the waiting stamps first when kDisplacedBatch of them wait or they
+  // are void. `region_frees`: the cache's count of freed Region batches.
+  void DeferLastUse(Region* r, uint64_t used, uint64_t region_frees);
+  // Raises the last_use of the regions `displaced` names to their stamps
+  // and empties it, the one place that decides whether they are still
+  // valid: it drops them instead if `region_frees` moved since they were
+  // taken, as they may name freed memory. The owner thread, or any thread
+  // once orphaned; the cache lock held in either mode.
+  void FoldDisplaced(uint64_t region_frees);
+  // True if FoldDisplaced has something to do.
+  bool HasDisplaced(uint64_t region_frees) const {
+    return displaced_count != 0 || displaced_frees != region_frees;
+  }
 
   CacheImpl* cache = nullptr;
   std::atomic<int> owners{2};         // the thread's directory + the cache's list

@@ -163,5 +163,10 @@ TEST(ClockEvictionAdmissionTest, ASmallCacheAdmitsEveryMiss) {
   EXPECT_TRUE(policy.AdmitsToFullCache(200, 201));
 }
 
+TEST(ClockEvictionAdmissionTest, OnlyACacheLargeEnoughForAdmissionMayRefuse) {
+  EXPECT_FALSE(ClockEviction(ClockEviction::kAdmissionMinRegions - 1).MayRefuseAdmission());
+  EXPECT_TRUE(ClockEviction(ClockEviction::kAdmissionMinRegions).MayRefuseAdmission());
+}
+
 }  // namespace
 }  // namespace mrcache
