@@ -74,8 +74,8 @@ class CacheDeviceLimits : public ::testing::Test {
     if (!cache_) {
       auto verbs = MakeVerbsRegistrar(pd_, config_);
       EXPECT_TRUE(verbs.ok()) << verbs.status();
-      auto made = Cache::Create(
-          config_, std::make_unique<CountingRegistrar>(std::move(*verbs), counters_));
+      auto made =
+          Cache::Create(config_, std::make_unique<CountingRegistrar>(std::move(*verbs), counters_));
       EXPECT_TRUE(made.ok()) << made.status();
       cache_ = std::move(*made);
     }
@@ -149,8 +149,9 @@ TEST_F(CacheDeviceLimits, WhenMaxMrIsReachedAMissEvictsUnusedRegionsAndSucceeds)
   config_.monitor = "none";  // nothing bridges: one region per get
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   for (int i = 0; i < 8; ++i) {
-    EXPECT_EQ(testing::GetAndPut(cache(), area_.base() + (1 + 2 * i) * page, 100, kAccessLocalWrite),
-              page)
+    EXPECT_EQ(
+        testing::GetAndPut(cache(), area_.base() + (1 + 2 * i) * page, 100, kAccessLocalWrite),
+        page)
         << "get " << i;
   }
   const CacheStats stats = cache().stats();
