@@ -6,7 +6,8 @@
 //
 // A LimitProbe records, through a CountingRegistrar's on_register hook, the
 // longest range the cache asked the registrar for, and collects the
-// messages mrcache logs meanwhile (a refused over-long attempt logs one).
+// refusals of over-long registrations mrcache logs meanwhile (other
+// messages, such as a monitor's warning, are not collected).
 // The areas are 4 MiB of resident anonymous memory, 4 MiB-aligned (so in one
 // block of any bridge_bytes from 4 MiB up), whose first and last pages are
 // read-only: the mapping of the rest is then exactly the area between them.
@@ -54,7 +55,8 @@ inline std::string CompleteMonitor() {
   return "";
 }
 
-// The longest registration asked for, and what mrcache logged, while alive.
+// The longest registration asked for, and the refusals of longer ones that
+// mrcache logged, while alive.
 class LimitProbe {
  public:
   explicit LimitProbe(RegistrarCounters* counters) {
@@ -70,29 +72,30 @@ class LimitProbe {
   LimitProbe& operator=(const LimitProbe&) = delete;
 
   size_t longest() const { return longest_->load(); }
-  std::vector<std::string> logged() const {
+  std::vector<std::string> refusals() const {
     std::lock_guard<std::mutex> lock(mu_);
-    return logged_;
+    return refusals_;
   }
 
  private:
   static void Collect(void* self, int, const char* message) {
+    if (strstr(message, " bytes exceed ") == nullptr) return;  // CheckRegionLimit's form
     auto* probe = static_cast<LimitProbe*>(self);
     std::lock_guard<std::mutex> lock(probe->mu_);
-    probe->logged_.push_back(message);
+    probe->refusals_.push_back(message);
   }
 
   std::shared_ptr<std::atomic<size_t>> longest_ = std::make_shared<std::atomic<size_t>>(0);
   mutable std::mutex mu_;
-  std::vector<std::string> logged_;
+  std::vector<std::string> refusals_;
 };
 
 // kAreaBytes of resident memory as described above; unmapped at destruction.
 class LimitArea {
  public:
   LimitArea() {
-    void* raw = mmap(nullptr, 2 * kAreaBytes, PROT_READ | PROT_WRITE,
-                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    void* raw =
+        mmap(nullptr, 2 * kAreaBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (raw == MAP_FAILED) return;
     const uintptr_t first = reinterpret_cast<uintptr_t>(raw);
     const uintptr_t start = (first + kAreaBytes - 1) & ~(kAreaBytes - 1);

@@ -82,7 +82,7 @@ TEST_P(RegionLimitTest, MergingNeverMakesARegionAboveTheLimit) {
   LimitProbe probe(counters_.get());
   testing::GetsThatWouldMergePastOneMiB(cache(), area_, kAccessLocalWrite);
   EXPECT_LE(probe.longest(), kMiB);
-  EXPECT_TRUE(probe.logged().empty()) << probe.logged().front();
+  EXPECT_TRUE(probe.refusals().empty()) << probe.refusals().front();
 }
 
 TEST_P(RegionLimitTest, BridgingNeverMakesARegionAboveTheLimit) {
@@ -93,7 +93,7 @@ TEST_P(RegionLimitTest, BridgingNeverMakesARegionAboveTheLimit) {
   testing::GetsThatWouldBridgePastOneMiB(cache(), area_);
   EXPECT_LE(probe.longest(), kMiB);
   EXPECT_GT(probe.longest(), 4096u) << "nothing bridged below the limit either";
-  EXPECT_TRUE(probe.logged().empty()) << probe.logged().front();
+  EXPECT_TRUE(probe.refusals().empty()) << probe.refusals().front();
 }
 
 TEST_P(RegionLimitTest, AlignmentNeverMakesARegionAboveTheLimit) {
@@ -113,9 +113,9 @@ TEST_P(RegionLimitTest, ARequestAboveTheLimitIsEinvalNamingIt) {
   EXPECT_EQ(StatusToErrno(region.status()), EINVAL);
   EXPECT_NE(region.status().message().find("max_region_bytes of 1048576 bytes"), std::string::npos)
       << region.status();
-  ASSERT_FALSE(probe.logged().empty()) << "the refusal was not logged";
-  EXPECT_NE(probe.logged().back().find("max_region_bytes"), std::string::npos)
-      << probe.logged().back();
+  ASSERT_FALSE(probe.refusals().empty()) << "the refusal was not logged";
+  EXPECT_NE(probe.refusals().back().find("max_region_bytes"), std::string::npos)
+      << probe.refusals().back();
   EXPECT_EQ(counters_->registrations.load(), 0) << "registered something else instead";
 }
 

@@ -115,7 +115,7 @@ TEST_F(CacheDeviceLimits, MergingNeverMakesARegionAboveMaxMrSize) {
   testing::GetsThatWouldMergePastOneMiB(cache(), area_, kAccessLocalWrite);
   testing::GetsThatWouldMergePastOneMiB(cache(), area_, kAccessLocalWrite | kAccessRemoteRead);
   EXPECT_LE(probe.longest(), kMiB);
-  EXPECT_TRUE(probe.logged().empty()) << probe.logged().front();
+  EXPECT_TRUE(probe.refusals().empty()) << probe.refusals().front();
 }
 
 TEST_F(CacheDeviceLimits, BridgingNeverMakesARegionAboveMaxMrSize) {
@@ -125,7 +125,7 @@ TEST_F(CacheDeviceLimits, BridgingNeverMakesARegionAboveMaxMrSize) {
   LimitProbe probe(counters_.get());
   testing::GetsThatWouldBridgePastOneMiB(cache(), area_);
   EXPECT_LE(probe.longest(), kMiB);
-  EXPECT_TRUE(probe.logged().empty()) << probe.logged().front();
+  EXPECT_TRUE(probe.refusals().empty()) << probe.refusals().front();
 }
 
 TEST_F(CacheDeviceLimits, ARequestAboveMaxMrSizeIsEinvalNamingIt) {
@@ -139,8 +139,9 @@ TEST_F(CacheDeviceLimits, ARequestAboveMaxMrSizeIsEinvalNamingIt) {
               std::string::npos)
         << region.status();
   }
-  ASSERT_FALSE(probe.logged().empty()) << "the refusal was not logged";
-  EXPECT_NE(probe.logged().back().find("max_mr_size"), std::string::npos) << probe.logged().back();
+  ASSERT_FALSE(probe.refusals().empty()) << "the refusal was not logged";
+  EXPECT_NE(probe.refusals().back().find("max_mr_size"), std::string::npos)
+      << probe.refusals().back();
   EXPECT_EQ(counters_->registrations.load(), 0) << "registered something else instead";
 }
 

@@ -84,8 +84,8 @@ TEST_F(CacheReadOnly, RemoteReadOnReadOnlyPagesRegistersAndAPeerReadsTheBytes) {
 }
 
 TEST_F(CacheReadOnly, AWriteRightOnReadOnlyPagesIsEfault) {
-  for (int access : {static_cast<int>(kAccessLocalWrite), kWriteRead,
-                     kWriteRead | kAccessRemoteWrite}) {
+  for (int access :
+       {static_cast<int>(kAccessLocalWrite), kWriteRead, kWriteRead | kAccessRemoteWrite}) {
     auto region = cache_->Get(read_only(), kPart, access);
     ASSERT_FALSE(region.ok()) << "access " << access;
     EXPECT_EQ(StatusToErrno(region.status()), EFAULT) << region.status();
