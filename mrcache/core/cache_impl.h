@@ -552,12 +552,12 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   const bool tsc_ticks_;
   bool listening_ = false;
   OdpMode odp_ = OdpMode::kOff;
-  bool bridging_safe_ = false;  // see PlanMissLocked
+  bool bridging_safe_ = false;       // see PlanMissLocked
+  bool watch_ranges_ = false;        // monitor_->watches_ranges(): Watch/Unwatch do something
+  bool monitor_incomplete_ = false;  // auto's coverage is not all in effect (stats)
   // registrar_->max_region_bytes(), 0 = none: no plan, merged, bridged or
   // aligned, registers more (PlanMissLocked, Miss::KeepWithin).
   size_t max_region_ = 0;
-  bool watch_ranges_ = false;        // monitor_->watches_ranges(): Watch/Unwatch do something
-  bool monitor_incomplete_ = false;  // auto's coverage is not all in effect (stats)
   // The process's pin budget, joined at creation; null when regions pin
   // nothing (on-demand paging, or a registrar whose pins_memory() is false).
   PinBudget* budget_ = nullptr;
