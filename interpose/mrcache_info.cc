@@ -140,6 +140,20 @@ bool PrintConfig(mrcache::Config* config) {
   return ok;
 }
 
+// The longest region a cache on a device registers: its max_mr_size
+// (`device_limit`, 0: none stated) or max_region_bytes if lower (0: unset).
+void PrintLongestRegion(size_t device_limit, size_t max_region_bytes) {
+  if (device_limit == 0 && max_region_bytes == 0) {
+    std::printf("    longest region: no limit (the device states no max_mr_size)\n");
+    return;
+  }
+  const bool key_lower =
+      max_region_bytes != 0 && (device_limit == 0 || max_region_bytes < device_limit);
+  std::printf("    longest region: %s (%s): merging, bridging and alignment stop there\n",
+              mrcache::FormatSize(key_lower ? max_region_bytes : device_limit).c_str(),
+              key_lower ? "max_region_bytes" : "the device's max_mr_size");
+}
+
 void PrintDevices(const mrcache::Config& config) {
   int n = 0;
   errno = 0;
@@ -200,6 +214,7 @@ void PrintDevices(const mrcache::Config& config) {
         std::printf("    mrcache: explicit ODP %s, implicit ODP %s, prefetch %s\n",
                     caps.explicit_odp ? "yes" : "no", caps.implicit_odp ? "yes" : "no",
                     caps.prefetch ? "yes" : "no");
+        PrintLongestRegion((*registrar)->max_region_bytes(), config.max_region_bytes);
         auto mode = mrcache::ResolveOdpMode(config.odp, caps);
         if (mode.ok()) {
           std::printf("    odp=%s runs as: %s%s\n", OdpModeName(config.odp), OdpModeName(*mode),

@@ -381,6 +381,15 @@ const std::vector<KeyRow>& Rows() {
        "on or off",
        [](Config& c, absl::string_view v) { return SetBool(&c.stats_shm, v); },
        [](const Config& c) { return std::string(c.stats_shm ? "on" : "off"); }},
+      {{"max_region_bytes",
+        "longest region the cache registers: merging, bridging and alignment stop there, a "
+        "longer request fails `EINVAL` naming the limit; the `verbs` registrar also applies the "
+        "device's `max_mr_size`, `uring` its 1 GiB per buffer; 0 = the registrar's own limit only",
+        "0"},
+       "a size, 0 = the registrar's limit only",
+       [](Config& c, absl::string_view v) { return SetSize(&c.max_region_bytes, v); },
+       [](const Config& c) { return Num(c.max_region_bytes); },
+       kByteCount},
   };
   return *rows;
 }

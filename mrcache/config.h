@@ -92,6 +92,10 @@ struct Config {
   // Publish the cache's counters live in the process's statistics page
   // (/dev/shm/mrcache-<uid>-<pid>, stats_page.h); false creates nothing.
   bool stats_shm = true;
+  // The longest region the cache registers (registrars/region_limit.h),
+  // below the registrar's own limit (Registrar::max_region_bytes, e.g. the
+  // device's max_mr_size). 0 = the registrar's limit only.
+  size_t max_region_bytes = 0;
 
   // Sets one key from its string form. EINVAL (with a message) for an unknown
   // key or a malformed/out-of-range value; the config is unchanged then.

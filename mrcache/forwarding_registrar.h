@@ -27,6 +27,7 @@ class ForwardingRegistrar : public Registrar {
   }
   OdpCapabilities odp_capabilities() const override { return inner_->odp_capabilities(); }
   bool pins_memory() const override { return inner_->pins_memory(); }
+  size_t max_region_bytes() const override { return inner_->max_region_bytes(); }
   absl::Status Prefetch(const Registration& reg, void* addr, size_t length) override {
     return inner_->Prefetch(reg, addr, length);
   }

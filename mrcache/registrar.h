@@ -16,7 +16,8 @@
 //    (already aligned by the cache). len == 0 or addr+len overflowing -> EINVAL;
 //    unknown access bits or REMOTE_WRITE/REMOTE_ATOMIC without LOCAL_WRITE ->
 //    EINVAL; memory that is not mapped -> EFAULT; out of resources -> ENOMEM or
-//    EAGAIN (the cache then evicts unused regions and retries once).
+//    EAGAIN (the cache then evicts unused regions and retries once); len above
+//    max_region_bytes() -> EINVAL, with a message naming that limit.
 //  - pins_memory() says whether registrations count against RLIMIT_MEMLOCK.
 //  - Every successful Register is matched by exactly one Deregister of the same
 //    Registration; Deregister never fails for a Registration it returned
@@ -121,6 +122,12 @@ class Registrar {
   // registrar that does not say is taken to pin (verbs, uring; sim only
   // with sim_mlock; custom as its config's custom_pins says).
   virtual bool pins_memory() const { return true; }
+
+  // The longest range one Register accepts (the device's max_mr_size for
+  // verbs, 1 GiB for an io_uring fixed buffer), 0 = no limit. The cache
+  // never merges, bridges or aligns a region beyond it. The implicit ODP
+  // registration (odp.h) is exempt. Never changes over the registrar's life.
+  virtual size_t max_region_bytes() const { return 0; }
 
   // Prefetch (ODP): advise the device to fault in [addr, addr+length) of reg.
   // ENOTSUP by default.

@@ -27,6 +27,7 @@
 #include "mrcache/monitors/mapping_bounds.h"
 #include "mrcache/monitors/monitor_sync.h"
 #include "mrcache/registrars/odp.h"
+#include "mrcache/registrars/region_limit.h"
 
 // Under AddressSanitizer, Regions whose quarantine ended are freed, never
 // reused (CacheImpl::Quarantine), so that a use after free stays visible.
@@ -186,8 +187,9 @@ absl::StatusOr<std::unique_ptr<CacheImpl>> CacheImpl::Create(
   if (registrar == nullptr) return ErrnoStatus(EINVAL, "no registrar");
   absl::Status valid = config.Validate();
   if (!valid.ok()) return valid;
-  std::unique_ptr<CacheImpl> cache(
-      new CacheImpl(config, std::move(registrar), std::move(eviction)));
+  std::unique_ptr<CacheImpl> cache(new CacheImpl(
+      config, WithRegionLimit(std::move(registrar), config.max_region_bytes), std::move(eviction)));
+  cache->max_region_ = cache->registrar_->max_region_bytes();
 
   // On-demand paging: resolve the mode against the device's capabilities.
   auto odp = ResolveOdpMode(config.odp, cache->registrar_->odp_capabilities());
@@ -1038,9 +1040,12 @@ MissPlan CacheImpl::PlanMissLocked(uintptr_t start, uintptr_t end, int access) {
   // sixteenth (bench/RESULTS.md, "Joining neighbours under the budget"), and
   // only where regions live (below).
   const size_t budget = ProcessBudget();
+  // Nor beyond the registrar's longest region (a device's max_mr_size).
   auto cap = [this, budget](size_t share) {
-    return budget != 0 && budget / share < config_.max_merge_bytes ? budget / share
-                                                                   : config_.max_merge_bytes;
+    const size_t merge = max_region_ != 0 && max_region_ < config_.max_merge_bytes
+                             ? max_region_
+                             : config_.max_merge_bytes;
+    return budget != 0 && budget / share < merge ? budget / share : merge;
   };
   const size_t widen_cap = cap(joins ? kJoiningShare : kAbsorbingShare);
   if (u.e - u.s > widen_cap || (widens && InvalidatedLatelyLocked(u.s, u.e, now))) {
@@ -1070,6 +1075,10 @@ MissPlan CacheImpl::PlanMissLocked(uintptr_t start, uintptr_t end, int access) {
   if (budget != 0 && block > budget / 4) {
     block = budget / 4;
     while (block & (block - 1)) block &= block - 1;  // the largest power of two within
+  }
+  if (max_region_ != 0 && block > max_region_) {
+    block = max_region_;
+    while (block & (block - 1)) block &= block - 1;
   }
   if (block < 2 * page_ || (block & (block - 1)) != 0) return plan;
   const uintptr_t bs = AlignDown(u.s, block);

@@ -253,8 +253,10 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   Miss StartMiss(uintptr_t start, uintptr_t end, int user_access) const {
     // Explicit ODP registers every region on demand; lookups stay keyed by
     // what the caller asked for.
-    return Miss::Of(start, end, user_access, odp_ == OdpMode::kExplicit ? kAccessOnDemand : 0,
-                    align_, page_, config_.max_merge_bytes > 0);
+    Miss miss = Miss::Of(start, end, user_access, odp_ == OdpMode::kExplicit ? kAccessOnDemand : 0,
+                         align_, page_, config_.max_merge_bytes > 0);
+    miss.KeepWithin(max_region_);
+    return miss;
   }
   // A region covering the miss's request, handed out (HandOutLocked), or
   // nullptr; counts the get once, as a slow hit or a miss.
@@ -517,6 +519,9 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   bool bridging_safe_ = false;       // see PlanMissLocked
   bool watch_ranges_ = false;        // monitor_->watches_ranges(): Watch/Unwatch do something
   bool monitor_incomplete_ = false;  // auto's coverage is not all in effect (stats)
+  // registrar_->max_region_bytes(), 0 = none: no plan, merged, bridged or
+  // aligned, registers more (PlanMissLocked, Miss::KeepWithin).
+  size_t max_region_ = 0;
   // The process's pin budget, joined at creation; null when regions pin
   // nothing (on-demand paging, or a registrar whose pins_memory() is false).
   PinBudget* budget_ = nullptr;

@@ -115,6 +115,15 @@ struct Miss {
     m.allow_merge = allow_merge;
     return m;
   }
+  // A registrar that accepts at most `limit` bytes (0: any length): alignment
+  // that would reach beyond it plans the requested pages instead. (Pages
+  // beyond it fail at the registrar, EINVAL naming the limit.)
+  void KeepWithin(size_t limit) {
+    if (__builtin_expect(limit != 0, 0) && plan_end - plan_start > limit) {
+      plan_start = page_start;
+      plan_end = page_end;
+    }
+  }
   // From now on: exactly the requested pages, no merging.
   void NarrowToPages() {
     allow_merge = false;

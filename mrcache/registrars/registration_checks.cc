@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "mrcache/errno_status.h"
+#include "mrcache/internal/log.h"
 
 namespace mrcache {
 namespace {
@@ -28,6 +29,16 @@ absl::Status CheckRegisterArgs(const void* addr, size_t length, int access) {
         EINVAL, absl::StrCat("range ", RangeText(addr, length), " wraps around the address space"));
   }
   return ValidateAccess(access);
+}
+
+absl::Status CheckRegionLimit(const void* addr, size_t length, size_t limit,
+                              absl::string_view limit_name) {
+  if (limit == 0 || length <= limit) return absl::OkStatus();
+  const std::string message =
+      absl::StrCat("cannot register ", RangeText(addr, length), ": ", length, " bytes exceed ",
+                   limit_name, " of ", limit, " bytes");
+  Log(LogLevel::kError, message);
+  return ErrnoStatus(EINVAL, message);
 }
 
 absl::Status CheckDeviceRange(const Registration& reg, size_t offset, size_t length) {

@@ -9,7 +9,10 @@
 //  - CheckMapped: every page of [addr, addr + len) is mapped -> EFAULT otherwise
 //    (mincore's ENOMEM); correct for ranges that are only partly unmapped. It
 //    says nothing about protection: a PROT_NONE page counts as mapped.
-// None of them allocates on the heap or takes a lock.
+//  - CheckRegionLimit: len above the registrar's max_region_bytes() -> EINVAL,
+//    logged, naming the limit (never a shorter registration).
+// None of them allocates on the heap or takes a lock, except to report a
+// failure.
 #ifndef MRCACHE_REGISTRATION_CHECKS_H_
 #define MRCACHE_REGISTRATION_CHECKS_H_
 
@@ -18,6 +21,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "mrcache/registrar.h"
 
 namespace mrcache {
@@ -30,6 +34,12 @@ absl::Status CheckRegisterArgs(const void* addr, size_t length, int access);
 absl::Status CheckDeviceRange(const Registration& reg, size_t offset, size_t length);
 
 absl::Status CheckMapped(const void* addr, size_t length);
+
+// OK when `limit` is 0 (no limit) or `length` is at most `limit` bytes; else
+// EINVAL with a message, also logged as an error, that names the limit as
+// `limit_name` says (e.g. "the device's max_mr_size (mlx5_0)").
+absl::Status CheckRegionLimit(const void* addr, size_t length, size_t limit,
+                              absl::string_view limit_name);
 
 // RLIMIT_MEMLOCK's soft limit as text ("8388608 bytes", "unlimited"), for the
 // messages of registrars whose pinning counts against it.

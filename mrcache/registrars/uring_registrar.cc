@@ -93,6 +93,7 @@ class UringRegistrar final : public Registrar {
   const char* name() const override { return "uring"; }
   // io_uring charges registered buffers to the user's RLIMIT_MEMLOCK.
   bool pins_memory() const override { return true; }
+  size_t max_region_bytes() const override { return kUringMaxBufferBytes; }
 
   absl::StatusOr<Registration> Register(void* addr, size_t length, int access) override {
     if (absl::Status s = CheckRegisterArgs(addr, length, access); !s.ok()) return s;
@@ -101,9 +102,10 @@ class UringRegistrar final : public Registrar {
                          "io_uring fixed buffers cannot do on-demand paging "
                          "(IBV_ACCESS_ON_DEMAND)");
     }
-    if (length > kUringMaxBufferBytes) {
-      return ErrnoStatus(EINVAL, absl::StrCat("io_uring fixed buffers are limited to 1 GiB; ",
-                                              length, " bytes requested"));
+    if (absl::Status s = CheckRegionLimit(addr, length, kUringMaxBufferBytes,
+                                          "io_uring's fixed-buffer size (limited to 1 GiB)");
+        !s.ok()) {
+      return s;
     }
     unsigned slot;
     {

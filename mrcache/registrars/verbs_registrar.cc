@@ -27,6 +27,7 @@
 #include "absl/strings/str_format.h"
 #include "mrcache/errno_status.h"
 #include "mrcache/registrars/odp.h"
+#include "mrcache/registrars/registration_checks.h"
 
 namespace mrcache {
 namespace {
@@ -39,27 +40,40 @@ absl::Status VerbsError(int err, absl::string_view call) {
   return ErrnoStatus(err, absl::StrCat(call, " failed: ", strerror(err)));
 }
 
-absl::StatusOr<OdpCapabilities> QueryOdpCapabilities(ibv_context* context) {
+// What the registrar needs to know of the device.
+struct DeviceCapabilities {
+  OdpCapabilities odp;
+  // The device's max_mr_size; 0 when it states none (0 or all ones).
+  size_t max_mr_size = 0;
+};
+
+absl::StatusOr<DeviceCapabilities> QueryDeviceCapabilities(ibv_context* context) {
   ibv_device_attr_ex attr;
   memset(&attr, 0, sizeof attr);
   int ret = ibv_query_device_ex(context, nullptr, &attr);
   if (ret != 0) return VerbsError(ret, "ibv_query_device_ex");
+  DeviceCapabilities device;
+  const uint64_t max_mr_size = attr.orig_attr.max_mr_size;
+  if (max_mr_size != UINT64_MAX && max_mr_size < SIZE_MAX) {
+    device.max_mr_size = static_cast<size_t>(max_mr_size);
+  }
   constexpr uint32_t kRcNeeds =
       IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE | IBV_ODP_SUPPORT_READ;
   const ibv_odp_caps& odp = attr.odp_caps;
-  OdpCapabilities caps;
+  OdpCapabilities& caps = device.odp;
   caps.explicit_odp = (odp.general_caps & IBV_ODP_SUPPORT) &&
                       (odp.per_transport_caps.rc_odp_caps & kRcNeeds) == kRcNeeds;
   caps.implicit_odp = caps.explicit_odp && (odp.general_caps & IBV_ODP_SUPPORT_IMPLICIT);
   caps.prefetch = caps.explicit_odp && verbs_get_ctx_op(context, advise_mr) != nullptr;
-  return caps;
+  return device;
 }
 
 class VerbsRegistrar : public Registrar {
  public:
-  VerbsRegistrar(ibv_pd* pd, OdpCapabilities caps)
+  VerbsRegistrar(ibv_pd* pd, const DeviceCapabilities& device)
       : pd_(pd),
-        caps_(caps),
+        caps_(device.odp),
+        max_mr_size_(device.max_mr_size),
         device_write_(
             reinterpret_cast<DeviceWriteFn>(dlsym(RTLD_DEFAULT, "softverbs_device_write"))) {}
 
@@ -73,6 +87,7 @@ class VerbsRegistrar : public Registrar {
   // ibv_reg_mr pins and charges the process's RLIMIT_MEMLOCK; ODP
   // registrations pin nothing, which the cache knows from their access bits.
   bool pins_memory() const override { return true; }
+  size_t max_region_bytes() const override { return max_mr_size_; }
 
   absl::StatusOr<Registration> Register(void* addr, size_t length, int access) override {
     absl::Status valid = ValidateAccess(access);
@@ -83,6 +98,13 @@ class VerbsRegistrar : public Registrar {
     if (!implicit && (length == 0 || start + length < start)) {
       return ErrnoStatus(EINVAL,
                          absl::StrFormat("verbs registrar: bad range %p + %u", addr, length));
+    }
+    // Refused here rather than by the device, so that the error names the
+    // limit (a device may also register less than asked: never let it).
+    if (!implicit) {
+      absl::Status fits = CheckRegionLimit(addr, length, max_mr_size_,
+                                           absl::StrCat("the device's max_mr_size (", rail(), ")"));
+      if (!fits.ok()) return fits;
     }
     const uint64_t iova = implicit ? 0 : start;
     errno = 0;
@@ -165,6 +187,7 @@ class VerbsRegistrar : public Registrar {
  private:
   ibv_pd* const pd_;
   const OdpCapabilities caps_;
+  const size_t max_mr_size_;  // 0 = the device states no limit
   const DeviceWriteFn device_write_;
 };
 
@@ -174,11 +197,11 @@ absl::StatusOr<std::unique_ptr<Registrar>> MakeVerbsRegistrar(ibv_pd* pd, const 
   if (pd == nullptr || pd->context == nullptr) {
     return ErrnoStatus(EINVAL, "verbs registrar: needs a protection domain (pd is null)");
   }
-  absl::StatusOr<OdpCapabilities> caps = QueryOdpCapabilities(pd->context);
-  if (!caps.ok()) return caps.status();
-  absl::StatusOr<OdpMode> mode = ResolveOdpMode(config.odp, *caps);
+  absl::StatusOr<DeviceCapabilities> device = QueryDeviceCapabilities(pd->context);
+  if (!device.ok()) return device.status();
+  absl::StatusOr<OdpMode> mode = ResolveOdpMode(config.odp, device->odp);
   if (!mode.ok()) return mode.status();
-  return std::unique_ptr<Registrar>(new VerbsRegistrar(pd, *caps));
+  return std::unique_ptr<Registrar>(new VerbsRegistrar(pd, *device));
 }
 
 }  // namespace mrcache

@@ -2,8 +2,9 @@
 //
 // Register -> ibv_reg_mr_iova2(pd, addr, len, iova = addr, access); the handle
 // is the struct ibv_mr*; keys are the MR's. Deregister -> ibv_dereg_mr.
-// Capabilities come from ibv_query_device_ex (odp_caps). Errors keep the errno
-// libibverbs set, with a message naming the call.
+// Capabilities come from ibv_query_device_ex (odp_caps, and max_mr_size, which
+// is max_region_bytes(): a longer registration is EINVAL naming it). Errors
+// keep the errno libibverbs set, with a message naming the call.
 #ifndef MRCACHE_VERBS_REGISTRAR_H_
 #define MRCACHE_VERBS_REGISTRAR_H_
 

@@ -22,10 +22,12 @@
 #include "mrcache/registrars/sim_registrar.h"
 #include "mrcache/registrars/uring_registrar.h"
 #include "tests/cache/counting_registrar.h"
+#include "tests/cache/region_limit_cases.h"
 
 namespace mrcache {
 namespace {
 
+using testing::CompleteMonitor;
 using testing::CountingRegistrar;
 using testing::RegistrarCounters;
 
@@ -50,21 +52,6 @@ char* MapWithinOneBridgeBlock(size_t len) {
   if (start > first) munmap(raw, start - first);
   munmap(reinterpret_cast<void*>(start + len), first + 2 * len - (start + len));
   return reinterpret_cast<char*>(start);
-}
-
-// A monitor that reports every release (bridging needs one), or "" if none
-// can exist in this build (ENOTSUP); any other failure to install one is a
-// test failure.
-std::string CompleteMonitor() {
-  for (const char* name : {"patch", "symbols+uffd"}) {
-    auto lease = AcquireMonitor(name);
-    if (lease.ok()) return name;
-    if (StatusToErrno(lease.status()) != ENOTSUP) {
-      ADD_FAILURE() << name << ": " << lease.status();
-      return "";
-    }
-  }
-  return "";
 }
 
 class BridgingTest : public ::testing::Test {

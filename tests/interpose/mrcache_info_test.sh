@@ -10,7 +10,7 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 MRCACHE_MAX_BYTES=512M "$info" >"$out/info" 2>&1 || fail "exit $?: $(cat "$out/info")"
 for key in registrar max_regions max_bytes max_merge_bytes bridge_bytes alignment remote_keys monitor odp \
     odp_prefetch_bytes sim_base_ns sim_page_ns sim_mlock sim_odp_page_ns pool_max_bytes \
-    pool_chunk_bytes pool_hugepages pool_retain_bytes pool_access uring_slots MRCACHE_STATS; do
+    pool_chunk_bytes pool_hugepages pool_retain_bytes pool_access uring_slots max_region_bytes MRCACHE_STATS; do
   grep -Eq "^  $key +=" "$out/info" || fail "key $key missing"
 done
 grep -Eq "max_bytes += 512M +\(from MRCACHE_MAX_BYTES\)" "$out/info" || fail "environment not applied"
@@ -42,6 +42,15 @@ MRCACHE_POOL_ACCESS=local_write+remote_read "$info" >"$out/pool" 2>&1 || fail "p
 grep -Eq "^  rkey scope += whole chunk: .* 2M chunk" "$out/pool" ||
   fail "pool rkey scope (remote_read): $(cat "$out/pool")"
 grep -q "softverbs0" "$out/info" || fail "device missing"
+# The longest region a cache registers on the device: its max_mr_size, or
+# max_region_bytes when lower.
+grep -q "longest region: no limit" "$out/info" || fail "longest region (no limit): $(cat "$out/info")"
+SOFTVERBS_MAX_MR_SIZE=1M "$info" >"$out/limit" 2>&1 || fail "max_mr_size run"
+grep -q "longest region: 1M (the device's max_mr_size)" "$out/limit" ||
+  fail "longest region (max_mr_size): $(cat "$out/limit")"
+SOFTVERBS_MAX_MR_SIZE=1M MRCACHE_MAX_REGION_BYTES=256K "$info" >"$out/limit" 2>&1 || fail "max_region_bytes run"
+grep -q "longest region: 256K (max_region_bytes)" "$out/limit" ||
+  fail "longest region (max_region_bytes): $(cat "$out/limit")"
 grep -q "odp general_caps: none" "$out/info" || fail "ODP caps (none)"
 # Every monitor of the table (--monitors), with its availability; one that
 # may not be used alone is never shown as available by itself, and is shown
