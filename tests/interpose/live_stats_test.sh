@@ -2,7 +2,8 @@
 # Live statistics of an unmodified program: the legacy app under mrcache-run
 # publishes its cache in /dev/shm/mrcache-<uid>-<pid>; mrcache-info --pid
 # read twice while it runs sees hits grow; --json parses; --prometheus
-# passes a strict exposition-format check (and promtool's, where installed);
+# passes a strict exposition-format check and `promtool check metrics`
+# (required: scripts/setup installs Debian's prometheus package for it);
 # --watch prints rates; a normal exit removes the page; a SIGKILLed process's
 # page is removed by --list; stats_shm=off publishes nothing.
 set -uo pipefail
@@ -79,11 +80,9 @@ timeout 10 "$info" --pid "$pid" --prometheus >"$out/prom" || fail "--prometheus"
 "$check_prometheus" <"$out/prom" || fail "--prometheus output is not the exposition format"
 grep -Eq "^mrcache_hits_total\{pid=\"$pid\",cache=\"1\",rail=\"softverbs0\"\} [1-9]" "$out/prom" ||
   fail "mrcache_hits_total: $(grep hits_total "$out/prom")"
-if command -v promtool >/dev/null; then
-  promtool check metrics <"$out/prom" || fail "promtool check metrics"
-else
-  echo "promtool not installed (Debian package prometheus): the strict checker above stands in"
-fi
+command -v promtool >/dev/null ||
+  fail "promtool not found: run scripts/setup (it installs Debian's prometheus package)"
+promtool check metrics <"$out/prom" || fail "promtool check metrics"
 timeout 10 "$info" --prometheus >"$out/prom_all" || fail "--prometheus of every process"
 grep -q "pid=\"$pid\"" "$out/prom_all" || fail "--prometheus without --pid misses $pid"
 "$check_prometheus" <"$out/prom_all" || fail "--prometheus (all) format"
