@@ -52,7 +52,7 @@ wait_for_page "$pid"
 stat -c '%a %U' "/dev/shm/mrcache-$uid-$pid" | grep -q "^600 " || fail "page mode: $(stat -c '%a' "/dev/shm/mrcache-$uid-$pid")"
 
 timeout 10 "$info" --pid "$pid" >"$out/first" || fail "--pid: $(cat "$out/first")"
-sleep 1  # four refreshes
+sleep 1  # the program keeps getting meanwhile
 timeout 10 "$info" --pid "$pid" >"$out/second" || fail "--pid again"
 cat "$out/second"
 first=$(hits "$out/first")
@@ -60,6 +60,8 @@ second=$(hits "$out/second")
 [ -n "$first" ] && [ -n "$second" ] || fail "no hits line: $(cat "$out/first")"
 [ "$second" -gt "$first" ] || fail "hits did not grow while the program ran: $first then $second"
 grep -Eq "^cache 1: rail softverbs0, registrar verbs" "$out/second" || fail "cache line"
+grep -q "published, refreshed for this reading" "$out/second" ||
+  fail "the process did not refresh its page when asked: $(head -1 "$out/second")"
 for h in region_bytes miss_ns register_ns deregister_ns get_bytes; do
   grep -Eq "^  $h: +<=" "$out/second" || fail "histogram $h empty or missing"
 done
