@@ -276,10 +276,14 @@ Listing ListLivePages() {
     const std::string path = mrcache::StatsPagePath(uid, pid);
     struct stat st;
     if (lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != uid) continue;
-    absl::StatusOr<mrcache::ProcessSnapshot> snapshot = mrcache::ReadStatsPageAt(path, pid);
     // Alive: the process exists, is this user's, and is the one that wrote
     // the page (a pid reused by a newer process has another start time).
+    // A page whose process is gone is not read: no one would answer its
+    // request for a refresh.
     const bool exists = kill(pid, 0) == 0;
+    absl::StatusOr<mrcache::ProcessSnapshot> snapshot =
+        exists ? mrcache::ReadStatsPageAt(path, pid)
+               : absl::StatusOr<mrcache::ProcessSnapshot>(absl::NotFoundError("gone"));
     const uint64_t start = mrcache::ProcessStartTicks(pid);
     const bool same_process =
         exists && start != 0 &&
