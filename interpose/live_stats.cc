@@ -66,6 +66,17 @@ std::string HistogramLine(const uint64_t* counts, bool ns) {
   return out.empty() ? "-" : out;
 }
 
+// What of its events histogram `h` counts, where not each one.
+std::string SampleNote(int h) {
+  const uint64_t every = mrcache::kLatencySampleEvery;
+  if (h == mrcache::kHistMissNs) return absl::StrCat("   (one miss in ", every, " timed)");
+  if (h == mrcache::kHistDeregisterNs) return absl::StrCat("   (one in ", every, " timed)");
+  if (h == mrcache::kHistRegisterNs) {
+    return absl::StrCat("   (misses' registrations: one in ", every, " timed)");
+  }
+  return "";
+}
+
 std::string Labels(pid_t pid, const CacheSnapshot& c) {
   // ParseStatsPage admits no quote, backslash or control byte in names.
   return absl::StrCat("pid=\"", pid, "\",cache=\"", c.cache_id, "\",rail=\"", c.rail, "\"");
@@ -109,8 +120,12 @@ std::string CommandOf(pid_t pid) {
 
 std::string FormatProcessText(const ProcessSnapshot& p, uint64_t now_unix_ns) {
   std::string out = absl::StrFormat(
-      "process %d (%s): %u cache(s) published, refreshed every %.2f s%s\n", p.pid, CommandOf(p.pid),
-      p.caches.size(), p.interval_ns / 1e9,
+      "process %d (%s): %u cache(s) published, %s%s\n", p.pid, CommandOf(p.pid), p.caches.size(),
+      p.refreshed_on_request
+          ? "refreshed for this reading"
+          : absl::StrFormat("NOT refreshed for this reading (no answer within %.1f s: the process "
+                            "is stopped, or a cache's lock was held that long)",
+                            mrcache::kStatsRefreshWaitNs / 1e9),
       p.unpublished ? absl::StrCat("; ", p.unpublished, " more found no slot") : "");
   for (const CacheSnapshot& c : p.caches) {
     const uint64_t hits = Counter(c, mrcache::kStatHits), misses = Counter(c, mrcache::kStatMisses);
@@ -143,8 +158,9 @@ std::string FormatProcessText(const ProcessSnapshot& p, uint64_t now_unix_ns) {
     absl::StrAppendFormat(&out, "  registrar time:    %s\n",
                           Duration(Counter(c, mrcache::kStatRegistrarNs)));
     for (int h = 0; h < kStatHistograms; ++h) {
-      absl::StrAppendFormat(&out, "  %-18s %s\n", absl::StrCat(kStatsHistogramInfo[h].name, ":"),
-                            HistogramLine(c.histograms[h], kStatsHistogramInfo[h].nanoseconds));
+      absl::StrAppendFormat(&out, "  %-18s %s%s\n", absl::StrCat(kStatsHistogramInfo[h].name, ":"),
+                            HistogramLine(c.histograms[h], kStatsHistogramInfo[h].nanoseconds),
+                            SampleNote(h));
     }
   }
   return out;
@@ -152,8 +168,10 @@ std::string FormatProcessText(const ProcessSnapshot& p, uint64_t now_unix_ns) {
 
 std::string FormatProcessJson(const ProcessSnapshot& p) {
   std::string out = absl::StrFormat(
-      "{\"pid\": %d, \"command\": %s, \"interval_ns\": %u, \"unpublished\": %u, \"caches\": [",
-      p.pid, JsonString(CommandOf(p.pid)), p.interval_ns, p.unpublished);
+      "{\"pid\": %d, \"command\": %s, \"interval_ns\": %u, \"refreshed_on_request\": %s, "
+      "\"unpublished\": %u, \"caches\": [",
+      p.pid, JsonString(CommandOf(p.pid)), p.interval_ns, p.refreshed_on_request ? "true" : "false",
+      p.unpublished);
   for (size_t i = 0; i < p.caches.size(); ++i) {
     const CacheSnapshot& c = p.caches[i];
     absl::StrAppendFormat(&out,
@@ -184,9 +202,14 @@ std::string FormatRates(const ProcessSnapshot& before, const ProcessSnapshot& no
     for (const CacheSnapshot& b : before.caches) {
       if (b.cache_id == c.cache_id) was = &b;
     }
+    // Over the time between the two refreshes where the process made both
+    // (the figures' own span), else between the readings.
+    const double span = was != nullptr && c.updated_unix_ns > was->updated_unix_ns
+                            ? (c.updated_unix_ns - was->updated_unix_ns) / 1e9
+                            : seconds;
     auto rate = [&](int k) {
       const uint64_t from = was != nullptr ? was->counters[k] : 0;
-      return c.counters[k] >= from ? (c.counters[k] - from) / seconds : 0.0;
+      return c.counters[k] >= from ? (c.counters[k] - from) / span : 0.0;
     };
     absl::StrAppendFormat(&out,
                           "cache %u (%s): hits/s %.1f, misses/s %.1f, registrations/s %.1f, "
@@ -253,10 +276,14 @@ Listing ListLivePages() {
     const std::string path = mrcache::StatsPagePath(uid, pid);
     struct stat st;
     if (lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != uid) continue;
-    absl::StatusOr<mrcache::ProcessSnapshot> snapshot = mrcache::ReadStatsPageAt(path, pid);
     // Alive: the process exists, is this user's, and is the one that wrote
     // the page (a pid reused by a newer process has another start time).
+    // A page whose process is gone is not read: no one would answer its
+    // request for a refresh.
     const bool exists = kill(pid, 0) == 0;
+    absl::StatusOr<mrcache::ProcessSnapshot> snapshot =
+        exists ? mrcache::ReadStatsPageAt(path, pid)
+               : absl::StatusOr<mrcache::ProcessSnapshot>(absl::NotFoundError("gone"));
     const uint64_t start = mrcache::ProcessStartTicks(pid);
     const bool same_process =
         exists && start != 0 &&

@@ -30,7 +30,9 @@ std::string FormatProcessText(const mrcache::ProcessSnapshot& p, uint64_t now_un
 std::string FormatProcessJson(const mrcache::ProcessSnapshot& p);
 // Per-second rates of hits, misses and registrations between two readings
 // of the same process `seconds` apart, one line per cache of `now` (a cache
-// new since `before` is rated from zero).
+// new since `before` is rated from zero): over the time between the two
+// refreshes the readings asked for (each slot's updated_unix_ns), or
+// `seconds` where the process did not refresh in between.
 std::string FormatRates(const mrcache::ProcessSnapshot& before, const mrcache::ProcessSnapshot& now,
                         double seconds);
 // The Prometheus text exposition format (version 0.0.4) of `processes`:

@@ -5,9 +5,18 @@
 // one shared-memory file, /dev/shm/mrcache-<uid>-<pid> (StatsPagePath),
 // created with O_EXCL|O_NOFOLLOW, mode 0600, and removed when its last cache
 // is destroyed and at normal exit (stats_publisher.h writes it). It holds a
-// header and kStatsSlots slots, one per live cache. The publisher refreshes
-// every slot every StatsPageHeader::interval_ns (250 ms): figures are at most
-// that old, and each slot carries the time it was last written.
+// header and kStatsSlots slots, one per live cache.
+//
+// Freshness: the publisher refreshes the slots when a reader asks, not on a
+// timer (a process nobody watches pays nothing). ReadStatsPage adds one to
+// the header's refresh_request and wakes the publisher (a futex on that
+// word); the publisher, which sleeps on it, stores the request value it
+// read in refresh_done once it has refreshed every slot after reading it,
+// and wakes the readers waiting on refresh_done. A reader that sees
+// refresh_done reach its request within kStatsRefreshWaitNs reads figures
+// taken after it asked; otherwise (the process is stopped, or a cache's lock
+// is held that long) it reads the last refresh's, and says so. Each slot
+// carries the time it was last written.
 //
 // Consistency: a slot is a seqlock. The writer makes `seq` odd, writes the
 // slot, then makes it even again; a reader that sees the same even `seq`
@@ -35,9 +44,10 @@
 namespace mrcache {
 
 constexpr char kStatsPageMagic[8] = {'M', 'R', 'C', 'S', 'T', 'A', 'T', 'S'};
-constexpr uint32_t kStatsPageVersion = 1;
+constexpr uint32_t kStatsPageVersion = 2;
 constexpr uint32_t kStatsSlots = 256;
-constexpr uint64_t kStatsIntervalNs = 250'000'000;
+// How long a reader waits for the refresh it asked for.
+constexpr uint64_t kStatsRefreshWaitNs = 500'000'000;
 constexpr int kStatsBuckets = Log2Histogram::kBuckets;
 
 // The per-cache figures, in slot order. kind: counter (only grows) or gauge.
@@ -96,9 +106,14 @@ struct StatsPageHeader {
   uint32_t pid;
   uint32_t uid;
   uint64_t start_ticks;  // the process's start time (/proc/PID/stat field 22)
-  uint64_t interval_ns;  // how often the slots are refreshed
+  uint64_t interval_ns;  // 0: the slots are refreshed on request, never on a timer
   uint32_t unpublished;  // caches that found no free slot
   uint32_t reserved;
+  // Futex words (see Freshness above), counters that wrap: readers add one
+  // to refresh_request; the publisher copies what it read of it to
+  // refresh_done after the refresh that followed.
+  uint32_t refresh_request;
+  uint32_t refresh_done;
 };
 
 struct StatsSlot {
@@ -136,8 +151,12 @@ struct CacheSnapshot {
 struct ProcessSnapshot {
   pid_t pid = 0;
   uint64_t start_ticks = 0;
-  uint64_t interval_ns = 0;
+  uint64_t interval_ns = 0;  // 0: refreshed on request
   uint32_t unpublished = 0;
+  // Whether the publisher refreshed every slot after this reading asked
+  // (ReadStatsPage); false: it did not answer within kStatsRefreshWaitNs
+  // (or was not asked), and each slot is as old as its updated_unix_ns.
+  bool refreshed_on_request = false;
   std::vector<CacheSnapshot> caches;  // by slot
 };
 
@@ -147,13 +166,21 @@ struct ProcessSnapshot {
 // unterminated string. Never reads outside `bytes`.
 absl::StatusOr<ProcessSnapshot> ParseStatsPage(absl::string_view bytes, pid_t pid, uid_t uid);
 
-// Opens and reads the page of `pid` of the calling user (StatsPagePath),
+// Opens the page of `pid` of the calling user (StatsPagePath), asks its
+// publisher for a refresh and waits for it (at most kStatsRefreshWaitNs;
+// the answer's refreshed_on_request says whether it came), and reads it,
 // retrying slots caught mid-write. ENOENT: the process publishes nothing;
 // EACCES: not the caller's own regular file of mode 0600; EINVAL as
 // ParseStatsPage says.
 absl::StatusOr<ProcessSnapshot> ReadStatsPage(pid_t pid);
 // The same for a page at `path` (tests, fuzzing), expected to be `pid`'s.
 absl::StatusOr<ProcessSnapshot> ReadStatsPageAt(const std::string& path, pid_t pid);
+
+// The page's futex words, shared between processes (FUTEX_WAIT/WAKE without
+// FUTEX_PRIVATE_FLAG): wakes every waiter on `word`; waits while *word is
+// `seen`, at most `timeout_ns` (0: no limit), or until woken.
+void WakeStatsWord(uint32_t* word);
+void WaitStatsWord(uint32_t* word, uint32_t seen, uint64_t timeout_ns);
 
 }  // namespace mrcache
 

@@ -9,8 +9,6 @@
 
 #include <atomic>
 #include <cerrno>
-#include <chrono>
-#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
@@ -29,17 +27,19 @@ struct Entry {
   size_t max_bytes = 0;
 };
 
-// One refresh thread's stop flag, set under Publisher::mu.
+// One refresh thread: its stop flag, set under Publisher::mu, and the
+// header of its page, whose refresh_request it sleeps on (mapped until the
+// thread is joined, or until the process ends after exit()).
 struct RefreshThread {
   pthread_t id;
   bool stop = false;
+  StatsPageHeader* header = nullptr;
 };
 
 // The process's publications. Leaked (interposers and exit handlers may
 // publish or withdraw until the process ends); replaced in a fork child.
 struct Publisher {
   std::mutex mu;
-  std::condition_variable wake;
   // The page, while one exists (mapped kStatsPageBytes; `path` its name).
   void* base = nullptr;
   std::string path;
@@ -79,6 +79,13 @@ void OnForkChild() {
 
 void OnExit();
 
+// Wakes `thread` (it sleeps on its page's refresh_request) to see its stop
+// flag, which the caller set under p.mu.
+void WakeToStop(RefreshThread* thread) {
+  __atomic_add_fetch(&thread->header->refresh_request, 1, __ATOMIC_ACQ_REL);
+  WakeStatsWord(&thread->header->refresh_request);
+}
+
 Publisher& P() {
   static Publisher* const first = [] {
     auto* p = new Publisher;
@@ -103,8 +110,10 @@ void OnExit() {
   if (p.base != nullptr) unlink(p.path.c_str());
   p.generation = 0;
   g_generations.fetch_add(1, std::memory_order_relaxed);  // later withdrawals change nothing
-  if (p.thread != nullptr) p.thread->stop = true;
-  p.wake.notify_all();
+  if (p.thread != nullptr) {
+    p.thread->stop = true;
+    WakeToStop(p.thread);
+  }
 }
 
 void WarnOnce(Publisher& p, const std::string& why) {
@@ -175,16 +184,25 @@ void RefreshLocked(Publisher& p, int i) {
   WriteSlot(p.base, i, true, 0, nullptr, nullptr, &s, e.max_bytes, &h);
 }
 
+// Refreshes every slot each time a reader asks (stats_page.h, Freshness),
+// and sleeps in between: no timer, no cache lock while nobody reads.
 void* RefreshMain(void* arg) {
   auto* self = static_cast<RefreshThread*>(arg);
   Publisher& p = P();  // a fork child never runs this thread
-  std::unique_lock<std::mutex> lock(p.mu);
-  while (!self->stop) {
-    for (int i = 0; i < static_cast<int>(kStatsSlots); ++i) {
-      if (p.entries[i].cache != nullptr) RefreshLocked(p, i);
+  uint32_t* request = &self->header->refresh_request;
+  for (;;) {
+    const uint32_t asked = __atomic_load_n(request, __ATOMIC_ACQUIRE);
+    {
+      std::lock_guard<std::mutex> lock(p.mu);
+      if (self->stop) break;
+      for (int i = 0; i < static_cast<int>(kStatsSlots); ++i) {
+        if (p.entries[i].cache != nullptr) RefreshLocked(p, i);
+      }
     }
-    p.wake.wait_for(lock, std::chrono::nanoseconds(kStatsIntervalNs),
-                    [self] { return self->stop; });
+    __atomic_store_n(&self->header->refresh_done, asked, __ATOMIC_RELEASE);
+    WakeStatsWord(&self->header->refresh_done);
+    // Returns at once if a request came meanwhile.
+    while (__atomic_load_n(request, __ATOMIC_ACQUIRE) == asked) WaitStatsWord(request, asked, 0);
   }
   return nullptr;
 }
@@ -230,7 +248,7 @@ bool CreatePageLocked(Publisher& p) {
   h->pid = static_cast<uint32_t>(pid);
   h->uid = static_cast<uint32_t>(uid);
   h->start_ticks = ProcessStartTicks(pid);
-  h->interval_ns = kStatsIntervalNs;
+  h->interval_ns = 0;  // refreshed on request
   std::atomic_thread_fence(std::memory_order_release);
   std::memcpy(h->magic, kStatsPageMagic, sizeof h->magic);  // last: the page is complete
   p.base = base;
@@ -243,6 +261,7 @@ bool CreatePageLocked(Publisher& p) {
 // Starts the refresh thread with every signal blocked. Requires p.mu.
 bool StartThreadLocked(Publisher& p) {
   auto* thread = new RefreshThread;
+  thread->header = HeaderOf(p.base);
   sigset_t all, old;
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &old);
@@ -264,11 +283,13 @@ void RetirePageLocked(Publisher& p, RefreshThread** thread, void** base) {
   unlink(p.path.c_str());
   *base = p.base;
   *thread = p.thread;
-  if (p.thread != nullptr) p.thread->stop = true;
+  if (p.thread != nullptr) {
+    p.thread->stop = true;
+    WakeToStop(p.thread);
+  }
   p.thread = nullptr;
   p.base = nullptr;
   p.generation = 0;
-  p.wake.notify_all();
 }
 
 }  // namespace

@@ -5,9 +5,11 @@
 // /dev/shm/mrcache-<uid>-<pid> (O_CREAT|O_EXCL|O_NOFOLLOW, mode 0600; a page
 // left by a dead process that had this pid is replaced) and starts one
 // thread, "mrcache-stats", with every signal blocked, which refreshes every
-// published cache's slot every kStatsIntervalNs from CacheImpl::stats() and
-// ReadHistograms(). The caches' gets never touch the page: the hit path is
-// unchanged, and the slow paths only count into their own histograms.
+// published cache's slot from CacheImpl::stats() and ReadHistograms() when a
+// reader asks (stats_page.h, Freshness) and sleeps otherwise: a process
+// nobody watches pays for no refresh and no cache lock. The caches' gets
+// never touch the page: the hit path is unchanged, and the slow paths only
+// count into their own histograms.
 // The last publication's end stops the thread and removes the page; so does
 // normal exit (an atexit handler removes the file; the thread then writes
 // into the still-mapped, unlinked page until the process ends).

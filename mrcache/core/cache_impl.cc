@@ -440,7 +440,7 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
   if (tc->slow_hit_expected) {
     if (Region* hit = HitShared(tc, miss)) return hit;
   }
-  const uint64_t miss_t0 = NowTicks(tsc_ticks_);
+  const uint64_t miss_t0 = StartMissTiming();
   bool may_bypass = true;  // until a registration of its own is refused
   for (;;) {
     DeadList dead;
@@ -1434,17 +1434,27 @@ absl::StatusOr<Registration> CacheImpl::TimedRegister(uintptr_t start, uintptr_t
   return reg;
 }
 
+uint64_t CacheImpl::StartMissTiming() const {
+  // Threads that miss at once may read the same count: a few more or fewer
+  // misses are timed then, still none chosen by what they ask for.
+  if (misses_.load(std::memory_order_relaxed) % kLatencySampleEvery != 0) return 0;
+  return NowTicks(tsc_ticks_);
+}
+
 void CacheImpl::CountServedMiss(uint64_t t0, size_t requested) {
+  histograms_.get_bytes.Add(requested);
+  if (t0 == 0) return;
   const uint64_t t1 = NowTicks(tsc_ticks_);
   histograms_.miss_ns.Add(t1 > t0 ? TicksToNs(t1 - t0) : 0);
-  histograms_.get_bytes.Add(requested);
 }
 
 void CacheImpl::CountInstalledMissLocked(const Attempt& attempt, uint64_t t0, size_t requested) {
-  const uint64_t t1 = NowTicks(tsc_ticks_);
-  locked_histograms_.miss_ns.Add(t1 > t0 ? TicksToNs(t1 - t0) : 0);
+  if (__builtin_expect(t0 != 0, 0)) {
+    const uint64_t t1 = NowTicks(tsc_ticks_);
+    locked_histograms_.miss_ns.Add(t1 > t0 ? TicksToNs(t1 - t0) : 0);
+    locked_histograms_.register_ns.Add(TicksToNs(attempt.register_ticks));
+  }
   locked_histograms_.get_bytes.Add(requested);
-  locked_histograms_.register_ns.Add(TicksToNs(attempt.register_ticks));
   locked_histograms_.region_bytes.Add(attempt.length());
 }
 
@@ -1470,8 +1480,11 @@ void CacheImpl::CountRegistration(size_t pinned) {
 void CacheImpl::TimedDeregister(const Registration& reg) {
   const uint64_t t0 = NowTicks(tsc_ticks_);
   absl::Status s = registrar_->Deregister(reg);
-  histograms_.deregister_ns.Add(TicksToNs(AddTicksSince(registrar_ticks_, t0, tsc_ticks_)));
-  deregistrations_.fetch_add(1, std::memory_order_relaxed);
+  const uint64_t took = AddTicksSince(registrar_ticks_, t0, tsc_ticks_);
+  if (__builtin_expect(
+          deregistrations_.fetch_add(1, std::memory_order_relaxed) % kLatencySampleEvery == 0, 0)) {
+    histograms_.deregister_ns.Add(TicksToNs(took));
+  }
   const bool implicit = ImplicitOdpRegions::Is(reg);
   pinned_bytes_.fetch_sub(implicit ? 0 : reg.length, std::memory_order_relaxed);
   if (!implicit && budget_ != nullptr && !(reg.access & kAccessOnDemand)) {

@@ -492,13 +492,18 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
                                                                  uint64_t* ticks = nullptr);
   MRCACHE_MISS_INLINE void TimedDeregister(const Registration& reg);
   void CountRegistration(size_t pinned_bytes);
+  // At a miss's start: its start in NowTicks() units if the miss is one
+  // of the sample timed into miss_ns (log2_histogram.h,
+  // kLatencySampleEvery), else 0 (not timed: no clock read).
+  uint64_t StartMissTiming() const;
   // A get that missed and was served by a bypass or another thread's
-  // region: its latency since `t0` (NowTicks) and its requested bytes, into
-  // histograms_.
+  // region: its requested bytes and, if timed (`t0`, StartMissTiming, is
+  // not 0), its latency since t0, into histograms_.
   void CountServedMiss(uint64_t t0, size_t requested);
-  // A miss that installed `attempt`'s region: its latency since `t0`, its
-  // requested bytes, its registration's time and size, into
-  // locked_histograms_ (plain adds: the miss holds mu_ anyway).
+  // A miss that installed `attempt`'s region: its requested bytes, its
+  // registration's size and, if timed (t0 not 0), its latency since t0 and
+  // its registration's time, into locked_histograms_ (plain adds: the miss
+  // holds mu_ anyway).
   void CountInstalledMissLocked(const Attempt& attempt, uint64_t t0, size_t requested)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

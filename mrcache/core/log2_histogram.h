@@ -57,11 +57,26 @@ class PlainLog2Histogram {
   uint64_t sum_ = 0;
 };
 
+// Latencies are sampled, sizes are not. One miss in kLatencySampleEvery is
+// timed into miss_ns, and its registration's time into register_ns; one
+// deregistration in kLatencySampleEvery into deregister_ns. Timing every
+// one (clock reads, tick conversions, the histogram lines) cost the
+// null-registrar miss about a sixth of its time (bench/RESULTS.md). The
+// sample is taken by the cache's running count (the misses before a miss,
+// the deregistrations before a deregistration), so it follows no pattern of
+// sizes or addresses; a sampled histogram's count and sum are the sample's,
+// its distribution and mean estimate the whole.
+constexpr uint64_t kLatencySampleEvery = 8;
+
 // A cache's distributions, copied (CacheImpl::ReadHistograms):
 //  region_bytes   the size of each registration the cache made;
-//  miss_ns        each get that missed, from its slow path's start to its
-//                 return with a region (registration included);
-//  register_ns    each registrar Register call, deregister_ns each Deregister;
+//  miss_ns        a sample of the gets that missed (kLatencySampleEvery), each
+//                 from its slow path's start to its return with a region
+//                 (registration included);
+//  register_ns    the registrar Register calls of the sampled misses that
+//                 installed a region, and every other Register call (a
+//                 bypass's, a refused one, one whose region was discarded);
+//  deregister_ns  a sample of the Deregister calls (kLatencySampleEvery);
 //  get_bytes      the requested length of each get that missed (lock-free
 //                 hits are not sized: they stay free of shared writes).
 struct CacheHistogramCounts {

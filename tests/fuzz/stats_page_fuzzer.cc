@@ -25,7 +25,6 @@ std::string ValidPage() {
   h.slot_count = mrcache::kStatsSlots;
   h.pid = kPid;
   h.uid = getuid();
-  h.interval_ns = mrcache::kStatsIntervalNs;
   std::memcpy(&page[0], &h, sizeof h);
   return page;
 }

@@ -79,29 +79,30 @@ closing_line() { tail -1 "$out"; }
 
 # Every phase (plain, asan, tsan) sees the fake suite: per phase 3+2+2 cases
 # and one shell test pass (8), 1+1 cases and one shell test skip (3). Three
-# phases, plus fuzzing and the two source checks, pass 27 and skip 9.
+# phases, plus fuzzing (two targets) and the two source checks, pass 28 and
+# skip 9.
 run_script suite 0
 [ "$status" = 0 ] || { cat "$out"; fail "a passing suite: scripts/test exited $status"; }
-[ "$(closing_line)" = "tests: 27 passed, 0 failed, 9 skipped" ] ||
+[ "$(closing_line)" = "tests: 28 passed, 0 failed, 9 skipped" ] ||
   { cat "$out"; fail "a passing suite closed with '$(closing_line)'"; }
 
 # Bazel reports every target PASSED but exits 1 (a target failed to build
 # after the tests ran, or an error the summary does not show).
 run_script suite 1
 [ "$status" != 0 ] || { cat "$out"; fail "bazel exited 1 but scripts/test exited 0"; }
-[ "$(closing_line)" = "tests: 27 passed, 3 failed, 9 skipped" ] ||
+[ "$(closing_line)" = "tests: 28 passed, 3 failed, 9 skipped" ] ||
   { cat "$out"; fail "bazel exiting 1 closed with '$(closing_line)'"; }
 
 # A GoogleTest target with two failing cases counts them.
 run_script failing_case 3
 [ "$status" != 0 ] || { cat "$out"; fail "failing cases but scripts/test exited 0"; }
-[ "$(closing_line)" = "tests: 12 passed, 6 failed, 0 skipped" ] ||
+[ "$(closing_line)" = "tests: 13 passed, 6 failed, 0 skipped" ] ||
   { cat "$out"; fail "failing cases closed with '$(closing_line)'"; }
 
 # A GoogleTest target that ran no case (a filter that matches nothing) fails.
 run_script no_cases 0
 [ "$status" != 0 ] || { cat "$out"; fail "a target ran no test case but scripts/test exited 0"; }
-[ "$(closing_line)" = "tests: 3 passed, 3 failed, 0 skipped" ] ||
+[ "$(closing_line)" = "tests: 4 passed, 3 failed, 0 skipped" ] ||
   { cat "$out"; fail "no cases closed with '$(closing_line)'"; }
 
 # No test target found, whether bazel says so and exits 4 or exits 0 silently.
@@ -116,7 +117,7 @@ chmod -x "$tree/scripts/fuzz"
 run_script suite 0
 chmod +x "$tree/scripts/fuzz"
 [ "$status" != 0 ] || { cat "$out"; fail "scripts/fuzz not executable but scripts/test exited 0"; }
-[ "$(closing_line)" = "tests: 26 passed, 1 failed, 9 skipped" ] ||
+[ "$(closing_line)" = "tests: 26 passed, 2 failed, 9 skipped" ] ||
   { cat "$out"; fail "unrunnable fuzzing closed with '$(closing_line)'"; }
 
 # A failing source check fails the suite.

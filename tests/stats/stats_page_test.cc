@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "mrcache/cache.h"
 #include "mrcache/errno_status.h"
@@ -44,20 +45,18 @@ class StatsPageTest : public ::testing::Test {
     EXPECT_TRUE(cache.ok()) << cache.status();
     return cache.ok() ? std::move(*cache) : nullptr;
   }
-  // Reads the own page until `done` holds for it (at most 2 s: the
-  // refresh runs every 250 ms).
-  template <typename Pred>
-  ProcessSnapshot ReadUntil(Pred done) {
-    ProcessSnapshot last;
-    for (int i = 0; i < 200; ++i) {
-      absl::StatusOr<ProcessSnapshot> s = ReadStatsPage(getpid());
-      if (s.ok()) {
-        last = *s;
-        if (done(last)) break;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    return last;
+  // The own page as it is, read without asking for a refresh.
+  static ProcessSnapshot ReadUnrequested() {
+    std::ifstream in(OwnPage(), std::ios::binary);
+    const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    absl::StatusOr<ProcessSnapshot> s = ParseStatsPage(bytes, getpid(), getuid());
+    EXPECT_TRUE(s.ok()) << s.status();
+    return s.ok() ? *s : ProcessSnapshot();
+  }
+  static uint64_t CountOf(const uint64_t* buckets) {
+    uint64_t n = 0;
+    for (int b = 0; b < kStatsBuckets; ++b) n += buckets[b];
+    return n;
   }
   Config config_;
 };
@@ -74,11 +73,11 @@ TEST_F(StatsPageTest, ACachePublishesItsCountersLiveAndItsDestroyRemovesThePage)
     auto r = cache->Get(buf.data(), buf.size(), kAccessLocalWrite);
     ASSERT_TRUE(r.ok()) << r.status();
   }
-  ProcessSnapshot s = ReadUntil([](const ProcessSnapshot& p) {
-    return p.caches.size() == 1 && p.caches[0].counters[kStatHits] == 9;
-  });
-  ASSERT_EQ(s.caches.size(), 1u);
-  const CacheSnapshot& c = s.caches[0];
+  absl::StatusOr<ProcessSnapshot> s = ReadStatsPage(getpid());
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_TRUE(s->refreshed_on_request);
+  ASSERT_EQ(s->caches.size(), 1u);
+  const CacheSnapshot& c = s->caches[0];
   EXPECT_EQ(c.counters[kStatHits], 9u);
   EXPECT_EQ(c.counters[kStatMisses], 1u);
   EXPECT_EQ(c.counters[kStatRegistrations], 1u);
@@ -95,6 +94,57 @@ TEST_F(StatsPageTest, ACachePublishesItsCountersLiveAndItsDestroyRemovesThePage)
   EXPECT_EQ(c.histograms[kHistGetBytes][Log2Histogram::BucketOf(buf.size())], 1u);
   cache.reset();
   EXPECT_FALSE(Exists(OwnPage())) << "the last cache's destroy must remove the page";
+}
+
+TEST_F(StatsPageTest, AReadingGetsFiguresTakenAfterItAskedAndNoTimerRefreshes) {
+  auto cache = MakeCache();
+  std::vector<char> buf(1 << 16, 1);
+  ASSERT_TRUE(cache->Get(buf.data(), buf.size(), kAccessLocalWrite).ok());
+  absl::StatusOr<ProcessSnapshot> s = ReadStatsPage(getpid());
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_TRUE(s->refreshed_on_request);
+  EXPECT_EQ(s->interval_ns, 0u) << "0: refreshed on request";
+  ASSERT_EQ(s->caches.size(), 1u);
+  EXPECT_EQ(s->caches[0].counters[kStatHits], 0u);
+  for (int i = 0; i < 10; ++i)
+    ASSERT_TRUE(cache->Get(buf.data(), buf.size(), kAccessLocalWrite).ok());
+  // Time enough for any refresh on a timer to have run.
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));
+  ProcessSnapshot unrequested = ReadUnrequested();
+  ASSERT_EQ(unrequested.caches.size(), 1u);
+  EXPECT_EQ(unrequested.caches[0].counters[kStatHits], 0u) << "refreshed with no reader asking";
+  s = ReadStatsPage(getpid());
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_TRUE(s->refreshed_on_request);
+  ASSERT_EQ(s->caches.size(), 1u);
+  EXPECT_EQ(s->caches[0].counters[kStatHits], 10u);
+}
+
+TEST_F(StatsPageTest, OneMissAndOneDeregistrationInEightAreTimedAndEverySizeCounted) {
+  config_.max_regions = 1;      // each miss evicts the region before it
+  config_.max_merge_bytes = 0;  // no merging: each miss registers its own buffer
+  auto cache = MakeCache();
+  std::vector<std::vector<char>> bufs;
+  for (int i = 0; i < 21; ++i) bufs.emplace_back(1 << 16, 1);
+  for (auto& b : bufs) ASSERT_TRUE(cache->Get(b.data(), b.size(), kAccessLocalWrite).ok());
+  absl::StatusOr<ProcessSnapshot> s = ReadStatsPage(getpid());
+  ASSERT_TRUE(s.ok()) << s.status();
+  ASSERT_EQ(s->caches.size(), 1u);
+  const CacheSnapshot& c = s->caches[0];
+  const uint64_t misses = c.counters[kStatMisses];
+  const uint64_t deregistrations = c.counters[kStatDeregistrations];
+  ASSERT_GE(misses, 17u);
+  ASSERT_GE(deregistrations, 16u);
+  // The first of every kLatencySampleEvery, counted from the first.
+  EXPECT_EQ(CountOf(c.histograms[kHistMissNs]),
+            (misses + kLatencySampleEvery - 1) / kLatencySampleEvery);
+  EXPECT_EQ(CountOf(c.histograms[kHistDeregisterNs]),
+            (deregistrations + kLatencySampleEvery - 1) / kLatencySampleEvery);
+  // Each registration here is an installing miss's: timed with its miss.
+  EXPECT_EQ(CountOf(c.histograms[kHistRegisterNs]), CountOf(c.histograms[kHistMissNs]));
+  // Sizes are not sampled.
+  EXPECT_EQ(CountOf(c.histograms[kHistGetBytes]), misses);
+  EXPECT_EQ(CountOf(c.histograms[kHistRegionBytes]), c.counters[kStatRegistrations]);
 }
 
 TEST_F(StatsPageTest, SixtyFourCachesShareOnePageEachInItsOwnSlot) {
@@ -171,7 +221,6 @@ class StatsPageReaderTest : public ::testing::Test {
     h.slot_count = kStatsSlots;
     h.pid = kPid;
     h.uid = getuid();
-    h.interval_ns = kStatsIntervalNs;
     std::memcpy(&bytes_[0], &h, sizeof h);
     StatsSlot slot{};
     slot.live = 1;
@@ -206,6 +255,11 @@ TEST_F(StatsPageReaderTest, AValidPageReads) {
   ASSERT_TRUE(Write().ok());
   absl::StatusOr<ProcessSnapshot> s = ReadStatsPageAt(path_, kPid);
   ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_FALSE(s->refreshed_on_request) << "no publisher answers for a page written by hand";
+  std::ifstream in(path_, std::ios::binary);
+  StatsPageHeader asked{};
+  ASSERT_TRUE(in.read(reinterpret_cast<char*>(&asked), sizeof asked));
+  EXPECT_EQ(asked.refresh_request, 1u) << "the reader asks for a refresh in the page's header";
   ASSERT_EQ(s->caches.size(), 1u);
   EXPECT_EQ(s->caches[0].rail, "mlx5_0");
   EXPECT_EQ(s->caches[0].counters[kStatHits], 42u);
@@ -221,9 +275,10 @@ TEST_F(StatsPageReaderTest, TruncatedPageIsAClearError) {
 }
 
 TEST_F(StatsPageReaderTest, WrongVersionIsAClearError) {
-  Header()->version = 2;
-  EXPECT_NE(ErrorOf().find("version 2, this reader knows version 1"), std::string::npos)
-      << ErrorOf();
+  Header()->version = kStatsPageVersion + 1;
+  const std::string expected = absl::StrCat("version ", kStatsPageVersion + 1,
+                                            ", this reader knows version ", kStatsPageVersion);
+  EXPECT_NE(ErrorOf().find(expected), std::string::npos) << ErrorOf();
 }
 
 TEST_F(StatsPageReaderTest, GarbledPagesAreClearErrors) {
