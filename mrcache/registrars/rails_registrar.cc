@@ -70,9 +70,9 @@ absl::StatusOr<Registration> RailsRegistrar::RegisterOn(int rail, void* addr, si
                                                         int access) {
   const auto t0 = std::chrono::steady_clock::now();
   absl::StatusOr<Registration> reg = rails_[rail]->Register(addr, length, access);
-  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                      std::chrono::steady_clock::now() - t0)
-                      .count();
+  const auto ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
+          .count();
   Counters& c = counters_[rail];
   c.registrar_ns.fetch_add(static_cast<uint64_t>(ns), std::memory_order_relaxed);
   if (reg.ok()) {
@@ -85,9 +85,9 @@ absl::StatusOr<Registration> RailsRegistrar::RegisterOn(int rail, void* addr, si
 absl::Status RailsRegistrar::DeregisterOn(int rail, const Registration& reg) {
   const auto t0 = std::chrono::steady_clock::now();
   absl::Status s = rails_[rail]->Deregister(reg);
-  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                      std::chrono::steady_clock::now() - t0)
-                      .count();
+  const auto ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
+          .count();
   Counters& c = counters_[rail];
   c.registrar_ns.fetch_add(static_cast<uint64_t>(ns), std::memory_order_relaxed);
   c.deregistrations.fetch_add(1, std::memory_order_relaxed);
@@ -185,13 +185,12 @@ absl::Status RailsRegistrar::Complete(const Registration& reg, uint64_t rails) {
 
 absl::StatusOr<Registration> RailsRegistrar::RailRegistration(const Registration& reg, int rail) {
   if (rail < 0 || rail >= kMaxRails) {
-    return ErrnoStatus(EINVAL, absl::StrCat("rail ", rail, " is not between 0 and ",
-                                            kMaxRails - 1));
+    return ErrnoStatus(EINVAL,
+                       absl::StrCat("rail ", rail, " is not between 0 and ", kMaxRails - 1));
   }
   const RailSet* set = SetOf(reg);
   if ((set->present.load(std::memory_order_acquire) & (uint64_t{1} << rail)) == 0) {
-    return ErrnoStatus(ENOENT,
-                       absl::StrCat("the region is not registered on rail ", rail));
+    return ErrnoStatus(ENOENT, absl::StrCat("the region is not registered on rail ", rail));
   }
   return set->rail[rail];
 }

@@ -48,9 +48,9 @@ constexpr int kMaxRails = 64;
 
 // Counters of one rail (mrc_rail_stats_t has the same fields and meaning).
 struct RailStats {
-  uint64_t registrations = 0;    // registrations made on this rail
-  uint64_t deregistrations = 0;  // of those, deregistered
-  uint64_t regions = 0;          // registered on this rail now
+  uint64_t registrations = 0;     // registrations made on this rail
+  uint64_t deregistrations = 0;   // of those, deregistered
+  uint64_t regions = 0;           // registered on this rail now
   uint64_t registered_bytes = 0;  // bytes registered on this rail now
   uint64_t registrar_ns = 0;      // time spent in this rail's registrar calls
 };

@@ -19,6 +19,7 @@
 
 #include "mrcache/cache.h"
 #include "mrcache/mrcache.h"
+#include "mrcache/registrars/pin_budget.h"
 #include "tests/softverbs/rc_end.h"
 #include "tests/softverbs/softverbs_client.h"
 
@@ -136,8 +137,7 @@ TEST_F(Rails, AHitRegistersNothing) {
   for (int i = 0; i < 10000; ++i) {
     const int b = i % kBuffers;
     mrc_region_t* r = nullptr;
-    ASSERT_EQ(mrc_get_rails(cache_, Buffer(b), page_, kAccess, RailOfGet(b, i / kBuffers), &r),
-              0);
+    ASSERT_EQ(mrc_get_rails(cache_, Buffer(b), page_, kAccess, RailOfGet(b, i / kBuffers), &r), 0);
     ASSERT_EQ(mrc_put(cache_, r), 0);
   }
   mrc_stats_t after;
@@ -184,12 +184,11 @@ TEST_F(Rails, AnRkeyOfRailOneWorksOnRailOneAndFailsOnRailTwo) {
     ASSERT_NE(mr[i], nullptr);
   }
   const uint64_t remote = reinterpret_cast<uintptr_t>(target);
-  EXPECT_EQ(requester_[0].Rdma(IBV_WR_RDMA_READ, local.data(), page_, mr[0]->lkey, remote,
-                               rail1.rkey),
-            IBV_WC_SUCCESS);
+  EXPECT_EQ(
+      requester_[0].Rdma(IBV_WR_RDMA_READ, local.data(), page_, mr[0]->lkey, remote, rail1.rkey),
+      IBV_WC_SUCCESS);
   EXPECT_EQ(local[page_ - 1], 'r');
-  EXPECT_EQ(requester_[1].Rdma(IBV_WR_RDMA_READ, local.data(), 64, mr[1]->lkey, remote,
-                               rail1.rkey),
+  EXPECT_EQ(requester_[1].Rdma(IBV_WR_RDMA_READ, local.data(), 64, mr[1]->lkey, remote, rail1.rkey),
             IBV_WC_REM_ACCESS_ERR);
   for (ibv_mr* m : mr) EXPECT_EQ(ibv_dereg_mr(m), 0);
   ASSERT_EQ(mrc_put(cache_, r), 0);
@@ -218,6 +217,20 @@ TEST_F(Rails, MunmapTakesTheRegionOffEveryRail) {
   mrc_stats_t s;
   ASSERT_EQ(mrc_stats(cache_, &s), 0);
   EXPECT_EQ(s.invalidations, 1u);
+}
+
+TEST_F(Rails, EachRailsRegistrationCountsAgainstThePinBudget) {
+  const mrcache::PinBudget& budget = mrcache::PinBudget::Process();
+  const size_t pinned = budget.pinned();
+  mrc_region_t* r = nullptr;
+  ASSERT_EQ(mrc_get_rails(cache_, Buffer(0), page_, kAccess, 0b0011, &r), 0);
+  EXPECT_EQ(budget.pinned() - pinned, 2 * page_);
+  ASSERT_EQ(mrc_put(cache_, r), 0);
+  ASSERT_EQ(mrc_get_rails(cache_, Buffer(0), page_, kAccess, 0b1000, &r), 0);
+  EXPECT_EQ(budget.pinned() - pinned, 3 * page_) << "a rail added by a hit pins too";
+  ASSERT_EQ(mrc_put(cache_, r), 0);
+  ASSERT_EQ(mrc_flush(cache_), 0);
+  EXPECT_EQ(budget.pinned(), pinned);
 }
 
 TEST_F(Rails, DestroyDeregistersEveryRail) {
@@ -312,7 +325,14 @@ TEST_F(Rails, AOneRailCacheTakesOnlyRailZero) {
   mrc_cache_destroy(plain);
 }
 
-TEST_F(Rails, ConcurrentGetsRegisterEachRailOfARegionOnce) {
+TEST_F(Rails, ConcurrentGetsAddEachRailOfARegionOnce) {
+  // Every region cached first (on rail 0), so that the threads below only
+  // add rails to regions they hit, never race on a miss.
+  for (int b = 0; b < 32; ++b) {
+    mrc_region_t* r = nullptr;
+    ASSERT_EQ(mrc_get_rails(cache_, Buffer(b), page_, kAccess, 1, &r), 0);
+    ASSERT_EQ(mrc_put(cache_, r), 0);
+  }
   std::vector<std::thread> threads;
   std::atomic<int> failures{0};
   for (int t = 0; t < 4; ++t) {
