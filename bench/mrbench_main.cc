@@ -76,8 +76,10 @@ registrar time) and stale registrations found by --verify.
                        two destinations, each transfer on the rail of its destination,
                        through mrcache (lazy per rail) and `eager` (every region on every
                        rail, as a registrar callback over all NICs); reports
-                       registrations, registrar seconds and total seconds (medians of
+                       registrations, registrar seconds, total seconds in the cache's
+                       calls and wall seconds of the whole replay (medians of
                        --repeats runs, default 5)
+  --repeats N          runs of each configuration of --rails (default 5)
   --help               this text
 
 MRCACHE_* environment variables (e.g. MRCACHE_SIM_BASE_NS) configure the registrar.

@@ -8,7 +8,9 @@
 // transfer on the rail of its destination (destination % N), then unmapped
 // and replaced. Both configurations replay the same transfers on fresh
 // registrars, alternately, `repeats` times; the report gives the medians of
-// registrations (every rail's), registrar seconds and total seconds, and
+// registrations (every rail's), registrar seconds, total seconds (in the
+// cache's calls: registration, deregistration and the cache's own work) and
+// wall seconds (the workload's own mmap, fill and munmap included), and
 // lazy's ratio to eager's.
 #ifndef BENCH_RAILS_WORKLOAD_H_
 #define BENCH_RAILS_WORKLOAD_H_

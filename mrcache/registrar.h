@@ -9,7 +9,8 @@
 // Implementations (one file each): uring_registrar (io_uring fixed buffers,
 // real kernel pinning), sim_registrar (deterministic cost model), verbs_registrar
 // (rdma-core on a caller's ibv_pd), custom_registrar (C callbacks,
-// mrc_registrar_ops_t).
+// mrc_registrar_ops_t and mrc_rail_registrar_ops_t), and rails_registrar (one
+// registrar per PD, each region registered lazily per rail).
 //
 // Contract, for every implementation:
 //  - Register(addr, len, access): addr and len are what the cache asks for
