@@ -47,14 +47,6 @@ int ConfigFor(const mrc_config_t* cfg, mrcache::Config* out) {
 
 int Report(const absl::Status& s) { return mrcache::StatusToErrno(s); }
 
-void CopyInfo(const mrcache::RegionInfo& i, mrc_region_info_t* info) {
-  info->addr = i.addr;
-  info->length = i.length;
-  info->lkey = i.lkey;
-  info->rkey = i.rkey;
-  info->access = i.access;
-}
-
 // Hands a created cache to the C caller, or reports why creation failed.
 int Adopt(absl::StatusOr<std::unique_ptr<mrcache::Cache>> c, mrc_cache_t** cache) {
   if (!c.ok()) {
@@ -164,14 +156,14 @@ int mrc_put(mrc_cache_t* cache, mrc_region_t* region) {
 
 void mrc_region_info(const mrc_region_t* region, mrc_region_info_t* info) {
   if (info == nullptr) return;
-  CopyInfo(mrcache::GetRegionInfo(AsRegion(region)), info);
+  mrcache::CopyRegionInfo(mrcache::GetRegionInfo(AsRegion(region)), info);
 }
 
 int mrc_region_rail_info(const mrc_region_t* region, int rail, mrc_region_info_t* info) {
   if (region == nullptr || info == nullptr) return EINVAL;
   auto i = mrcache::GetRegionRailInfo(AsRegion(region), rail);
   if (!i.ok()) return Report(i.status());
-  CopyInfo(*i, info);
+  mrcache::CopyRegionInfo(*i, info);
   return 0;
 }
 

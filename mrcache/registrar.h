@@ -72,17 +72,18 @@ struct Registration {
   void* addr = nullptr;  // start of the registered range
   size_t length = 0;     // its length
   int access = 0;        // the access flags it was registered with
-  // True for a registration on several PDs (registrars/rails_registrar.h):
-  // handle then points at its rail set, lkey/rkey are 0, and each rail's
-  // keys come from RailsRegistrar::RailRegistration.
-  bool rails = false;
-  uint64_t handle = 0;  // registrar-specific (ibv_mr*, io_uring slot, ...)
+  uint64_t handle = 0;   // registrar-specific (ibv_mr*, io_uring slot, ...)
   uint32_t lkey = 0;
   uint32_t rkey = 0;
   // The verbs registrar's memory region (its handle is this pointer's
   // value, for mrc_region_handle and the retire callback); nullptr for every
   // other registrar. Deregister and the shim use this, never the handle.
   ibv_mr* mr = nullptr;
+  // True for a registration on several PDs (registrars/rails_registrar.h):
+  // handle then points at its rail set, lkey/rkey are 0, and each rail's
+  // keys come from RailsRegistrar::RailRegistration. Last, so that the
+  // fields before it keep their order for aggregate initialisation.
+  bool rails = false;
 };
 
 // Device capabilities relevant to on-demand paging (ODP).
