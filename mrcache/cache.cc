@@ -7,7 +7,6 @@
 #include "mrcache/core/cache_impl.h"
 #include "mrcache/core/region.h"
 #include "mrcache/errno_status.h"
-#include "mrcache/registrars/pin_budget.h"
 #include "mrcache/stats_publisher.h"
 
 namespace mrcache {
@@ -128,50 +127,6 @@ absl::StatusOr<RegionRef> Cache::GetRails(void* addr, size_t length, int access,
   return RegionRef(this, *r);
 }
 
-absl::StatusOr<Region*> Cache::AcquireRails(void* addr, size_t length, int access, uint64_t rails) {
-  const uint64_t all = rails_ != nullptr ? rails_->all_rails() : 1;
-  if (rails == 0 || (rails & ~all) != 0) {
-    return ErrnoStatus(
-        EINVAL, absl::StrCat("rails mask 0x", absl::Hex(rails),
-                             " is 0 or names a rail at or above the cache's ", rail_count()));
-  }
-  if (rails_ == nullptr) return impl_->Acquire(addr, length, access);
-  absl::StatusOr<Region*> region;
-  {
-    RailsRegistrar::AskScope ask(rails);  // for the registration of a miss
-    region = impl_->Acquire(addr, length, access);
-  }
-  if (!region.ok()) return region;
-  const uint64_t missing = rails & ~RailsRegistrar::Present((*region)->reg);
-  if (__builtin_expect(missing != 0, 0)) {
-    absl::Status done = CompleteRails(*region, missing);
-    if (!done.ok()) {
-      (void)Put(*region);
-      return done;
-    }
-  }
-  return region;
-}
-
-absl::Status Cache::CompleteRails(Region* region, uint64_t missing) {
-  // Each added rail pins the region's bytes once more: make room under the
-  // process's budget first, as a miss would (unused regions of this cache).
-  const size_t adding = static_cast<size_t>(__builtin_popcountll(missing)) * region->length();
-  PinBudget& budget = PinBudget::Process();
-  const size_t limit = rails_->pins_memory() ? budget.budget() : 0;
-  if (limit != 0 && budget.pinned() + adding > limit) {
-    impl_->ReclaimUnused(budget.pinned() + adding - limit);
-  }
-  absl::Status done = rails_->Complete(region->reg, missing);
-  const int err = StatusToErrno(done);
-  if (err == ENOMEM || err == EAGAIN) {
-    // The device or RLIMIT_MEMLOCK refused: give back unused regions, once.
-    impl_->ReclaimUnused(adding);
-    done = rails_->Complete(region->reg, missing);
-  }
-  return done;
-}
-
 int Cache::rail_count() const { return rails_ != nullptr ? rails_->rail_count() : 1; }
 
 absl::StatusOr<RailStats> Cache::rail_stats(int rail) const {
@@ -191,7 +146,8 @@ absl::StatusOr<RailStats> Cache::rail_stats(int rail) const {
 }
 
 // Cache::Acquire and Cache::Put are defined in core/cache_impl.cc, where
-// CacheImpl's hit path inlines into them: a get or put is one call.
+// CacheImpl's hit path inlines into them: a get or put is one call; the
+// rails get (AcquireRails), which Acquire calls, in core/rails_get.cc.
 absl::Status Cache::Invalidate(void* addr, size_t length) {
   return impl_->Invalidate(addr, length);
 }
