@@ -25,18 +25,6 @@ struct mrc_pool {
   std::unique_ptr<mrcache::Pool> pool;
 };
 
-namespace {
-
-void ToC(const mrcache::RegionInfo& info, mrc_region_info_t* keys) {
-  keys->addr = info.addr;
-  keys->length = info.length;
-  keys->lkey = info.lkey;
-  keys->rkey = info.rkey;
-  keys->access = info.access;
-}
-
-}  // namespace
-
 extern "C" {
 
 int mrc_pool_create(mrc_cache_t* cache, const mrc_config_t* cfg, mrc_pool_t** pool) {
@@ -75,7 +63,7 @@ void* mrc_pool_alloc(mrc_pool_t* pool, size_t size, mrc_region_info_t* keys) {
     errno = mrcache::StatusToErrno(p.status());
     return nullptr;
   }
-  if (keys != nullptr) ToC(info, keys);
+  if (keys != nullptr) mrcache::CopyRegionInfo(info, keys);
   return *p;
 }
 
@@ -84,7 +72,7 @@ int mrc_pool_keys(mrc_pool_t* pool, const void* ptr, mrc_region_info_t* keys) {
   mrcache::RegionInfo info;
   absl::Status s = pool->pool->Keys(ptr, &info);
   if (!s.ok()) return mrcache::StatusToErrno(s);
-  ToC(info, keys);
+  mrcache::CopyRegionInfo(info, keys);
   return 0;
 }
 

@@ -27,6 +27,7 @@
 #include "bench/configs.h"
 #include "bench/plot.h"
 #include "bench/private_remote_keys.h"
+#include "bench/rails_workload.h"
 #include "bench/report.h"
 #include "bench/trace.h"
 #include "bench/workloads.h"
@@ -69,6 +70,16 @@ registrar time) and stale registrations found by --verify.
   --plot PATH.svg      draw hit rate and registrar time (and the sweep) with gnuplot
   --sweep              also run each workload at max_regions x 1/8 .. x4
   --save-trace PATH    write the (first) workload's trace in the text format and exit
+  --rails N            instead of the above, run the rails workload over N rails
+                       (1..64; one registrar each; verbs needs N devices, e.g.
+                       softverbs with SOFTVERBS_DEVICES=N): each buffer sent to one or
+                       two destinations, each transfer on the rail of its destination,
+                       through mrcache (lazy per rail) and `eager` (every region on every
+                       rail, as a registrar callback over all NICs); reports
+                       registrations, registrar seconds, total seconds in the cache's
+                       calls and wall seconds of the whole replay (medians of
+                       --repeats runs, default 5)
+  --repeats N          runs of each configuration of --rails (default 5)
   --help               this text
 
 MRCACHE_* environment variables (e.g. MRCACHE_SIM_BASE_NS) configure the registrar.
@@ -86,6 +97,8 @@ struct Flags {
   uint64_t max_bytes = 0;
   bool limits_given = false;  // --max-regions or --max-bytes
   uint64_t memlock = 0;       // 0: run with the limits and capabilities inherited
+  uint64_t rails = 0;         // --rails N: the rails workload instead of the configurations
+  uint64_t repeats = 5;       // runs of each configuration of the rails workload
 };
 
 int Fail(const std::string& message) {
@@ -213,6 +226,14 @@ std::string ParseFlags(int argc, char** argv, Flags* flags, bool* help) {
     } else if (arg == "--json" || arg == "--plot" || arg == "--save-trace") {
       if (!next() || value.empty()) return arg + " needs a path";
       (arg == "--json" ? flags->json : arg == "--plot" ? flags->plot : flags->save_trace) = value;
+    } else if (arg == "--rails") {
+      if ((error = number(&flags->rails)).empty() && (flags->rails < 1 || flags->rails > 64)) {
+        error = "--rails must be between 1 and 64";
+      }
+    } else if (arg == "--repeats") {
+      if ((error = number(&flags->repeats)).empty() && flags->repeats == 0) {
+        error = "--repeats must be at least 1";
+      }
     } else if (arg == "--sweep") {
       flags->sweep = true;
     } else {
@@ -267,6 +288,21 @@ int Main(int argc, char** argv) {
   if (flags.memlock != 0) {
     const std::string dropped = BecomeUnprivileged(flags.memlock);
     if (!dropped.empty()) return Fail(absl::StrCat("--memlock: ", dropped));
+  }
+  if (flags.rails != 0) {
+    absl::StatusOr<mrcache::Config> base = mrcache::Config::FromEnvironment();
+    if (!base.ok()) return Fail(std::string(base.status().message()));
+    RailsRunOptions rails;
+    rails.base = *base;
+    rails.base.registrar = flags.registrar;
+    rails.base.max_regions = flags.params.max_regions;
+    rails.base.max_bytes = flags.max_bytes;
+    rails.rails = static_cast<int>(flags.rails);
+    rails.seed = flags.params.seed;
+    rails.transfers = flags.params.ops;
+    rails.repeats = static_cast<int>(flags.repeats);
+    absl::Status ran = RunRailsWorkload(rails, stdout);
+    return ran.ok() ? 0 : Fail(std::string(ran.message()));
   }
   if (!flags.plot.empty() && !GnuplotOnPath()) {
     return Fail(

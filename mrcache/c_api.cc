@@ -108,6 +108,28 @@ int mrc_cache_create_custom(const mrc_config_t* cfg, const mrc_registrar_ops_t* 
   return Adopt(mrcache::Cache::Create(config, std::move(*reg)), cache);
 }
 
+int mrc_cache_create_rails(const mrc_config_t* cfg, struct ibv_pd* const* pds, int npds,
+                           mrc_cache_t** cache) {
+  if (cache == nullptr) return EINVAL;
+  mrcache::Config config;
+  if (int err = ConfigFor(cfg, &config)) return err;
+  return Adopt(mrcache::Cache::CreateRails(config, pds, npds), cache);
+}
+
+int mrc_cache_create_custom_rails(const mrc_config_t* cfg, const mrc_rail_registrar_ops_t* ops,
+                                  void* ctx, int nrails, mrc_cache_t** cache) {
+  if (cache == nullptr) return EINVAL;
+  mrcache::Config config;
+  if (int err = ConfigFor(cfg, &config)) return err;
+  auto rails = mrcache::MakeCustomRailRegistrars(ops, ctx, nrails, config.custom_pins);
+  if (!rails.ok()) return Report(rails.status());
+  return Adopt(mrcache::Cache::CreateRails(config, std::move(*rails)), cache);
+}
+
+int mrc_cache_rails(const mrc_cache_t* cache) {
+  return cache == nullptr ? 0 : cache->cache->rail_count();
+}
+
 void mrc_cache_destroy(mrc_cache_t* cache) { delete cache; }
 
 int mrc_get(mrc_cache_t* cache, void* addr, size_t length, int access, mrc_region_t** region) {
@@ -118,6 +140,15 @@ int mrc_get(mrc_cache_t* cache, void* addr, size_t length, int access, mrc_regio
   return 0;
 }
 
+int mrc_get_rails(mrc_cache_t* cache, void* addr, size_t length, int access, uint64_t rails,
+                  mrc_region_t** region) {
+  if (cache == nullptr || region == nullptr) return EINVAL;
+  auto r = cache->cache->AcquireRails(addr, length, access, rails);
+  if (!r.ok()) return Report(r.status());
+  *region = *r;
+  return 0;
+}
+
 int mrc_put(mrc_cache_t* cache, mrc_region_t* region) {
   if (cache == nullptr || region == nullptr) return EINVAL;
   return Report(cache->cache->Put(AsRegion(region)));
@@ -125,12 +156,27 @@ int mrc_put(mrc_cache_t* cache, mrc_region_t* region) {
 
 void mrc_region_info(const mrc_region_t* region, mrc_region_info_t* info) {
   if (info == nullptr) return;
-  mrcache::RegionInfo i = mrcache::GetRegionInfo(AsRegion(region));
-  info->addr = i.addr;
-  info->length = i.length;
-  info->lkey = i.lkey;
-  info->rkey = i.rkey;
-  info->access = i.access;
+  mrcache::CopyRegionInfo(mrcache::GetRegionInfo(AsRegion(region)), info);
+}
+
+int mrc_region_rail_info(const mrc_region_t* region, int rail, mrc_region_info_t* info) {
+  if (region == nullptr || info == nullptr) return EINVAL;
+  auto i = mrcache::GetRegionRailInfo(AsRegion(region), rail);
+  if (!i.ok()) return Report(i.status());
+  mrcache::CopyRegionInfo(*i, info);
+  return 0;
+}
+
+int mrc_rail_stats(const mrc_cache_t* cache, int rail, mrc_rail_stats_t* stats) {
+  if (cache == nullptr || stats == nullptr) return EINVAL;
+  auto s = cache->cache->rail_stats(rail);
+  if (!s.ok()) return Report(s.status());
+  stats->registrations = s->registrations;
+  stats->deregistrations = s->deregistrations;
+  stats->regions = s->regions;
+  stats->registered_bytes = s->registered_bytes;
+  stats->registrar_ns = s->registrar_ns;
+  return 0;
 }
 
 uint64_t mrc_region_handle(const mrc_region_t* region) {

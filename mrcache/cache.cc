@@ -3,6 +3,7 @@
 
 #include <cerrno>
 
+#include "absl/strings/str_cat.h"
 #include "mrcache/core/cache_impl.h"
 #include "mrcache/core/region.h"
 #include "mrcache/errno_status.h"
@@ -10,16 +11,54 @@
 
 namespace mrcache {
 
-RegionInfo GetRegionInfo(const Region* region) {
+namespace {
+
+RegionInfo InfoOf(const Registration& reg) {
   RegionInfo info;
-  if (region == nullptr) return info;
+  info.addr = reg.addr;
+  info.length = reg.length;
+  info.lkey = reg.lkey;
+  info.rkey = reg.rkey;
+  info.access = reg.access;
+  info.handle = reg.handle;
+  info.mr = reg.mr;
+  return info;
+}
+
+}  // namespace
+
+RegionInfo GetRegionInfo(const Region* region) {
+  if (region == nullptr) return RegionInfo{};
+  RegionInfo info = InfoOf(region->reg);
+  if (__builtin_expect(region->reg.rails, 0)) {
+    absl::StatusOr<Registration> rail0 = RailsRegistrar::RailRegistration(region->reg, 0);
+    if (rail0.ok()) {
+      info.lkey = rail0->lkey;
+      info.rkey = rail0->rkey;
+      info.mr = rail0->mr;
+    }
+  }
+  return info;
+}
+
+absl::StatusOr<RegionInfo> GetRegionRailInfo(const Region* region, int rail) {
+  if (region == nullptr) return ErrnoStatus(EINVAL, "no region");
+  if (rail < 0 || rail >= kMaxRails) {
+    return ErrnoStatus(EINVAL,
+                       absl::StrCat("rail ", rail, " is not between 0 and ", kMaxRails - 1));
+  }
+  if (!region->reg.rails) {
+    if (rail != 0) {
+      return ErrnoStatus(ENOENT, absl::StrCat("the region's cache has one rail, not ", rail));
+    }
+    return InfoOf(region->reg);
+  }
+  absl::StatusOr<Registration> reg = RailsRegistrar::RailRegistration(region->reg, rail);
+  if (!reg.ok()) return reg.status();
+  RegionInfo info = InfoOf(*reg);
   info.addr = region->reg.addr;
   info.length = region->reg.length;
-  info.lkey = region->reg.lkey;
-  info.rkey = region->reg.rkey;
   info.access = region->reg.access;
-  info.handle = region->reg.handle;
-  info.mr = region->reg.mr;
   return info;
 }
 
@@ -63,14 +102,52 @@ absl::StatusOr<std::unique_ptr<Cache>> Cache::Create(const Config& config,
   return cache;
 }
 
+absl::StatusOr<std::unique_ptr<Cache>> Cache::CreateRails(
+    const Config& config, std::vector<std::unique_ptr<Registrar>> rails) {
+  if (config.odp != OdpMode::kOff) {
+    return ErrnoStatus(EOPNOTSUPP, "rails: on-demand paging (odp) is not available with rails");
+  }
+  auto registrar = RailsRegistrar::Create(std::move(rails));
+  if (!registrar.ok()) return registrar.status();
+  RailsRegistrar* raw = registrar->get();
+  auto cache = Create(config, std::unique_ptr<Registrar>(std::move(*registrar)));
+  if (cache.ok()) (*cache)->rails_ = raw;
+  return cache;
+}
+
 absl::StatusOr<RegionRef> Cache::Get(void* addr, size_t length, int access) {
   auto r = Acquire(addr, length, access);
   if (!r.ok()) return r.status();
   return RegionRef(this, *r);
 }
 
+absl::StatusOr<RegionRef> Cache::GetRails(void* addr, size_t length, int access, uint64_t rails) {
+  auto r = AcquireRails(addr, length, access, rails);
+  if (!r.ok()) return r.status();
+  return RegionRef(this, *r);
+}
+
+int Cache::rail_count() const { return rails_ != nullptr ? rails_->rail_count() : 1; }
+
+absl::StatusOr<RailStats> Cache::rail_stats(int rail) const {
+  if (rail < 0 || rail >= rail_count()) {
+    return ErrnoStatus(ENOENT,
+                       absl::StrCat("rail ", rail, " is not one of the cache's ", rail_count()));
+  }
+  if (rails_ != nullptr) return rails_->stats(rail);
+  const CacheStats s = impl_->stats();
+  RailStats r;
+  r.registrations = s.registrations;
+  r.deregistrations = s.deregistrations;
+  r.regions = s.registrations - s.deregistrations;
+  r.registered_bytes = s.pinned_bytes;
+  r.registrar_ns = s.registrar_ns;
+  return r;
+}
+
 // Cache::Acquire and Cache::Put are defined in core/cache_impl.cc, where
-// CacheImpl's hit path inlines into them: a get or put is one call.
+// CacheImpl's hit path inlines into them: a get or put is one call; the
+// rails get (AcquireRails), which Acquire calls, in core/rails_get.cc.
 absl::Status Cache::Invalidate(void* addr, size_t length) {
   return impl_->Invalidate(addr, length);
 }

@@ -45,11 +45,13 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "mrcache/config.h"
 #include "mrcache/registrar.h"
+#include "mrcache/registrars/rails_registrar.h"
 
 struct ibv_mr;
 struct ibv_pd;
@@ -87,8 +89,13 @@ struct CacheStats {
            watch_map_limit = 0, watch_other = 0;
 };
 
-// The registered range and keys of a region the caller holds.
+// The registered range and keys of a region the caller holds (of a rails
+// cache: rail 0's keys, 0 if the region is not on rail 0).
 RegionInfo GetRegionInfo(const Region* region);
+// The region's registration on rail `rail` (a region of a one-rail cache is
+// on rail 0): ENOENT if it is not registered there, EINVAL for a null region
+// or a rail outside 0..kMaxRails-1. The caller holds the region.
+absl::StatusOr<RegionInfo> GetRegionRailInfo(const Region* region, int rail);
 
 // A move-only owning reference: Put on destruction.
 class RegionRef {
@@ -123,6 +130,15 @@ class Cache {
   // A cache over a registrar the caller built (custom callbacks, fault injection, ...).
   static absl::StatusOr<std::unique_ptr<Cache>> Create(const Config& config,
                                                        std::unique_ptr<Registrar> registrar);
+  // A rails cache (mrc_cache_create_rails) over one registrar per rail
+  // (1..kMaxRails of one kind): EINVAL otherwise; EOPNOTSUPP with config.odp
+  // other than off.
+  static absl::StatusOr<std::unique_ptr<Cache>> CreateRails(
+      const Config& config, std::vector<std::unique_ptr<Registrar>> rails);
+  // A rails cache over the registrar config.registrar names, built once per
+  // PD of pds[0..npds-1]; EINVAL for npds outside 1..kMaxRails or null pds.
+  static absl::StatusOr<std::unique_ptr<Cache>> CreateRails(const Config& config,
+                                                            ibv_pd* const* pds, int npds);
   // Deregisters everything (see mrc_cache_destroy).
   ~Cache();
 
@@ -132,6 +148,11 @@ class Cache {
   // The same get, the reference owned by the caller, who gives it up with
   // exactly one Put (the C API's mrc_get / mrc_put).
   absl::StatusOr<Region*> Acquire(void* addr, size_t length, int access);
+  // Get and Acquire on the rails of the bitmask `rails` (mrc_get_rails): the
+  // region is registered on each of them when returned. EINVAL for rails 0
+  // or a bit at or above rail_count(). Get and Acquire mean rail 0.
+  absl::StatusOr<RegionRef> GetRails(void* addr, size_t length, int access, uint64_t rails);
+  absl::StatusOr<Region*> AcquireRails(void* addr, size_t length, int access, uint64_t rails);
   // Gives up one reference Acquire returned. EINVAL for a null region, one
   // of another cache, or a region put more times than it was got.
   absl::Status Put(Region* region);
@@ -139,6 +160,11 @@ class Cache {
   absl::Status Flush();
   absl::Status DeviceWrite(Region* region, size_t offset, const void* src, size_t length);
   CacheStats stats() const;
+  // The number of rails (1 unless made by CreateRails).
+  int rail_count() const;
+  // Counters of rail `rail`; a one-rail cache reports its own as rail 0's.
+  // ENOENT for a rail at or above rail_count().
+  absl::StatusOr<RailStats> rail_stats(int rail) const;
   void SetRetireCallback(RetireCallback callback);
 
   const Config& config() const;
@@ -148,7 +174,12 @@ class Cache {
 
  private:
   explicit Cache(std::unique_ptr<CacheImpl> impl);
+  // Registers the held region on the rails of `missing` it lacks, making
+  // room under the pin budget first and once more after a refusal.
+  absl::Status CompleteRails(Region* region, uint64_t missing);
   std::unique_ptr<CacheImpl> impl_;
+  // The registrar of a rails cache (owned by impl_), else null.
+  RailsRegistrar* rails_ = nullptr;
   // The cache's slot in the live statistics page (stats_shm); null when
   // unpublished. Declared after impl_: it ends before the cache does.
   std::unique_ptr<StatsPublication> published_;

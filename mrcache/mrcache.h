@@ -180,6 +180,73 @@ int mrc_cache_create_custom(const mrc_config_t *cfg, const mrc_registrar_ops_t *
 /* The handle the registrar returned for this held region (0 for NULL). */
 uint64_t mrc_region_handle(const mrc_region_t *region);
 
+/* ---- rails: one cache over several protection domains -------------------
+ * A rails cache spans npds PDs (rails; one per NIC, say) and registers each
+ * region lazily, only on the rails its gets ask for: a get that finds the
+ * region registers it on each asked rail it is not on yet (outside any lock;
+ * a get whose region already has every asked rail calls no registrar), as
+ * UCX's md_map does. Invalidation, eviction and flush take a region off every
+ * rail at once. Each rail's registration pins, and counts against the pin
+ * budget. remote_keys applies per rail (private: each get with a remote
+ * right registers exactly its bytes, on its asked rails, for itself). A
+ * region that merges others is registered on the rails of the get that
+ * merged them; the other rails are added again by the gets that ask for them.
+ * On such a cache mrc_get(...) is mrc_get_rails(..., 1, ...) (rail 0), and
+ * mrc_region_info reports rail 0's keys (0 if the region is not on rail 0);
+ * mrc_region_handle and the retire callback's handle identify the region, not
+ * a rail's registration. On-demand paging (odp) is not available with rails.
+ * mrc_stats_t counts regions (registrations = regions registered);
+ * mrc_rail_stats counts each rail's registrations. */
+
+/* Like mrc_cache_create over pds[0..npds-1] (the cache does not own them):
+ * the config's registrar (verbs unless it names another) is built once per
+ * PD. Returns 0;
+ * EINVAL for NULL cache or pds, npds outside 1..64, a NULL pd with registrar
+ * verbs or a bad config; EOPNOTSUPP with odp other than off; ENOMEM. */
+int mrc_cache_create_rails(const mrc_config_t *cfg, struct ibv_pd *const *pds, int npds,
+                           mrc_cache_t **cache);
+/* mrc_get on the rails of `rails`, a bitmask of PD indices (bit i: pds[i]):
+ * the region returned is registered on every asked rail (mrc_region_rail_info
+ * gives each rail's keys). Returns what mrc_get returns, and EINVAL for rails
+ * 0 or with a bit at or above the cache's rail count (a cache made by
+ * mrc_cache_create or mrc_cache_create_custom has one rail, 0). */
+int mrc_get_rails(mrc_cache_t *cache, void *addr, size_t length, int access, uint64_t rails,
+                  mrc_region_t **region);
+/* Fills *info with the held region's registration on rail `rail`. Returns 0;
+ * EINVAL for NULL arguments or rail outside 0..63; ENOENT if the region is not
+ * registered on that rail (no get of it asked for that rail). Lock-free. */
+int mrc_region_rail_info(const mrc_region_t *region, int rail, mrc_region_info_t *info);
+
+/* The custom registrar's callbacks with the rail (0..nrails-1) to register
+ * on; called as mrc_registrar_ops_t's are. */
+typedef struct {
+  int (*reg)(void *ctx, int rail, void *addr, size_t length, int access, uint64_t *handle,
+             uint32_t *lkey, uint32_t *rkey);
+  int (*dereg)(void *ctx, int rail, uint64_t handle);
+} mrc_rail_registrar_ops_t;
+/* Like mrc_cache_create_custom, as a rails cache over `nrails` rails (1..64)
+ * registered through `ops` (copied). Returns 0; EINVAL if ops, ops->reg,
+ * ops->dereg or cache is NULL, nrails is outside 1..64, or for a bad config;
+ * ENOMEM. */
+int mrc_cache_create_custom_rails(const mrc_config_t *cfg, const mrc_rail_registrar_ops_t *ops,
+                                  void *ctx, int nrails, mrc_cache_t **cache);
+
+/* Counters of one rail of a cache. */
+typedef struct {
+  uint64_t registrations;    /* registrations made on this rail */
+  uint64_t deregistrations;  /* of those, deregistered */
+  uint64_t regions;          /* regions registered on this rail now */
+  uint64_t registered_bytes; /* bytes registered on this rail now */
+  uint64_t registrar_ns;     /* time spent in this rail's registrar calls */
+} mrc_rail_stats_t;
+/* Copies rail `rail`'s counters into *stats; a cache with one rail (not made
+ * by a *_rails call) reports its registrations as rail 0's. Returns 0; EINVAL
+ * for NULL arguments; ENOENT for a rail at or above mrc_cache_rails(cache). */
+int mrc_rail_stats(const mrc_cache_t *cache, int rail, mrc_rail_stats_t *stats);
+/* The number of rails of the cache (1 unless made by a *_rails call; 0 for
+ * NULL). */
+int mrc_cache_rails(const mrc_cache_t *cache);
+
 /* Counters of one cache. Fields are only ever appended, never reordered: an
  * application built against an older mrcache.h passes the size of its smaller
  * struct (see mrc_stats) and the library writes only that many bytes. */

@@ -9,7 +9,8 @@
 // Implementations (one file each): uring_registrar (io_uring fixed buffers,
 // real kernel pinning), sim_registrar (deterministic cost model), verbs_registrar
 // (rdma-core on a caller's ibv_pd), custom_registrar (C callbacks,
-// mrc_registrar_ops_t).
+// mrc_registrar_ops_t and mrc_rail_registrar_ops_t), and rails_registrar (one
+// registrar per PD, each region registered lazily per rail).
 //
 // Contract, for every implementation:
 //  - Register(addr, len, access): addr and len are what the cache asks for
@@ -79,6 +80,11 @@ struct Registration {
   // value, for mrc_region_handle and the retire callback); nullptr for every
   // other registrar. Deregister and the shim use this, never the handle.
   ibv_mr* mr = nullptr;
+  // True for a registration on several PDs (registrars/rails_registrar.h):
+  // handle then points at its rail set, lkey/rkey are 0, and each rail's
+  // keys come from RailsRegistrar::RailRegistration. Last, so that the
+  // fields before it keep their order for aggregate initialisation.
+  bool rails = false;
 };
 
 // Device capabilities relevant to on-demand paging (ODP).

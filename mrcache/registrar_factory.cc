@@ -38,4 +38,26 @@ absl::StatusOr<std::unique_ptr<Cache>> Cache::Create(const Config& config, ibv_p
   return Create(config, std::move(*registrar));
 }
 
+absl::StatusOr<std::unique_ptr<Cache>> Cache::CreateRails(const Config& config, ibv_pd* const* pds,
+                                                          int npds) {
+  if (pds == nullptr || npds < 1 || npds > kMaxRails) {
+    return ErrnoStatus(EINVAL, absl::StrCat("rails: pds must list 1 to ", kMaxRails,
+                                            " protection domains, not ", npds));
+  }
+  // Rails are PDs: without a registrar named, every rail is verbs (a null
+  // pd is then EINVAL), never a mix of verbs and the PD-less default.
+  Config rails_config = config;
+  if (rails_config.registrar.empty()) rails_config.registrar = "verbs";
+  std::vector<std::unique_ptr<Registrar>> rails;
+  for (int i = 0; i < npds; ++i) {
+    auto registrar = CreateRegistrar(rails_config, pds[i]);
+    if (!registrar.ok()) {
+      return ErrnoStatus(StatusToErrno(registrar.status()),
+                         absl::StrCat("rail ", i, ": ", registrar.status().message()));
+    }
+    rails.push_back(std::move(*registrar));
+  }
+  return CreateRails(rails_config, std::move(rails));
+}
+
 }  // namespace mrcache

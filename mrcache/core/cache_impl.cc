@@ -1591,6 +1591,7 @@ void CacheImpl::FreeRegions(Region* list) {
 // one frame fewer on every hit, and one frame fewer for a miss to return
 // through after its registrar call.
 absl::StatusOr<Region*> Cache::Acquire(void* addr, size_t length, int access) {
+  if (__builtin_expect(rails_ != nullptr, 0)) return AcquireRails(addr, length, access, 1);
   return impl_->InlineAcquire(addr, length, access);
 }
 

@@ -21,4 +21,17 @@ struct mrc_cache {
   std::unique_ptr<mrcache::Cache> cache;
 };
 
+namespace mrcache {
+
+// A region's range and keys as the C API reports them.
+inline void CopyRegionInfo(const RegionInfo& info, mrc_region_info_t* out) {
+  out->addr = info.addr;
+  out->length = info.length;
+  out->lkey = info.lkey;
+  out->rkey = info.rkey;
+  out->access = info.access;
+}
+
+}  // namespace mrcache
+
 #endif  // MRCACHE_C_API_HANDLES_H_

@@ -9,10 +9,14 @@
 namespace mrcache {
 namespace {
 
+// Calls either mrc_registrar_ops_t's callbacks or, with rail >= 0,
+// mrc_rail_registrar_ops_t's with that rail.
 class CustomRegistrar : public Registrar {
  public:
   CustomRegistrar(const mrc_registrar_ops_t& ops, void* ctx, bool pins)
-      : ops_(ops), ctx_(ctx), pins_(pins) {}
+      : ops_(ops), rail_ops_{}, rail_(-1), ctx_(ctx), pins_(pins) {}
+  CustomRegistrar(const mrc_rail_registrar_ops_t& ops, int rail, void* ctx, bool pins)
+      : ops_{}, rail_ops_(ops), rail_(rail), ctx_(ctx), pins_(pins) {}
 
   const char* name() const override { return "custom"; }
   bool pins_memory() const override { return pins_; }
@@ -28,7 +32,9 @@ class CustomRegistrar : public Registrar {
     reg.addr = addr;
     reg.length = length;
     reg.access = access;
-    int err = ops_.reg(ctx_, addr, length, access, &reg.handle, &reg.lkey, &reg.rkey);
+    int err = rail_ < 0 ? ops_.reg(ctx_, addr, length, access, &reg.handle, &reg.lkey, &reg.rkey)
+                        : rail_ops_.reg(ctx_, rail_, addr, length, access, &reg.handle, &reg.lkey,
+                                        &reg.rkey);
     if (err != 0) {
       err = std::abs(err);
       return ErrnoStatus(err,
@@ -38,7 +44,7 @@ class CustomRegistrar : public Registrar {
   }
 
   absl::Status Deregister(const Registration& reg) override {
-    int err = ops_.dereg(ctx_, reg.handle);
+    int err = rail_ < 0 ? ops_.dereg(ctx_, reg.handle) : rail_ops_.dereg(ctx_, rail_, reg.handle);
     if (err != 0) {
       err = std::abs(err);
       return ErrnoStatus(err,
@@ -49,6 +55,8 @@ class CustomRegistrar : public Registrar {
 
  private:
   const mrc_registrar_ops_t ops_;
+  const mrc_rail_registrar_ops_t rail_ops_;
+  const int rail_;
   void* const ctx_;
   const bool pins_;
 };
@@ -61,6 +69,22 @@ absl::StatusOr<std::unique_ptr<Registrar>> MakeCustomRegistrar(const mrc_registr
     return ErrnoStatus(EINVAL, "custom registrar: ops and both callbacks are required");
   }
   return std::unique_ptr<Registrar>(new CustomRegistrar(*ops, ctx, pins));
+}
+
+absl::StatusOr<std::vector<std::unique_ptr<Registrar>>> MakeCustomRailRegistrars(
+    const mrc_rail_registrar_ops_t* ops, void* ctx, int nrails, bool pins) {
+  if (ops == nullptr || ops->reg == nullptr || ops->dereg == nullptr) {
+    return ErrnoStatus(EINVAL, "custom registrar: ops and both callbacks are required");
+  }
+  if (nrails < 1 || nrails > 64) {
+    return ErrnoStatus(EINVAL,
+                       absl::StrCat("custom registrar: nrails ", nrails, " is not in 1..64"));
+  }
+  std::vector<std::unique_ptr<Registrar>> rails;
+  for (int rail = 0; rail < nrails; ++rail) {
+    rails.emplace_back(new CustomRegistrar(*ops, rail, ctx, pins));
+  }
+  return rails;
 }
 
 }  // namespace mrcache

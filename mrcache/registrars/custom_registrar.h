@@ -10,6 +10,7 @@
 #define MRCACHE_CUSTOM_REGISTRAR_H_
 
 #include <memory>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "mrcache/mrcache.h"
@@ -23,6 +24,12 @@ namespace mrcache {
 // applies). EINVAL if ops or one of its callbacks is null.
 absl::StatusOr<std::unique_ptr<Registrar>> MakeCustomRegistrar(const mrc_registrar_ops_t* ops,
                                                                void* ctx, bool pins = true);
+
+// One registrar per rail 0..nrails-1, each calling ops' callbacks with its
+// rail and ctx (for RailsRegistrar); `pins` as above. EINVAL if ops or one
+// of its callbacks is null, or nrails is outside 1..64.
+absl::StatusOr<std::vector<std::unique_ptr<Registrar>>> MakeCustomRailRegistrars(
+    const mrc_rail_registrar_ops_t* ops, void* ctx, int nrails, bool pins = true);
 
 }  // namespace mrcache
 
