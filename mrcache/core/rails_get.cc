@@ -21,10 +21,9 @@ namespace mrcache {
 absl::StatusOr<Region*> Cache::AcquireRails(void* addr, size_t length, int access, uint64_t rails) {
   const uint64_t all = rails_ != nullptr ? rails_->all_rails() : 1;
   if (rails == 0 || (rails & ~all) != 0) {
-    return ErrnoStatus(
-        EINVAL, absl::StrCat("rails mask 0x", absl::Hex(rails),
-                             " is 0 or names a rail at or above the cache's ",
-                             rails_ != nullptr ? rails_->rail_count() : 1));
+    return ErrnoStatus(EINVAL, absl::StrCat("rails mask 0x", absl::Hex(rails),
+                                            " is 0 or names a rail at or above the cache's ",
+                                            rails_ != nullptr ? rails_->rail_count() : 1));
   }
   if (rails_ == nullptr) return impl_->Acquire(addr, length, access);
   absl::StatusOr<Region*> region;

@@ -195,6 +195,15 @@ absl::StatusOr<Registration> RailsRegistrar::RailRegistration(const Registration
   return set->rail[rail];
 }
 
+size_t RailsRegistrar::max_region_bytes() const {
+  size_t shortest = 0;
+  for (const auto& r : rails_) {
+    const size_t limit = r->max_region_bytes();
+    if (limit != 0 && (shortest == 0 || limit < shortest)) shortest = limit;
+  }
+  return shortest;
+}
+
 RailStats RailsRegistrar::stats(int rail) const {
   const Counters& c = counters_[rail];
   RailStats s;

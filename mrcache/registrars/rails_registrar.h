@@ -87,6 +87,9 @@ class RailsRegistrar : public Registrar {
   std::string rail() const override;
   bool pins_memory() const override { return pins_; }
   OdpCapabilities odp_capabilities() const override { return {}; }
+  // The shortest of the rails' limits (0 = none has one): a region is
+  // registered whole on every rail it is asked for.
+  size_t max_region_bytes() const override;
 
   // Registers [addr, addr + length) on the rails the calling thread asked
   // for (AskScope; rail 0 if none). A failure on one rail deregisters the
