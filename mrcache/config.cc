@@ -381,6 +381,28 @@ const std::vector<KeyRow>& Rows() {
        "on or off",
        [](Config& c, absl::string_view v) { return SetBool(&c.stats_shm, v); },
        [](const Config& c) { return std::string(c.stats_shm ? "on" : "off"); }},
+      {{"async_dereg",
+        "registrations that leave the cache (evicted, invalidated and unreferenced, flushed, "
+        "merged away) are deregistered by a background thread, off the caller's get or put: `on`, "
+        "`off` (by the thread that took them out), or `auto` (on when regions pin memory: `uring`, "
+        "`verbs` without ODP, `sim` with sim_mlock)",
+        "`auto`"},
+       "on, off or auto",
+       [](Config& c, absl::string_view v) {
+         if (v == "auto") {
+           c.async_dereg = AsyncDereg::kAuto;
+           return true;
+         }
+         bool on = false;
+         if (!SetBool(&on, v)) return false;
+         c.async_dereg = on ? AsyncDereg::kOn : AsyncDereg::kOff;
+         return true;
+       },
+       [](const Config& c) {
+         return std::string(c.async_dereg == AsyncDereg::kAuto ? "auto"
+                            : c.async_dereg == AsyncDereg::kOn ? "on"
+                                                               : "off");
+       }},
   };
   return *rows;
 }

@@ -19,6 +19,10 @@
 namespace mrcache {
 
 enum class OdpMode { kOff, kExplicit, kImplicit, kAuto };
+// async_dereg: registrations that leave the cache are deregistered by a
+// background thread (on), by the thread that took them out (off), or the
+// former when the cache's regions pin memory (auto, the default).
+enum class AsyncDereg { kAuto, kOn, kOff };
 // The spelling of m as the `odp` key takes it: "off", "explicit",
 // "implicit" or "auto".
 const char* OdpName(OdpMode m);
@@ -92,6 +96,7 @@ struct Config {
   // Publish the cache's counters live in the process's statistics page
   // (/dev/shm/mrcache-<uid>-<pid>, stats_page.h); false creates nothing.
   bool stats_shm = true;
+  AsyncDereg async_dereg = AsyncDereg::kAuto;
 
   // Sets one key from its string form. EINVAL (with a message) for an unknown
   // key or a malformed/out-of-range value; the config is unchanged then.
