@@ -97,6 +97,10 @@ struct Config {
   // (/dev/shm/mrcache-<uid>-<pid>, stats_page.h); false creates nothing.
   bool stats_shm = true;
   AsyncDereg async_dereg = AsyncDereg::kAuto;
+  // The fewest registered bytes a batch of deregistrations is handed to the
+  // background thread for; smaller ones cost about what handing them over
+  // costs, and their caller deregisters them. 0 = every batch.
+  size_t async_dereg_bytes = size_t{1} << 20;
 
   // Sets one key from its string form. EINVAL (with a message) for an unknown
   // key or a malformed/out-of-range value; the config is unchanged then.

@@ -1895,13 +1895,16 @@ void CacheImpl::TimedDeregister(const Registration& reg) {
 }
 
 void CacheImpl::DeregisterDead(DeadList* dead) {
-  if (dereg_lane_ != nullptr &&
+  if (dereg_lane_ != nullptr && dead->bytes >= config_.async_dereg_bytes &&
       DeregistrationQueue::Process().Push(dereg_lane_, dead->head, dead->count)) {
     dead->head = nullptr;
     dead->count = 0;
+    dead->bytes = 0;
     return;
   }
-  DeregisterDeadNow(dead);  // async_dereg off, or the queue full: this thread's own victims
+  // async_dereg off, the queue full, or too few bytes to be worth handing
+  // over: this thread's own victims.
+  DeregisterDeadNow(dead);
 }
 
 void CacheImpl::DeregisterBeforeRegistering(DeadList* dead, size_t need) {
@@ -1980,6 +1983,7 @@ void CacheImpl::DeregisterEach(DeadList* dead, const Cache::RetireCallback* cb) 
   } while (__builtin_expect(r != nullptr, 0));
   dead->head = nullptr;
   dead->count = 0;
+  dead->bytes = 0;
 }
 
 void CacheImpl::Quarantine(Region* r) {

@@ -220,10 +220,12 @@ class CacheImpl : public MemoryEventListener,
   struct DeadList {
     Region* head = nullptr;
     size_t count = 0;  // Regions on the list
+    size_t bytes = 0;  // their registered bytes
     void Push(Region* r) {
       r->next_dead = head;
       head = r;
       ++count;
+      bytes += r->reg.length;
     }
   };
   CacheImpl(const Config& config, std::unique_ptr<Registrar> registrar,
@@ -510,7 +512,8 @@ class CacheImpl : public MemoryEventListener,
   void UnlinkRetiredLocked(Region* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Outside mu_: hands the regions of `dead` to the deregistration queue
-  // (async_dereg on) or, if it is off or full, deregisters, reports and
+  // (async_dereg on, and at least async_dereg_bytes of them) or,
+  // if it is off, full or they are few, deregisters, reports and
   // quarantines them now (DeregisterDead, not called when the list is
   // empty, as it often is). `dead` is empty on return.
   void Deregister(DeadList* dead) {

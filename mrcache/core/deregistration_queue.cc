@@ -19,11 +19,11 @@ struct DeregistrationQueue::Lane {
   // Waiting Regions, oldest first, linked through next_dead.
   Region* head = nullptr;
   Region* tail = nullptr;
-  size_t waiting = 0;    // Regions in head..tail
-  size_t in_flight = 0;  // Regions the worker is deregistering now
+  size_t waiting = 0;        // Regions in head..tail
+  size_t in_flight = 0;      // Regions the worker is deregistering now
   size_t waiting_bytes = 0;  // their Registration::length, of head..tail
-  uint64_t pushed = 0;   // Regions ever pushed
-  uint64_t done = 0;     // of those, deregistered or taken back
+  uint64_t pushed = 0;       // Regions ever pushed
+  uint64_t done = 0;         // of those, deregistered or taken back
 };
 
 namespace {
@@ -32,8 +32,8 @@ thread_local bool t_on_worker = false;
 std::once_flag g_atfork_once;
 
 void FutexWait(std::atomic<uint32_t>* word, uint32_t seen) {
-  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT_PRIVATE, seen, nullptr,
-          nullptr, 0);
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT_PRIVATE, seen, nullptr, nullptr,
+          0);
 }
 
 void FutexWakeAll(std::atomic<uint32_t>* word) {
@@ -114,6 +114,9 @@ bool DeregistrationQueue::Push(Lane* lane, Region* list, size_t count) {
     lane->pushed += count;
     waiting_ += count;
     pushed_ += count;
+    // A busy worker finds the batch when it looks next: no system call.
+    if (!sleeping_) return true;
+    sleeping_ = false;
     work_signal_.fetch_add(1, std::memory_order_release);
   }
   FutexWakeAll(&work_signal_);
@@ -167,9 +170,11 @@ size_t DeregistrationQueue::Depth(const Lane* lane) {
 }
 
 void DeregistrationQueue::WaitDoneLocked(uint32_t seen) {
+  ++done_waiters_;
   mu_.unlock();
   FutexWait(&done_signal_, seen);
   mu_.lock();
+  --done_waiters_;
 }
 
 bool DeregistrationQueue::StartWorkerLocked() {
@@ -219,9 +224,11 @@ void DeregistrationQueue::Work() ABSL_NO_THREAD_SAFETY_ANALYSIS {
     Lane* lane = NextLaneLocked();
     if (lane == nullptr) {
       const uint32_t seen = work_signal_.load(std::memory_order_acquire);
+      sleeping_ = true;
       mu_.unlock();
       FutexWait(&work_signal_, seen);
       mu_.lock();
+      sleeping_ = false;
       continue;
     }
     Region* list = lane->head;
@@ -242,9 +249,11 @@ void DeregistrationQueue::Work() ABSL_NO_THREAD_SAFETY_ANALYSIS {
     done_ += count;
     done_bytes_ += bytes;
     done_signal_.fetch_add(1, std::memory_order_release);
-    mu_.unlock();
-    FutexWakeAll(&done_signal_);
-    mu_.lock();
+    if (done_waiters_ > 0) {
+      mu_.unlock();
+      FutexWakeAll(&done_signal_);
+      mu_.lock();
+    }
   }
   mu_.unlock();
 }
@@ -270,6 +279,8 @@ void DeregistrationQueue::ForkChild() ABSL_NO_THREAD_SAFETY_ANALYSIS {
   // parent's is left to deregister (ForkPrepare waited for it), but for a
   // batch in flight when the worker itself forked: the parent's, forgotten.
   q.running_ = false;
+  q.sleeping_ = false;
+  q.done_waiters_ = 0;
   for (Lane* lane = q.lanes_; lane != nullptr; lane = lane->next) {
     lane->done += lane->in_flight;
     lane->in_flight = 0;

@@ -12,6 +12,14 @@
 // quarantine of the Region). Each owner's Regions are deregistered in the
 // order they were pushed; owners take turns.
 //
+// Worth it for big registrations only: a batch of fewer registered bytes
+// than the config key async_dereg_bytes (1 MiB by default) is deregistered
+// by its caller (the owner decides, CacheImpl::DeregisterDead). Deregistering a small registration
+// costs a system call and a few pages unpinned, a few microseconds; handing it over costs about as
+// much (the queue's lock, a wake-up of this thread), and the thread's own system call then competes
+// with the caller's next registration for the registrar's lock (io_uring's ring lock, a PD's) on a
+// machine whose CPUs are busy. mrbench measured both (bench/RESULTS.md).
+//
 // Bounded: at most kMaxRegions Regions wait, over all owners. Push refuses a
 // batch beyond that and its caller deregisters the batch inline (it does not
 // wait): a get or put then pays for its own victims only, as with async_dereg
@@ -112,7 +120,7 @@ class DeregistrationQueue {
   static void ForkChild();
 
   Mutex mu_;
-  Lane* lanes_ ABSL_GUARDED_BY(mu_) = nullptr;  // linked through Lane::next
+  Lane* lanes_ ABSL_GUARDED_BY(mu_) = nullptr;   // linked through Lane::next
   Lane* cursor_ ABSL_GUARDED_BY(mu_) = nullptr;  // the lane served next
   size_t waiting_ ABSL_GUARDED_BY(mu_) = 0;      // Regions in lanes, not yet handed over
   size_t in_flight_ ABSL_GUARDED_BY(mu_) = 0;    // Regions handed over, not yet done
@@ -120,7 +128,9 @@ class DeregistrationQueue {
   uint64_t pushed_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t done_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t done_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // their Registration::length
-  bool running_ ABSL_GUARDED_BY(mu_) = false;    // a worker thread exists
+  bool running_ ABSL_GUARDED_BY(mu_) = false;     // a worker thread exists
+  bool sleeping_ ABSL_GUARDED_BY(mu_) = false;    // it waits for work_signal_ (a Push wakes it)
+  size_t done_waiters_ ABSL_GUARDED_BY(mu_) = 0;  // threads waiting for done_signal_
   // Raised to stop the worker; a worker exits when it differs from the
   // value it started with.
   uint64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
