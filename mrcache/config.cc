@@ -407,7 +407,7 @@ const std::vector<KeyRow>& Rows() {
         "with `async_dereg`, the fewest registered bytes a batch of deregistrations is handed to "
         "the background thread for; a smaller batch is deregistered by the get or put that made "
         "it (it costs about what handing it over costs); 0 = every batch",
-        "1M"},
+        "64M"},
        "a size, 0 = every batch",
        [](Config& c, absl::string_view v) { return SetSize(&c.async_dereg_bytes, v); },
        [](const Config& c) { return Num(c.async_dereg_bytes); },

@@ -100,7 +100,7 @@ struct Config {
   // The fewest registered bytes a batch of deregistrations is handed to the
   // background thread for; smaller ones cost about what handing them over
   // costs, and their caller deregisters them. 0 = every batch.
-  size_t async_dereg_bytes = size_t{1} << 20;
+  size_t async_dereg_bytes = size_t{64} << 20;
 
   // Sets one key from its string form. EINVAL (with a message) for an unknown
   // key or a malformed/out-of-range value; the config is unchanged then.

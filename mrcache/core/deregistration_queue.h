@@ -13,12 +13,15 @@
 // order they were pushed; owners take turns.
 //
 // Worth it for big registrations only: a batch of fewer registered bytes
-// than the config key async_dereg_bytes (1 MiB by default) is deregistered
-// by its caller (the owner decides, CacheImpl::DeregisterDead). Deregistering a small registration
-// costs a system call and a few pages unpinned, a few microseconds; handing it over costs about as
-// much (the queue's lock, a wake-up of this thread), and the thread's own system call then competes
-// with the caller's next registration for the registrar's lock (io_uring's ring lock, a PD's) on a
-// machine whose CPUs are busy. mrbench measured both (bench/RESULTS.md).
+// than the config key async_dereg_bytes (64 MiB by default) is deregistered
+// by its caller (the owner decides, CacheImpl::DeregisterDead). The thread's
+// deregistration competes with the application's next registration for the
+// registrar's lock (io_uring's ring lock; a PD's) and, on a busy machine, for
+// a CPU: that costs the application about what it saves while a
+// deregistration takes microseconds (mrbench's buffers of 4 KiB to 8 MiB ran
+// slower with batches of 1 MiB and more handed over), and far less than it
+// saves when one takes milliseconds (a 1 GiB region: 5 to 150 ms here).
+// Numbers in bench/RESULTS.md.
 //
 // Bounded: at most kMaxRegions Regions wait, over all owners. Push refuses a
 // batch beyond that and its caller deregisters the batch inline (it does not

@@ -350,15 +350,16 @@ TEST_F(AsyncDeregTest, ANewCacheInAForkChildDeregistersInTheBackground) {
   if (pid == 0) {
     alarm(20);
     auto state = std::make_shared<GateState>();
-    auto c = Cache::Create(config_,
-                           std::make_unique<GatedRegistrar>(MakeSimRegistrar(config_), state));
+    auto c =
+        Cache::Create(config_, std::make_unique<GatedRegistrar>(MakeSimRegistrar(config_), state));
     if (!c.ok()) _exit(2);
     for (size_t page = 4; page < 10; page += 2) {
       auto r = (*c)->Acquire(buf_ + page * kPage, kPage, kRW);
       if (!r.ok() || !(*c)->Put(*r).ok()) _exit(3);
     }
     if (!testing::WaitForQueuedDeregistrations(**c)) _exit(4);
-    if (state->deregistrations.load() != 2 || state->deregistrations_on_caller.load() != 0) _exit(5);
+    if (state->deregistrations.load() != 2 || state->deregistrations_on_caller.load() != 0)
+      _exit(5);
     c->reset();
     _exit(state->registrations.load() == state->deregistrations.load() ? 0 : 6);
   }
@@ -455,8 +456,8 @@ BudgetOutcome FillTheBudgetWithQueuedDeregistrations() {
 }
 
 TEST(AsyncDeregBudgetTest, UnderAPinBudgetAGetWaitsForQueuedDeregistrationsInsteadOfFailing) {
-  auto child = mrcache_test::RunWithLowMemlock<BudgetOutcome>(size_t{8} << 20,
-                                                              FillTheBudgetWithQueuedDeregistrations);
+  auto child = mrcache_test::RunWithLowMemlock<BudgetOutcome>(
+      size_t{8} << 20, FillTheBudgetWithQueuedDeregistrations);
   ASSERT_TRUE(child.child_ok);
   ASSERT_EQ(child.setup_errno, 0) << std::strerror(child.setup_errno);
   const BudgetOutcome& out = child.outcome;

@@ -15,8 +15,8 @@ namespace testing {
 // left the cache before the call is then deregistered (the depth counts a
 // region until its deregistration, unwatch and retire callback are done).
 // False if that takes longer than `limit`.
-inline bool WaitForQueuedDeregistrations(const Cache& cache,
-                                         std::chrono::milliseconds limit = std::chrono::seconds(30)) {
+inline bool WaitForQueuedDeregistrations(
+    const Cache& cache, std::chrono::milliseconds limit = std::chrono::seconds(30)) {
   const auto deadline = std::chrono::steady_clock::now() + limit;
   while (cache.stats().dereg_queue_depth != 0) {
     if (std::chrono::steady_clock::now() > deadline) return false;
