@@ -420,6 +420,7 @@ TEST_P(CacheCoreTest, RetireCallbackFiresOncePerRetiredRegion) {
       [&retired](void* addr, size_t length, uint64_t) { retired.emplace_back(addr, length); });
   Put(Get(0, kPage));
   ASSERT_TRUE(cache().Invalidate(buf_, kPage).ok());
+  Settled();  // the callback runs on the deregistration thread (async_dereg)
   ASSERT_EQ(retired.size(), 1u);
   EXPECT_EQ(retired[0].first, buf_);
   EXPECT_EQ(retired[0].second, kPage);
