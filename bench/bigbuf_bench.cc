@@ -20,8 +20,9 @@
 // Eviction: a cache (max_regions 1 plus the --set keys) holds an unused
 // region of --evict-size (resident memory, registered once per sample); the
 // timed operation is a get of an unrelated 4 KiB buffer, which must evict it.
-// p50 and p99 over the samples. --set async_dereg=on (once that key exists)
-// measures the deferred variant with the same command.
+// p50 and p99 over the samples. Unless --set names async_dereg, two caches
+// run side by side, async_dereg=off and on, their samples alternating, and
+// the ratio of their p50s and p99s (on/off) is printed.
 //
 // verbs opens the first RDMA device (softverbs with
 // LD_LIBRARY_PATH=bazel-bin/tests/softverbs).
@@ -236,32 +237,57 @@ void RunEvict(const Options& opt) {
       "(load %s)\n",
       mrcache::FormatSize(opt.evict_size).c_str(), opt.registrar.c_str(), opt.evict_samples,
       LoadAverage().c_str());
-  mrcache::Config config = BaseConfig(opt);
-  auto registrar = mrbench::MakeBenchRegistrar(config);
-  if (!registrar.ok()) Die("registrar: " + registrar.status().ToString());
-  auto made = mrcache::Cache::Create(config, std::move(*registrar));
-  if (!made.ok()) Die("cache: " + made.status().ToString());
-  mrcache::Cache& cache = **made;
+  bool async_set = false;
+  for (const auto& kv : opt.sets) async_set = async_set || kv.first == "async_dereg";
+  struct Variant {
+    std::string name;
+    std::unique_ptr<mrcache::Cache> cache;
+    std::vector<double> miss_ms;
+  };
+  std::vector<Variant> variants;
+  for (const char* async : {"off", "on"}) {
+    mrcache::Config config = BaseConfig(opt);
+    if (!async_set) Check(config.Set("async_dereg", async), "async_dereg");
+    auto registrar = mrbench::MakeBenchRegistrar(config);
+    if (!registrar.ok()) Die("registrar: " + registrar.status().ToString());
+    auto made = mrcache::Cache::Create(config, std::move(*registrar));
+    if (!made.ok()) Die("cache: " + made.status().ToString());
+    variants.push_back(
+        Variant{async_set ? std::string("as set") : std::string("async_dereg=") + async,
+                std::move(*made),
+                {}});
+    if (async_set) break;
+  }
   Buffer big(opt.evict_size);
   Buffer small(4096);
   std::memset(small.addr(), 1, 4096);
   if (madvise(big.addr(), big.length(), MADV_POPULATE_WRITE) != 0)
     Die(std::string("MADV_POPULATE_WRITE: ") + std::strerror(errno));
-  std::vector<double> miss_ms;
   for (int i = 0; i < opt.evict_samples; ++i) {
-    {
-      auto ref = cache.Get(big.addr(), big.length(), mrcache::kAccessLocalWrite);
-      if (!ref.ok()) Die("get of the big buffer: " + ref.status().ToString());
-    }  // put: the big region stays, unused
-    const Clock::time_point t0 = Clock::now();
-    auto ref = cache.Get(small.addr(), 4096, mrcache::kAccessLocalWrite);
-    miss_ms.push_back(Seconds(Clock::now() - t0) * 1e3);
-    if (!ref.ok()) Die("get of the small buffer: " + ref.status().ToString());
+    for (Variant& v : variants) {
+      mrcache::Cache& cache = *v.cache;
+      {
+        auto ref = cache.Get(big.addr(), big.length(), mrcache::kAccessLocalWrite);
+        if (!ref.ok()) Die("get of the big buffer: " + ref.status().ToString());
+      }  // put: the big region stays, unused
+      const Clock::time_point t0 = Clock::now();
+      auto ref = cache.Get(small.addr(), 4096, mrcache::kAccessLocalWrite);
+      v.miss_ms.push_back(Seconds(Clock::now() - t0) * 1e3);
+      if (!ref.ok()) Die("get of the small buffer: " + ref.status().ToString());
+    }
   }
-  const mrcache::CacheStats st = cache.stats();
-  std::printf("p50 %.3f ms, p99 %.3f ms, max %.3f ms (evictions %" PRIu64 ")\n",
-              Quantile(miss_ms, 0.5), Quantile(miss_ms, 0.99), Quantile(miss_ms, 1.0),
-              st.evictions);
+  for (Variant& v : variants) {
+    const mrcache::CacheStats st = v.cache->stats();
+    std::printf("%-16s p50 %.3f ms, p99 %.3f ms, max %.3f ms (evictions %" PRIu64
+                ", waited for the queue %.3f ms)\n",
+                v.name.c_str(), Quantile(v.miss_ms, 0.5), Quantile(v.miss_ms, 0.99),
+                Quantile(v.miss_ms, 1.0), st.evictions, st.dereg_wait_ns / 1e6);
+  }
+  if (variants.size() == 2) {
+    std::printf("on/off: p50 %.4f, p99 %.4f\n",
+                Quantile(variants[1].miss_ms, 0.5) / Quantile(variants[0].miss_ms, 0.5),
+                Quantile(variants[1].miss_ms, 0.99) / Quantile(variants[0].miss_ms, 0.99));
+  }
 }
 
 Options Parse(int argc, char** argv) {

@@ -10,11 +10,18 @@ uint64_t NowNs() {
   return static_cast<uint64_t>(ts.tv_sec) * 1000000000u + static_cast<uint64_t>(ts.tv_nsec);
 }
 
+void CountingRegistrar::CountTime(uint64_t start) {
+  std::atomic<uint64_t>& counter = std::this_thread::get_id() == workload_thread_
+                                       ? counters_->registrar_ns
+                                       : counters_->background_registrar_ns;
+  counter.fetch_add(NowNs() - start, std::memory_order_relaxed);
+}
+
 absl::StatusOr<mrcache::Registration> CountingRegistrar::Register(void* addr, size_t length,
                                                                   int access) {
   const uint64_t start = NowNs();
   absl::StatusOr<mrcache::Registration> reg = inner().Register(addr, length, access);
-  counters_->registrar_ns.fetch_add(NowNs() - start, std::memory_order_relaxed);
+  CountTime(start);
   if (!reg.ok()) return reg;
   counters_->registrations.fetch_add(1, std::memory_order_relaxed);
   counters_->registered_bytes.fetch_add(reg->length, std::memory_order_relaxed);
@@ -29,7 +36,7 @@ absl::StatusOr<mrcache::Registration> CountingRegistrar::Register(void* addr, si
 absl::Status CountingRegistrar::Deregister(const mrcache::Registration& reg) {
   const uint64_t start = NowNs();
   absl::Status status = inner().Deregister(reg);
-  counters_->registrar_ns.fetch_add(NowNs() - start, std::memory_order_relaxed);
+  CountTime(start);
   // The contract: resources are released even when Deregister reports an error.
   counters_->deregistrations.fetch_add(1, std::memory_order_relaxed);
   counters_->pinned_bytes.fetch_sub(reg.length, std::memory_order_relaxed);

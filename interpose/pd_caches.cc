@@ -38,6 +38,8 @@ void AddStats(mrcache::CacheStats* a, const mrcache::CacheStats& b) {
   a->watch_einval += b.watch_einval;
   a->watch_map_limit += b.watch_map_limit;
   a->watch_other += b.watch_other;
+  a->dereg_queue_depth += b.dereg_queue_depth;
+  a->dereg_wait_ns += b.dereg_wait_ns;
 }
 
 void PdCaches::Adopt(ibv_pd* pd, ibv_context* context) {

@@ -87,6 +87,10 @@ struct CacheStats {
   // WatchFailureCounts); watch_failures is the sum of the causes after it.
   uint64_t watch_failures = 0, watch_enomem = 0, watch_ebusy = 0, watch_eperm = 0, watch_einval = 0,
            watch_map_limit = 0, watch_other = 0;
+  // async_dereg: this cache's regions waiting in (or being deregistered by)
+  // the background deregistration queue now, and the nanoseconds its threads
+  // spent waiting for that queue (ENOMEM, flush, destroy).
+  uint64_t dereg_queue_depth = 0, dereg_wait_ns = 0;
 };
 
 // The registered range and keys of a region the caller holds (of a rails

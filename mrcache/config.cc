@@ -390,6 +390,37 @@ const std::vector<KeyRow>& Rows() {
        [](Config& c, absl::string_view v) { return SetSize(&c.max_region_bytes, v); },
        [](const Config& c) { return Num(c.max_region_bytes); },
        kByteCount},
+      {{"async_dereg",
+        "registrations that leave the cache (evicted, invalidated and unreferenced, flushed, "
+        "merged away) are deregistered by a background thread, off the caller's get or put: `on`, "
+        "`off` (by the thread that took them out), or `auto` (on when regions pin memory: `uring`, "
+        "`verbs` without ODP, `sim` with sim_mlock)",
+        "`auto`"},
+       "on, off or auto",
+       [](Config& c, absl::string_view v) {
+         if (v == "auto") {
+           c.async_dereg = AsyncDereg::kAuto;
+           return true;
+         }
+         bool on = false;
+         if (!SetBool(&on, v)) return false;
+         c.async_dereg = on ? AsyncDereg::kOn : AsyncDereg::kOff;
+         return true;
+       },
+       [](const Config& c) {
+         return std::string(c.async_dereg == AsyncDereg::kAuto ? "auto"
+                            : c.async_dereg == AsyncDereg::kOn ? "on"
+                                                               : "off");
+       }},
+      {{"async_dereg_bytes",
+        "with `async_dereg`, the fewest registered bytes a batch of deregistrations is handed to "
+        "the background thread for; a smaller batch is deregistered by the get or put that made "
+        "it (it costs about what handing it over costs); 0 = every batch",
+        "64M"},
+       "a size, 0 = every batch",
+       [](Config& c, absl::string_view v) { return SetSize(&c.async_dereg_bytes, v); },
+       [](const Config& c) { return Num(c.async_dereg_bytes); },
+       kByteCount},
   };
   return *rows;
 }

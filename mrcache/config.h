@@ -19,6 +19,10 @@
 namespace mrcache {
 
 enum class OdpMode { kOff, kExplicit, kImplicit, kAuto };
+// async_dereg: registrations that leave the cache are deregistered by a
+// background thread (on), by the thread that took them out (off), or the
+// former when the cache's regions pin memory (auto, the default).
+enum class AsyncDereg { kAuto, kOn, kOff };
 // The spelling of m as the `odp` key takes it: "off", "explicit",
 // "implicit" or "auto".
 const char* OdpName(OdpMode m);
@@ -96,6 +100,11 @@ struct Config {
   // below the registrar's own limit (Registrar::max_region_bytes, e.g. the
   // device's max_mr_size). 0 = the registrar's limit only.
   size_t max_region_bytes = 0;
+  AsyncDereg async_dereg = AsyncDereg::kAuto;
+  // The fewest registered bytes a batch of deregistrations is handed to the
+  // background thread for; smaller ones cost about what handing them over
+  // costs, and their caller deregisters them. 0 = every batch.
+  size_t async_dereg_bytes = size_t{64} << 20;
 
   // Sets one key from its string form. EINVAL (with a message) for an unknown
   // key or a malformed/out-of-range value; the config is unchanged then.

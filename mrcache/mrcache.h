@@ -275,6 +275,12 @@ typedef struct {
   uint64_t watch_einval;    /* memory userfaultfd cannot track (most file mappings, SysV shm) */
   uint64_t watch_map_limit; /* not watched, to keep the map count below 3/4 of vm.max_map_count */
   uint64_t watch_other;     /* any other cause (ECHILD: a cache inherited by a fork child) */
+  /* async_dereg (README): registrations that left the cache and wait for the
+   * background deregistration thread now (or are being deregistered by it),
+   * still counted in pinned_bytes; and the nanoseconds this cache's callers
+   * spent waiting for that thread (pin budget refusals, mrc_flush, destroy). */
+  uint64_t dereg_queue_depth;
+  uint64_t dereg_wait_ns;
 } mrc_stats_t;
 /* Copies the cache's counters into the first `size` bytes of *stats: the
  * fields that lie wholly inside `size` bytes are set, bytes past the end of

@@ -236,6 +236,12 @@ absl::StatusOr<std::unique_ptr<CacheImpl>> CacheImpl::Create(
     budget.Join(cache.get());
     cache->budget_ = &budget;
   }
+  // Deregistrations leave the critical path where they are costly: regions
+  // that pin (auto), or wherever the config says on.
+  if (config.async_dereg == AsyncDereg::kOn ||
+      (config.async_dereg == AsyncDereg::kAuto && cache->budget_ != nullptr)) {
+    cache->dereg_lane_ = DeregistrationQueue::Process().Join(cache.get());
+  }
   {
     MutexLock lock(&cache->mu_);
     // Under a binding budget evictions for bytes come (another cache's
@@ -249,6 +255,13 @@ CacheImpl::~CacheImpl() {
   if (budget_ != nullptr) budget_->Leave(this);  // no other cache reclaims from us from now on
   if (listening_) RemoveMemoryEventListener(this);
   const bool child = InForkChild();
+  if (dereg_lane_ != nullptr) {
+    if (child) {
+      FreeRegions(DeregistrationQueue::Process().TakeAll(dereg_lane_));  // the parent's
+    } else {
+      WaitForDeregistrations();
+    }
+  }
   DeadList dead;
   int64_t held = 0;
   {
@@ -286,8 +299,9 @@ CacheImpl::~CacheImpl() {
     FreeRegions(dead.head);
     (void)registrar_.release();  // owned by the parent's address space image
   } else {
-    Deregister(&dead);
+    DeregisterNow(&dead);
   }
+  if (dereg_lane_ != nullptr) DeregistrationQueue::Process().Leave(dereg_lane_);
   FreeRegions(quarantine_.exchange(nullptr));  // no thread uses the cache any more
   Region* spare[2];
   {
@@ -481,7 +495,7 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
       fresh = TakeSpareRegionLocked();
     }
     fresh = ReuseRegion(fresh);
-    Deregister(&dead);
+    DeregisterBeforeRegistering(&dead, plan.end - plan.start);
     if (shortfall > 0) budget_->ReclaimOthers(this, shortfall);
 
     Attempt attempt = RegisterOutsideLock(miss, plan);
@@ -913,7 +927,9 @@ absl::Status CacheImpl::Flush() {
         },
         &dead);
   }
-  Deregister(&dead);
+  // Its contract: everything deregistered on return.
+  DeregisterNow(&dead);
+  WaitForDeregistrations();
   return absl::OkStatus();
 }
 
@@ -966,6 +982,9 @@ CacheStats CacheImpl::stats() {
     s.watch_map_limit = w.map_limit;
     s.watch_other = w.other;
   }
+  if (dereg_lane_ != nullptr)
+    s.dereg_queue_depth = DeregistrationQueue::Process().Depth(dereg_lane_);
+  s.dereg_wait_ns = dereg_wait_ns_.load(std::memory_order_relaxed);
   return s;
 }
 
@@ -1167,14 +1186,16 @@ size_t CacheImpl::EvictBytesLocked(size_t bytes, DeadList* dead) {
 }
 
 size_t CacheImpl::MakeRoom(size_t bytes) {
+  // The pages are needed now: first those already on their way back.
+  size_t released = WaitForAllDeregistrations();
+  if (released >= bytes) return released;
   DeadList dead;
-  size_t released;
   {
     MutexLock lock(&mu_);
     MaintainLocked(&dead);
-    released = EvictBytesLocked(bytes, &dead);
+    released += EvictBytesLocked(bytes - released, &dead);
   }
-  Deregister(&dead);
+  DeregisterNow(&dead);
   if (released < bytes && budget_ != nullptr) {
     released += budget_->ReclaimOthers(this, bytes - released);
   }
@@ -1190,7 +1211,7 @@ size_t CacheImpl::ReclaimUnused(size_t bytes) {
     MutexLock lock(&mu_);
     released = EvictBytesLocked(bytes, &dead);
   }
-  Deregister(&dead);
+  DeregisterNow(&dead);  // another cache needs the pages now
   return released;
 }
 
@@ -1496,6 +1517,59 @@ void CacheImpl::TimedDeregister(const Registration& reg) {
   }
 }
 
+void CacheImpl::DeregisterDead(DeadList* dead) {
+  if (dereg_lane_ != nullptr && dead->bytes >= config_.async_dereg_bytes &&
+      DeregistrationQueue::Process().Push(dereg_lane_, dead->head, dead->count)) {
+    dead->head = nullptr;
+    dead->count = 0;
+    dead->bytes = 0;
+    return;
+  }
+  // async_dereg off, the queue full, or too few bytes to be worth handing
+  // over: this thread's own victims.
+  DeregisterDeadNow(dead);
+}
+
+void CacheImpl::DeregisterBeforeRegistering(DeadList* dead, size_t need) {
+  const size_t budget = ProcessBudget();
+  if (budget == 0 || budget_->pinned() + need <= budget) {
+    Deregister(dead);
+    return;
+  }
+  DeregisterNow(dead);
+  if (dereg_lane_ != nullptr && budget_->pinned() + need > budget) WaitForAllDeregistrations();
+}
+
+void CacheImpl::WaitForDeregistrations() {
+  if (dereg_lane_ == nullptr) return;
+  const auto t0 = std::chrono::steady_clock::now();
+  if (DeregistrationQueue::Process().Drain(dereg_lane_)) CountDeregWaitSince(t0);
+}
+
+size_t CacheImpl::WaitForAllDeregistrations() {
+  if (dereg_lane_ == nullptr) return 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  size_t bytes = 0;
+  if (DeregistrationQueue::Process().DrainAll(&bytes)) CountDeregWaitSince(t0);
+  return bytes;
+}
+
+void CacheImpl::CountDeregWaitSince(std::chrono::steady_clock::time_point t0) {
+  const auto waited = std::chrono::steady_clock::now() - t0;
+  dereg_wait_ns_.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(waited).count(),
+                           std::memory_order_relaxed);
+}
+
+void CacheImpl::DeregisterQueued(Region* list) {
+  if (InForkChild()) {
+    FreeRegions(list);
+    return;
+  }
+  DeadList dead;
+  dead.head = list;
+  DeregisterDeadNow(&dead);
+}
+
 void CacheImpl::DeregisterDeadNow(DeadList* dead) {
   if (__builtin_expect(has_retire_cb_.load(std::memory_order_acquire), 0)) {
     DeregisterDeadReporting(dead);
@@ -1531,6 +1605,8 @@ void CacheImpl::DeregisterEach(DeadList* dead, const Cache::RetireCallback* cb) 
     r = next;
   } while (__builtin_expect(r != nullptr, 0));
   dead->head = nullptr;
+  dead->count = 0;
+  dead->bytes = 0;
 }
 
 void CacheImpl::Quarantine(Region* r) {

@@ -107,6 +107,7 @@
 #include <sys/types.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -121,6 +122,7 @@
 #include "mrcache/core/address_heat.h"
 #include "mrcache/core/bypass.h"
 #include "mrcache/core/covering_hints.h"
+#include "mrcache/core/deregistration_queue.h"
 #include "mrcache/core/eviction.h"
 #include "mrcache/core/interval_tree.h"
 #include "mrcache/core/invalidation_ring.h"
@@ -159,7 +161,9 @@ namespace mrcache {
 // budget and evicts only what the request needs, never the whole cache. A
 // miss over a quarter of the budget that does not fit beside the pinned
 // bytes is registered for itself and released at put (AcquireOversized).
-class CacheImpl : public MemoryEventListener, public PinBudget::Member {
+class CacheImpl : public MemoryEventListener,
+                  public PinBudget::Member,
+                  public DeregistrationQueue::Owner {
  public:
   // `eviction` null: the default policy (MakeDefaultEvictionPolicy).
   static absl::StatusOr<std::unique_ptr<CacheImpl>> Create(
@@ -208,6 +212,10 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   // PinBudget::Member: evicts unused regions (LRU first) until `bytes` are
   // released; takes mu_ (the caller holds no lock of this cache).
   size_t ReclaimUnused(size_t bytes) override;
+  // DeregistrationQueue::Owner: on the queue's thread, deregisters the
+  // killed Regions of `list` as DeregisterDeadNow does (frees them only in a
+  // fork child, whose registrar is the parent's).
+  void DeregisterQueued(Region* list) override;
 
  private:
   CacheImpl(const Config& config, std::unique_ptr<Registrar> registrar,
@@ -465,12 +473,35 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   // thread is attached.
   void BumpGenerationAndFence() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  // Outside mu_: deregisters, reports, and quarantines the regions of
-  // `dead` (DeregisterDeadNow, not called when the list is empty, as it often is).
+  // Outside mu_: hands the regions of `dead` to the deregistration queue
+  // (async_dereg on, and at least async_dereg_bytes of them) or,
+  // if it is off, full or they are few, deregisters, reports and
+  // quarantines them now (DeregisterDead, not called when the list is
+  // empty, as it often is). `dead` is empty on return.
   void Deregister(DeadList* dead) {
+    if (dead->head != nullptr) DeregisterDead(dead);
+  }
+  void DeregisterDead(DeadList* dead);
+  // Outside mu_: deregisters `dead` on the calling thread (where its pages
+  // must come back now).
+  void DeregisterNow(DeadList* dead) {
     if (dead->head != nullptr) DeregisterDeadNow(dead);
   }
   void DeregisterDeadNow(DeadList* dead);
+  // Outside mu_, before a miss registers `need` bytes: Deregister, unless
+  // the pin budget lacks room for them beside what is still pinned; then
+  // the victims are deregistered now and, if room is still missing, the
+  // queue is waited for (its registrations stay pinned until deregistered).
+  void DeregisterBeforeRegistering(DeadList* dead, size_t need);
+  // Outside every cache's mu_: waits until the queue has deregistered every
+  // region this cache gave it so far (nothing to wait for with async_dereg
+  // off), counting the time in dereg_wait_ns_.
+  void WaitForDeregistrations();
+  // The same for every cache's regions; the bytes deregistered meanwhile.
+  size_t WaitForAllDeregistrations();
+  // Adds the time since t0 to dereg_wait_ns_ (a wait that had something to
+  // wait for).
+  void CountDeregWaitSince(std::chrono::steady_clock::time_point t0);
   // DeregisterDeadNow when a retire callback is set: DeregisterEach with a copy of
   // it taken under mu_.
   __attribute__((noinline)) void DeregisterDeadReporting(DeadList* dead);
@@ -530,6 +561,9 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   // The process's pin budget, joined at creation; null when regions pin
   // nothing (on-demand paging, or a registrar whose pins_memory() is false).
   PinBudget* budget_ = nullptr;
+  // This cache's lane of the process's deregistration queue; null with
+  // async_dereg off (every deregistration inline).
+  DeregistrationQueue::Lane* dereg_lane_ = nullptr;
   // odp=implicit: whole-address-space MRs, one per set of remote rights,
   // registered on first use.
   ImplicitOdpRegions implicit_;
@@ -629,6 +663,9 @@ class CacheImpl : public MemoryEventListener, public PinBudget::Member {
   std::atomic<uint64_t> slow_hits_{0}, misses_{0}, registrations_{0}, deregistrations_{0},
       evictions_{0}, invalidations_{0}, merges_{0}, pinned_bytes_{0}, peak_pinned_bytes_{0},
       registrar_ticks_{0}, registrar_failures_{0}, bypassed_{0}, remote_private_{0};
+  // Nanoseconds threads of this cache spent waiting for the deregistration
+  // queue (WaitForDeregistrations, WaitForAllDeregistrations).
+  std::atomic<uint64_t> dereg_wait_ns_{0};
   // Distributions (ReadHistograms sums both sets): what happens outside
   // mu_ (deregistrations, bypass registrations, refused, spoiled or raced
   // attempts) in relaxed atomics; what an installing miss records while it

@@ -26,9 +26,13 @@ namespace mrcache {
 // next_dead).
 struct DeadList {
   Region* head = nullptr;
+  size_t count = 0;  // Regions on the list
+  size_t bytes = 0;  // their registered bytes
   void Push(Region* r) {
     r->next_dead = head;
     head = r;
+    ++count;
+    bytes += r->reg.length;
   }
 };
 

@@ -1,7 +1,8 @@
 // c_api_fuzzer.cc: a libFuzzer target over the C API (mrcache.h).
 //
 // The input's first two bytes choose the cache's limits (max_regions,
-// max_bytes, max_merge_bytes, alignment); every following 4 bytes are one
+// max_bytes, max_merge_bytes, alignment) and async_dereg (auto, which is on
+// for this registrar, or off); every following 4 bytes are one
 // operation: get (random ranges and access flags, valid or not), put,
 // invalidate, flush, unmap / remap of test memory (invalidated first, as a
 // monitor would), or arming a registrar failure (ENOMEM, EAGAIN, EFAULT,
@@ -9,7 +10,8 @@
 // kernel: it knows which test pages are mapped, fails when armed, and keeps a
 // ledger of live registrations with their registration order.
 //
-// After every operation, the invariants of the differential test hold, or the
+// After every operation (and its background deregistrations, waited for
+// through stats.dereg_queue_depth), the invariants of the differential test hold, or the
 // target aborts:
 //  - a get's errno is EINVAL for bad arguments, EFAULT when a page is not
 //    mapped, the armed errno when a failure was armed, success otherwise;
@@ -32,11 +34,14 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <mutex>
 #include <set>
+#include <thread>
 #include <vector>
 
 #include "mrcache/mrcache.h"
@@ -70,7 +75,10 @@ struct World {
   bool mapped[kPages];
   uint64_t invalidated_at[kPages];  // seq at the page's last invalidation
   uint64_t seq = 0;                 // registrations so far
-  std::map<uint64_t, Live> live;    // by handle
+  // Guards live and deregistered_twice: the deregistration thread
+  // (async_dereg) calls FuzzDereg beside the operations' FuzzReg.
+  std::mutex mu;
+  std::map<uint64_t, Live> live;  // by handle
   // By handle: the bytes requested through a registration (and through the
   // registrations it replaced), as Region::used_start/used_end.
   std::map<uint64_t, std::pair<uintptr_t, uintptr_t>> used;
@@ -98,14 +106,30 @@ int FuzzReg(void* ctx, void* addr, size_t length, int access, uint64_t* handle, 
   if (!RangeMapped(w, s, length)) return EFAULT;
   *handle = ++w.seq;
   *lkey = *rkey = static_cast<uint32_t>(*handle);
+  std::lock_guard<std::mutex> lock(w.mu);
   w.live[*handle] = Live{s, length, access, *handle};
   return 0;
 }
 
 int FuzzDereg(void* ctx, uint64_t handle) {
   World& w = *static_cast<World*>(ctx);
+  std::lock_guard<std::mutex> lock(w.mu);
   if (w.live.erase(handle) != 1) ++w.deregistered_twice;
   return 0;
+}
+
+// Waits until the cache's background deregistrations are done
+// (stats.dereg_queue_depth 0), so that the ledger shows what the cache
+// released; they run on another thread with async_dereg on.
+void Settle(const mrc_cache_t* cache) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  for (;;) {
+    mrc_stats_t st;
+    CHECK(mrc_stats(cache, &st) == 0, "stats");
+    if (st.dereg_queue_depth == 0) return;
+    CHECK(std::chrono::steady_clock::now() < deadline, "queued deregistrations finish");
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
 }
 
 struct Held {
@@ -155,6 +179,8 @@ void RunOne(const uint8_t* data, size_t size) {
   std::snprintf(text, sizeof text, "%zu", alignment);
   CHECK(mrc_config_set(cfg, "alignment", text) == 0, "alignment");
   CHECK(mrc_config_set(cfg, "monitor", "none") == 0, "monitor");
+  CHECK(mrc_config_set(cfg, "async_dereg", (data[1] & 0x40) ? "off" : "auto") == 0, "async_dereg");
+  CHECK(mrc_config_set(cfg, "async_dereg_bytes", "0") == 0, "async_dereg_bytes");
   mrc_registrar_ops_t ops{FuzzReg, FuzzDereg};
   mrc_cache_t* cache;
   CHECK(mrc_cache_create_custom(cfg, &ops, &w, &cache) == 0, "cache");
@@ -176,6 +202,7 @@ void RunOne(const uint8_t* data, size_t size) {
   };
   auto invalidate = [&](uintptr_t s, size_t len) {
     CHECK(mrc_invalidate(cache, reinterpret_cast<void*>(s), len) == 0, "invalidate");
+    Settle(cache);
     // Only whole pages change mapping; a region is dropped if the range
     // overlaps its used bytes or a whole page of it.
     uintptr_t ws = (s + kPage - 1) & ~(kPage - 1), we = (s + len) & ~(kPage - 1);
@@ -294,6 +321,7 @@ void RunOne(const uint8_t* data, size_t size) {
       }
     }
     // After every operation.
+    Settle(cache);
     mrc_stats_t st;
     mrc_stats(cache, &st);
     CHECK(st.regions == w.live.size(), "stats.regions == live registrations");

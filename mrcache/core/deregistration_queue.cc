@@ -1,0 +1,293 @@
+#include "mrcache/core/deregistration_queue.h"
+
+#include <linux/futex.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <climits>
+#include <mutex>
+
+namespace mrcache {
+
+struct DeregistrationQueue::Lane {
+  explicit Lane(Owner* o) : owner(o) {}
+  Owner* const owner;
+  Lane* next = nullptr;
+  // Waiting Regions, oldest first, linked through next_dead.
+  Region* head = nullptr;
+  Region* tail = nullptr;
+  size_t waiting = 0;        // Regions in head..tail
+  size_t in_flight = 0;      // Regions the worker is deregistering now
+  size_t waiting_bytes = 0;  // their Registration::length, of head..tail
+  uint64_t pushed = 0;       // Regions ever pushed
+  uint64_t done = 0;         // of those, deregistered or taken back
+};
+
+namespace {
+
+thread_local bool t_on_worker = false;
+std::once_flag g_atfork_once;
+
+void FutexWait(std::atomic<uint32_t>* word, uint32_t seen) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT_PRIVATE, seen, nullptr, nullptr,
+          0);
+}
+
+void FutexWakeAll(std::atomic<uint32_t>* word) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE_PRIVATE, INT_MAX, nullptr,
+          nullptr, 0);
+}
+
+}  // namespace
+
+DeregistrationQueue& DeregistrationQueue::Process() {
+  static DeregistrationQueue* const queue = new DeregistrationQueue;
+  return *queue;
+}
+
+bool DeregistrationQueue::OnWorkerThread() { return t_on_worker; }
+
+DeregistrationQueue::Lane* DeregistrationQueue::Join(Owner* owner) {
+  std::call_once(g_atfork_once, [] { pthread_atfork(&ForkPrepare, &ForkParent, &ForkChild); });
+  Lane* lane = new Lane(owner);
+  MutexLock<Mutex> lock(&mu_);
+  lane->next = lanes_;
+  lanes_ = lane;
+  return lane;
+}
+
+void DeregistrationQueue::Leave(Lane* lane) {
+  bool join = false;
+  pthread_t worker{};
+  {
+    MutexLock<Mutex> lock(&mu_);
+    for (Lane** p = &lanes_; *p != nullptr; p = &(*p)->next) {
+      if (*p == lane) {
+        *p = lane->next;
+        break;
+      }
+    }
+    if (cursor_ == lane) cursor_ = lane->next;
+    if (lanes_ == nullptr && running_) {
+      running_ = false;
+      ++epoch_;
+      worker = worker_;
+      join = true;
+      work_signal_.fetch_add(1, std::memory_order_release);
+    }
+  }
+  if (join) {
+    FutexWakeAll(&work_signal_);
+    // A retire callback that destroys the last cache runs on the worker.
+    if (OnWorkerThread()) {
+      pthread_detach(worker);
+    } else {
+      pthread_join(worker, nullptr);
+    }
+  }
+  delete lane;
+}
+
+bool DeregistrationQueue::Push(Lane* lane, Region* list, size_t count) {
+  if (list == nullptr) return true;
+  Region* tail = list;
+  size_t bytes = tail->reg.length;
+  while (tail->next_dead != nullptr) {
+    tail = tail->next_dead;
+    bytes += tail->reg.length;
+  }
+  {
+    MutexLock<Mutex> lock(&mu_);
+    if (waiting_ + in_flight_ + count > kMaxRegions) return false;
+    if (!running_ && !StartWorkerLocked()) return false;
+    if (lane->tail != nullptr) {
+      lane->tail->next_dead = list;
+    } else {
+      lane->head = list;
+    }
+    lane->tail = tail;
+    lane->waiting += count;
+    lane->waiting_bytes += bytes;
+    lane->pushed += count;
+    waiting_ += count;
+    pushed_ += count;
+    // A busy worker finds the batch when it looks next: no system call.
+    if (!sleeping_) return true;
+    sleeping_ = false;
+    work_signal_.fetch_add(1, std::memory_order_release);
+  }
+  FutexWakeAll(&work_signal_);
+  return true;
+}
+
+bool DeregistrationQueue::Drain(Lane* lane) {
+  if (OnWorkerThread()) return false;
+  MutexLock<Mutex> lock(&mu_);
+  const uint64_t target = lane->pushed;
+  bool waited = false;
+  for (;;) {
+    const uint32_t seen = done_signal_.load(std::memory_order_acquire);
+    if (lane->done >= target || !running_) return waited;
+    WaitDoneLocked(seen);
+    waited = true;
+  }
+}
+
+bool DeregistrationQueue::DrainAll(size_t* bytes) {
+  if (OnWorkerThread()) return false;
+  MutexLock<Mutex> lock(&mu_);
+  const uint64_t target = pushed_;
+  const uint64_t bytes_before = done_bytes_;
+  bool waited = false;
+  for (;;) {
+    const uint32_t seen = done_signal_.load(std::memory_order_acquire);
+    if (done_ >= target || !running_) break;
+    WaitDoneLocked(seen);
+    waited = true;
+  }
+  *bytes += done_bytes_ - bytes_before;
+  return waited;
+}
+
+Region* DeregistrationQueue::TakeAll(Lane* lane) {
+  MutexLock<Mutex> lock(&mu_);
+  Region* list = lane->head;
+  waiting_ -= lane->waiting;
+  done_ += lane->waiting;
+  lane->done += lane->waiting;
+  lane->waiting = 0;
+  lane->waiting_bytes = 0;
+  lane->head = lane->tail = nullptr;
+  return list;
+}
+
+size_t DeregistrationQueue::Depth(const Lane* lane) {
+  MutexLock<Mutex> lock(&mu_);
+  return lane->waiting + lane->in_flight;
+}
+
+void DeregistrationQueue::WaitDoneLocked(uint32_t seen) {
+  ++done_waiters_;
+  mu_.unlock();
+  FutexWait(&done_signal_, seen);
+  mu_.lock();
+  --done_waiters_;
+}
+
+bool DeregistrationQueue::StartWorkerLocked() {
+  // The worker takes no signal: the application's handlers run on its own
+  // threads.
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  const int err = pthread_create(&worker_, nullptr, &WorkerMain, this);
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  if (err != 0) return false;
+  pthread_setname_np(worker_, "mrc-dereg");
+  running_ = true;
+  return true;
+}
+
+void* DeregistrationQueue::WorkerMain(void* queue) {
+  // A batch thread: woken by a Push, it does not preempt the thread that
+  // pushed (which is in the middle of a get or put), it runs when that
+  // thread's time slice ends or a CPU is free.
+  sched_param param{};
+  pthread_setschedparam(pthread_self(), SCHED_BATCH, &param);
+  static_cast<DeregistrationQueue*>(queue)->Work();
+  return nullptr;
+}
+
+DeregistrationQueue::Lane* DeregistrationQueue::NextLaneLocked() {
+  if (waiting_ == 0) return nullptr;
+  Lane* start = cursor_ != nullptr ? cursor_ : lanes_;
+  Lane* lane = start;
+  do {
+    if (lane->waiting > 0) {
+      cursor_ = lane->next;
+      return lane;
+    }
+    lane = lane->next != nullptr ? lane->next : lanes_;
+  } while (lane != start);
+  return nullptr;
+}
+
+// The worker drops and retakes mu_ in one loop: beyond the analysis.
+void DeregistrationQueue::Work() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  t_on_worker = true;
+  mu_.lock();
+  const uint64_t mine = epoch_;
+  while (epoch_ == mine) {
+    Lane* lane = NextLaneLocked();
+    if (lane == nullptr) {
+      const uint32_t seen = work_signal_.load(std::memory_order_acquire);
+      sleeping_ = true;
+      mu_.unlock();
+      FutexWait(&work_signal_, seen);
+      mu_.lock();
+      sleeping_ = false;
+      continue;
+    }
+    Region* list = lane->head;
+    const size_t count = lane->waiting;
+    const size_t bytes = lane->waiting_bytes;
+    lane->head = lane->tail = nullptr;
+    lane->waiting = 0;
+    lane->waiting_bytes = 0;
+    lane->in_flight = count;
+    waiting_ -= count;
+    in_flight_ += count;
+    mu_.unlock();
+    lane->owner->DeregisterQueued(list);
+    mu_.lock();
+    lane->in_flight = 0;
+    lane->done += count;
+    in_flight_ -= count;
+    done_ += count;
+    done_bytes_ += bytes;
+    done_signal_.fetch_add(1, std::memory_order_release);
+    if (done_waiters_ > 0) {
+      mu_.unlock();
+      FutexWakeAll(&done_signal_);
+      mu_.lock();
+    }
+  }
+  mu_.unlock();
+}
+
+// The fork handlers lock in one call and unlock in the next: beyond the
+// analysis.
+void DeregistrationQueue::ForkPrepare() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  DeregistrationQueue& q = Process();
+  q.mu_.lock();
+  if (OnWorkerThread()) return;  // a retire callback forks: its own batch stays in flight
+  for (;;) {
+    const uint32_t seen = q.done_signal_.load(std::memory_order_acquire);
+    if (q.waiting_ + q.in_flight_ == 0 || !q.running_) return;
+    q.WaitDoneLocked(seen);
+  }
+}
+
+void DeregistrationQueue::ForkParent() ABSL_NO_THREAD_SAFETY_ANALYSIS { Process().mu_.unlock(); }
+
+void DeregistrationQueue::ForkChild() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  DeregistrationQueue& q = Process();
+  // Only the forking thread exists here: no worker, and nothing of the
+  // parent's is left to deregister (ForkPrepare waited for it), but for a
+  // batch in flight when the worker itself forked: the parent's, forgotten.
+  q.running_ = false;
+  q.sleeping_ = false;
+  q.done_waiters_ = 0;
+  for (Lane* lane = q.lanes_; lane != nullptr; lane = lane->next) {
+    lane->done += lane->in_flight;
+    lane->in_flight = 0;
+  }
+  q.done_ += q.in_flight_;
+  q.in_flight_ = 0;
+  q.mu_.unlock();
+}
+
+}  // namespace mrcache
