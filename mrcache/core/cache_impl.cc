@@ -1400,8 +1400,10 @@ void CacheImpl::EvictLocked(Pred over, DeadList* dead, EvictionPolicy::Goal goal
     Region* r =
         clock_ != nullptr ? clock_->NextVictimBy(&pass, &use) : eviction_->NextVictim(&pass);
     if (r == nullptr) break;
-    // A policy names only cached regions that are unused (eviction.h).
-    MRCACHE_DCHECK(r->state == RegionState::kCached && use.UnusedSincePlaced(r));
+    // A policy names only cached regions that are unused (eviction.h). With
+    // other threads attached, one of them may have hit r without the lock
+    // since the policy looked: SettleLocked's count sees that reference.
+    MRCACHE_DCHECK(r->state == RegionState::kCached && (!alone || use.UnusedSincePlaced(r)));
     if (alone) {
       DetachLocked(r);
       KillLocked(r, dead);
