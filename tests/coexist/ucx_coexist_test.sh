@@ -30,20 +30,13 @@ if [ -n "${TSAN_OPTIONS:-}" ]; then
   exit 0
 fi
 view="$1"
-rounds="${COEXIST_ROUNDS:-200}"
-tmp="${TEST_TMPDIR:-$(mktemp -d)}"
-ways=(munmap mremap_move mremap_shrink madvise_dontneed shmdt brk_shrink glibc_free)
-: >"$tmp/failures"
-: >"$tmp/modes_run"
-fail() { echo "FAIL: $*" | tee -a "$tmp/failures" >&2; }
+source tests/coexist/coexist_common.sh
 
 # run ORDER WAY ROUNDS: the probe, with UCX preloaded when UCX_AT_STARTUP is set.
 case "$view" in
   linked)
-    mkdir -p "$tmp/lib"
-    ln -sf "$PWD/libmrcache.so" "$tmp/lib/libmrcache.so.0"
     run() {
-      LD_PRELOAD="${UCX_AT_STARTUP:+libucs.so.0}" LD_LIBRARY_PATH="$tmp/lib" timeout 120 \
+      LD_PRELOAD="${UCX_AT_STARTUP:+libucs.so.0}" LD_LIBRARY_PATH="$libmrcache_dir" timeout 120 \
         tests/coexist/ucx_coexist_linked "$@"
     }
     idle=ucx_alone ;;
@@ -56,30 +49,13 @@ case "$view" in
   *) echo "usage: $0 linked|shim" >&2; exit 2 ;;
 esac
 
-# field LINE NAME: the value of NAME= in the probe's line.
-field() { sed -n "s/.* $2=\([^ ]*\).*/\1/p" <<<"$1"; }
-
-probe_line() {  # probe_line ORDER WAY [ENV...]: the probe's result line, or empty
-  local order="$1" way="$2"
-  shift 2
-  local out
-  out=$(env "$@" bash -c "$(declare -f run); $(declare -p tmp); run $order $way $rounds" 2>"$tmp/err")
-  local rc=$?
-  if [ $rc -ne 0 ]; then
-    fail "$order $way ($*): exit $rc: $(tail -3 "$tmp/err")"
-    return
-  fi
-  echo "$out"
-}
-
 for load in dlopen startup; do
   at_startup=""
   [ "$load" = startup ] && at_startup=1
   for mode in bistro reloc; do
     env=(UCX_MEM_MMAP_HOOK_MODE=$mode UCX_AT_STARTUP=$at_startup)
     # Does UCX work in this mode at all, mrcache idle?
-    check=$(env "${env[@]}" timeout 20 bash -c \
-      "$(declare -f run); $(declare -p tmp); run $idle munmap 10" 2>&1)
+    check=$(mode_check "$idle" 20 "${env[@]}")
     rc=$?
     if [ $rc -ne 0 ] || [ "$(field "$check" ucx_stale)" != 0 ]; then
       [ $rc = 124 ] && check="hangs (killed after 20 s)"
@@ -109,10 +85,4 @@ for load in dlopen startup; do
     done
   done
 done
-failures=$(wc -l <"$tmp/failures")
-[ "$failures" = 0 ] || { echo "$failures failure(s)" >&2; exit 1; }
-if [ ! -s "$tmp/modes_run" ]; then
-  echo "SKIPPED: UCX 1.13 works in no hook mode here, even with mrcache idle (SKIP lines above)"
-  exit 0
-fi
-echo PASS
+finish "UCX 1.13"
