@@ -7,6 +7,10 @@ rounds="${COEXIST_ROUNDS:-200}"
 tmp="${TEST_TMPDIR:-$(mktemp -d)}"
 # The matrix's release ways every coexistence test runs.
 ways=(munmap mremap_move mremap_shrink madvise_dontneed shmdt brk_shrink glibc_free)
+if [ -n "${ASAN_OPTIONS:-}${TSAN_OPTIONS:-}" ]; then
+  ways=(munmap mremap_move mremap_shrink madvise_dontneed shmdt brk_shrink)
+  echo "SKIP glibc_free: malloc is the sanitizer's here, not glibc's"
+fi
 : >"$tmp/failures"
 : >"$tmp/modes_run"
 fail() { echo "FAIL: $*" | tee -a "$tmp/failures" >&2; }
@@ -16,6 +20,16 @@ libmrcache_dir="$tmp/lib"
 mkdir -p "$libmrcache_dir"
 ln -sf "$PWD/libmrcache.so" "$libmrcache_dir/libmrcache.so.0"
 
+# sanitizer_first PROBE: under a sanitizer build, the sanitizer runtime
+# PROBE links, followed by ':' (it must come first among the preloaded
+# libraries when the test preloads another one); empty otherwise.
+sanitizer_first() {
+  ldd "$1" | awk '/lib(asan|tsan)\.so/ {printf "%s:", $3}'
+}
+
+# What run() reads in the shells probe_line and mode_check start.
+export tmp libmrcache_dir
+
 # field LINE NAME: the value of NAME= in the probe's line.
 field() { sed -n "s/.* $2=\([^ ]*\).*/\1/p" <<<"$1"; }
 
@@ -23,7 +37,7 @@ probe_line() {  # probe_line ORDER WAY [ENV...]: the probe's result line, or emp
   local order="$1" way="$2"
   shift 2
   local out
-  out=$(env "$@" bash -c "$(declare -f run); $(declare -p tmp libmrcache_dir); run $order $way $rounds" 2>"$tmp/err")
+  out=$(env "$@" bash -c "$(declare -f run); run $order $way $rounds" 2>"$tmp/err")
   local rc=$?
   if [ $rc -ne 0 ]; then
     fail "$order $way ($*): exit $rc: $(tail -3 "$tmp/err")"
@@ -39,8 +53,14 @@ probe_line() {  # probe_line ORDER WAY [ENV...]: the probe's result line, or emp
 mode_check() {
   local order="$1" seconds="$2"
   shift 2
-  env "$@" timeout "$seconds" bash -c \
-    "$(declare -f run); $(declare -p tmp libmrcache_dir); run $order munmap 10" 2>&1
+  env "$@" timeout -k 5 "$seconds" bash -c \
+    "$(declare -f run); run $order munmap 10" 2>&1
+}
+
+# why_failed OUTPUT: the line of a failed run's OUTPUT that says why: a
+# sanitizer's report (its ERROR or SUMMARY), else the last line.
+why_failed() {
+  grep -m1 -E "(ERROR|SUMMARY): [A-Za-z]+Sanitizer" <<<"$1" || tail -1 <<<"$1"
 }
 
 # finish WHAT: exits 1 if anything failed; "SKIPPED" (0) if no mode of WHAT
