@@ -125,8 +125,10 @@ absl::Status SlotFor(const char* name, void* entry, uint8_t* jump_end, void* han
   // threads are jumping through right now: keep it executable while the new
   // slot is written (a kernel that refuses writable+executable pages gets the
   // old, briefly non-executable, write).
-  if (mprotect(tp->base, page, PROT_READ | PROT_WRITE | PROT_EXEC) != 0 &&
-      mprotect(tp->base, page, PROT_READ | PROT_WRITE) != 0) {
+  // (syscall(), not mprotect(): the patched mprotect takes the patch mutex
+  // when it protects a page holding a patched entry.)
+  if (syscall(SYS_mprotect, tp->base, page, PROT_READ | PROT_WRITE | PROT_EXEC) != 0 &&
+      syscall(SYS_mprotect, tp->base, page, PROT_READ | PROT_WRITE) != 0) {
     int err = errno;
     return ErrnoStatus(err, what + "mprotect(RW) of its trampoline page failed: " + strerror(err));
   }
@@ -135,7 +137,7 @@ absl::Status SlotFor(const char* name, void* entry, uint8_t* jump_end, void* han
   uint64_t target = reinterpret_cast<uint64_t>(handler);
   memcpy(slot + 6, &target, 8);
   slot[14] = slot[15] = 0xcc;
-  if (mprotect(tp->base, page, PROT_READ | PROT_EXEC) != 0) {
+  if (syscall(SYS_mprotect, tp->base, page, PROT_READ | PROT_EXEC) != 0) {
     int err = errno;
     return ErrnoStatus(err, what + "mprotect(RX) of its trampoline page failed: " + strerror(err));
   }
@@ -245,29 +247,27 @@ absl::Status UnexpectedCode(const char* name, const uint8_t* current, const uint
                                   Hex(expected, n) + ")");
 }
 
-}  // namespace
-
-absl::Status ApplyPatch(const char* name, void* entry, const uint8_t (&expected)[8], void* handler,
-                        PatchSite* site) {
-#if !defined(__x86_64__)
-  return ErrnoStatus(ENOTSUP, std::string("patch monitor: ") + name + ": x86-64 only");
-#endif
-  MutexLock lock(&g_patch_mu);
-  absl::Status patchable = CheckPatchable(name, entry);
-  if (!patchable.ok()) return patchable;
-  uint8_t current[16];
+// The first 16 bytes of code at `entry` (8-byte aligned).
+void ReadCode16(const void* entry, uint8_t (&out)[16]) {
   for (int i = 0; i < 16; i += 8) {
-    uint64_t word = ReadCodeWord(static_cast<uint8_t*>(entry) + i);
-    memcpy(current + i, &word, 8);
+    uint64_t word = ReadCodeWord(static_cast<const uint8_t*>(entry) + i);
+    memcpy(out + i, &word, 8);
   }
-  void* next = nullptr;
-  if (memcmp(current, expected, 8) != 0) {
-    next = ForeignHook(static_cast<uint8_t*>(entry), current);
-    if (next != nullptr && IsOurSlot(next)) next = nullptr;
-  }
-  if (memcmp(current, expected, 8) != 0 && next == nullptr) {
-    return UnexpectedCode(name, current, expected, 8);
-  }
+}
+
+// The hook of another tracker's jump at `entry`, whose first 16 bytes are
+// `code`; nullptr if the entry holds no jump we decode, or our own.
+void* AnotherTrackersHook(void* entry, const uint8_t (&code)[16])
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(g_patch_mu) {
+  void* hook = ForeignHook(static_cast<uint8_t*>(entry), code);
+  return hook != nullptr && !IsOurSlot(hook) ? hook : nullptr;
+}
+
+// Writes our jump to `handler` over `entry`, whose first bytes are `current`;
+// the handler calls `next` (another tracker's hook, or nullptr for glibc's
+// code) after reporting.
+absl::Status PatchLocked(const char* name, void* entry, const uint8_t (&current)[16], void* next,
+                         void* handler, PatchSite* site) ABSL_EXCLUSIVE_LOCKS_REQUIRED(g_patch_mu) {
   uint8_t* slot = nullptr;
   absl::Status got = SlotFor(name, entry, static_cast<uint8_t*>(entry) + 5, handler, &slot);
   if (!got.ok()) return got;
@@ -280,10 +280,11 @@ absl::Status ApplyPatch(const char* name, void* entry, const uint8_t (&expected)
   uint64_t value;
   memcpy(&value, patched, 8);
   // The handler may run as soon as the jump is stored: its next first.
+  void* previous_next = __atomic_load_n(&site->next, __ATOMIC_ACQUIRE);
   __atomic_store_n(&site->next, next, __ATOMIC_RELEASE);
   absl::Status s = StoreCode(name, entry, value);
   if (!s.ok()) {
-    __atomic_store_n(&site->next, nullptr, __ATOMIC_RELEASE);
+    __atomic_store_n(&site->next, previous_next, __ATOMIC_RELEASE);
     return s;
   }
   site->name = name;
@@ -292,6 +293,40 @@ absl::Status ApplyPatch(const char* name, void* entry, const uint8_t (&expected)
   site->hop = 0;
   site->applied = true;
   return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ApplyPatch(const char* name, void* entry, const uint8_t (&expected)[8], void* handler,
+                        PatchSite* site) {
+#if !defined(__x86_64__)
+  return ErrnoStatus(ENOTSUP, std::string("patch monitor: ") + name + ": x86-64 only");
+#endif
+  MutexLock lock(&g_patch_mu);
+  absl::Status patchable = CheckPatchable(name, entry);
+  if (!patchable.ok()) return patchable;
+  uint8_t current[16];
+  ReadCode16(entry, current);
+  void* next = nullptr;
+  if (memcmp(current, expected, 8) != 0) {
+    next = AnotherTrackersHook(entry, current);
+    if (next == nullptr) return UnexpectedCode(name, current, expected, 8);
+  }
+  return PatchLocked(name, entry, current, next, handler, site);
+}
+
+absl::Status Rechain(const char* name, void* entry, void* handler, PatchSite* site,
+                     bool (*wanted)() noexcept) {
+#if !defined(__x86_64__)
+  return absl::OkStatus();
+#endif
+  MutexLock lock(&g_patch_mu);
+  if (!wanted() || !CheckPatchable(name, entry).ok()) return absl::OkStatus();
+  uint8_t current[16];
+  ReadCode16(entry, current);
+  void* next = AnotherTrackersHook(entry, current);
+  if (next == nullptr) return absl::OkStatus();
+  return PatchLocked(name, entry, current, next, handler, site);
 }
 
 absl::Status ApplyHopPatch(const char* name, void* entry, const uint8_t* expected, int hop_at,
@@ -348,13 +383,9 @@ absl::Status ApplyHopPatch(const char* name, void* entry, const uint8_t* expecte
 bool HoldsAnotherTrackersJump(void* entry) {
   if (entry == nullptr || reinterpret_cast<uintptr_t>(entry) % 8 != 0) return false;
   uint8_t code[16];
-  for (int i = 0; i < 16; i += 8) {
-    uint64_t word = ReadCodeWord(static_cast<uint8_t*>(entry) + i);
-    memcpy(code + i, &word, 8);
-  }
-  void* hook = ForeignHook(static_cast<uint8_t*>(entry), code);
+  ReadCode16(entry, code);
   MutexLock lock(&g_patch_mu);
-  return hook != nullptr && !IsOurSlot(hook);
+  return AnotherTrackersHook(entry, code) != nullptr;
 }
 
 absl::Status RemovePatch(PatchSite* site) {

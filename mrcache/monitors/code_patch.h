@@ -43,6 +43,15 @@ struct PatchSite {
 // the failing mmap/mprotect, ENOSPC when the slots or pages are used up).
 absl::Status ApplyPatch(const char* name, void* entry, const uint8_t (&expected)[8], void* handler,
                         PatchSite* site);
+// Puts our jump to `handler` back on `entry` after another tracker's patch
+// replaced it (or puts it there first, for an entry patched only over another
+// tracker's jump): as ApplyPatch over that tracker's jump, so site->next
+// becomes its hook and the handler keeps reporting before calling it. Does
+// nothing (OK) unless the entry holds another tracker's jump and `wanted()`,
+// asked under the patch mutex, is true (a Disable under way is not undone).
+// Errors as ApplyPatch.
+absl::Status Rechain(const char* name, void* entry, void* handler, PatchSite* site,
+                     bool (*wanted)() noexcept);
 // Patches `entry` whose first instruction is too short for a 5-byte jump:
 // `jmp rel32` to the trampoline at entry + hop (padding that nothing
 // executes) first, then a 2-byte `jmp rel8` at the entry to it. `expected`

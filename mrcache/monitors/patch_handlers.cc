@@ -11,6 +11,7 @@
 
 #include "mrcache/monitors/loader_releases.h"
 #include "mrcache/monitors/memory_events.h"
+#include "mrcache/monitors/patch_monitor.h"
 #include "mrcache/monitors/raw_syscall.h"
 #include "mrcache/monitors/release_ranges.h"
 
@@ -166,6 +167,19 @@ int HandleDlclose(void* handle) noexcept {
   DlcloseFn close = next != nullptr ? next : &mrcache_patch_dlclose_original;
   if (!Reporting()) return close(handle);
   return CloseReportingReleases(handle, close);
+}
+
+int HandleMprotect(void* addr, size_t length, int prot) noexcept {
+  auto next = Next<int (*)(void*, size_t, int)>(kMprotect);
+  int result = next != nullptr
+                   ? next(addr, length, prot)
+                   : static_cast<int>(Sys(SYS_mprotect, L(addr), static_cast<long>(length), prot));
+  if (result == 0 && (prot & PROT_EXEC) != 0 && (prot & PROT_WRITE) == 0 && Reporting()) {
+    int saved = errno;
+    RechainPatchedOver(addr, length);
+    errno = saved;
+  }
+  return result;
 }
 
 namespace {

@@ -1,8 +1,8 @@
 // patch_handlers.h: the code libc's patched entry points jump to.
 //
 // One handler per patched entry (munmap, madvise, shmdt, brk, mmap, mremap,
-// shmat, ftruncate, truncate, fallocate, sbrk, dlclose), with the entry's own
-// signature: it reports the release (release_ranges.h) while Reporting() is
+// shmat, ftruncate, truncate, fallocate, sbrk, dlclose, mprotect), with the
+// entry's own signature: it reports the release (release_ranges.h) while Reporting() is
 // on, then calls the hook another tracker had put on the entry
 // (PatchSite::next of its site in g_sites) or makes the system call itself
 // with an inline `syscall` instruction (raw_syscall.h), as glibc 2.36 would.
@@ -41,11 +41,14 @@ enum TargetIndex : int {
   kFallocate,
   kSbrk,
   kDlclose,
+  kMprotect,
   kNumTargets
 };
-// The sites of the patched entries, by TargetIndex. Written only under the
-// installation lock of monitor.cc; a handler reads its site's `next` with an
-// acquire load (ApplyPatch stores it before the jump).
+// The sites of the patched entries, by TargetIndex. Written under the
+// installation lock of monitor.cc, and by RechainPatchedOver (under the patch
+// mutex, only while reporting is on, so never during an installation); a
+// handler reads its site's `next` with an acquire load (ApplyPatch and
+// Rechain store it before the jump).
 extern PatchSite g_sites[kNumTargets];
 
 // Whether the handlers report what they see (on between Enable and
@@ -78,6 +81,11 @@ void* HandleSbrk(intptr_t increment) noexcept;
 // instruction the patch displaced and resumes glibc's code after it) or
 // another tracker's hook found on the entry.
 int HandleDlclose(void* handle) noexcept;
+// Nothing to report: a page made executable and read-only again may hold an
+// entry another tracker has just patched over ours (every patcher writes its
+// jump between two mprotect calls), so after the call the monitor puts its
+// jump back on top of that tracker's (RechainPatchedOver, patch_monitor.h).
+int HandleMprotect(void* addr, size_t length, int prot) noexcept;
 
 }  // namespace patch_monitor
 }  // namespace mrcache

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <string>
 
 #include "mrcache/errno_status.h"
 #include "mrcache/internal/log.h"
@@ -61,6 +62,9 @@ const Target kTargets[] = {
     {"dlclose",
      {0x48, 0x8b, 0x15, 0xc1, 0xe1, 0x14, 0x00, 0x48},
      reinterpret_cast<void*>(&HandleDlclose)},
+    {"mprotect",
+     {0xb8, 0x0a, 0x00, 0x00, 0x00, 0x0f, 0x05, 0x48},
+     reinterpret_cast<void*>(&HandleMprotect)},
 };
 static_assert(sizeof(kTargets) / sizeof(kTargets[0]) == kNumTargets, "one site per target");
 
@@ -80,6 +84,10 @@ constexpr uint8_t kSyscallCode[kSyscallHop + 5] = {
     0xd8, 0x64, 0x89, 0x01, 0x48, 0x83, 0xc8, 0xff, 0xc3, 0x66, 0x2e, 0x0f, 0x1f, 0x84};
 static_assert(kSyscallHop % 8 + 5 <= 8, "the padding jump must fit in one aligned word");
 PatchSite g_syscall_site;  // guarded by the installation in monitor.cc
+// libc's entry of each target (also of those left unpatched), by
+// TargetIndex: stored by Enable before reporting is turned on, read by the
+// patched mprotect (RechainPatchedOver) while reporting is on.
+void* g_entries[kNumTargets];
 
 // Points mrcache_patch_dlclose_original at glibc's dlclose `entry` when the
 // entry holds the code it replays (`expected`); otherwise ApplyPatch either
@@ -131,6 +139,7 @@ absl::Status Enable() {
   for (; applied < kNumTargets; ++applied) {
     const Target& t = kTargets[applied];
     void* entry = dlsym(libc, t.name);
+    __atomic_store_n(&g_entries[applied], entry, __ATOMIC_RELEASE);
     if (t.only_over_another_tracker && !HoldsAnotherTrackersJump(entry)) continue;
     if (applied == kDlclose) PrepareDlcloseOriginal(entry, t.expected);
     status = ApplyPatch(t.name, entry, t.expected, t.handler, &g_sites[applied]);
@@ -163,6 +172,24 @@ void Disable() {
 }
 
 bool Enabled() { return Reporting(); }
+
+void RechainPatchedOver(const void* start, size_t length) noexcept {
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(start);
+  for (int i = 0; i < kNumTargets; ++i) {
+    void* entry = __atomic_load_n(&g_entries[i], __ATOMIC_ACQUIRE);
+    const uintptr_t at = reinterpret_cast<uintptr_t>(entry);
+    if (entry == nullptr || at < begin || at - begin >= length) continue;
+    if (!Reporting() || !HoldsAnotherTrackersJump(entry)) continue;
+    const Target& t = kTargets[i];
+    absl::Status s = Rechain(t.name, entry, t.handler, &g_sites[i], &Reporting);
+    if (s.ok()) {
+      Log(LogLevel::kInfo, std::string("patch monitor: ") + t.name +
+                               " was patched over by another tracker; chained to its hook");
+    } else {
+      Log(LogLevel::kError, s.message());
+    }
+  }
+}
 
 }  // namespace patch_monitor
 }  // namespace mrcache

@@ -13,6 +13,13 @@
 // keeps a consistent notion of the break. The handlers make their system
 // calls with an inline `syscall` instruction (raw_syscall.h).
 //
+// mprotect is patched too, to stay on top of a tracker that patches after
+// us: every code patcher (UCX's bistro, libfabric's memhooks, Open MPI's
+// patcher) writes its jump between mprotect(RWX) and mprotect(R+X) of the
+// entry's page, so once the page is R+X again the mprotect handler finds the
+// entries that now hold another tracker's jump and puts ours back on top,
+// chaining to it (RechainPatchedOver).
+//
 // dlclose is patched too: the loader unmaps with ld.so's own system calls,
 // which none of the entries above sees, so its handler reports the segments
 // of what the call unloads (loader_releases.h) around glibc's dlclose. That
@@ -39,9 +46,12 @@
 //    tracker still sees every call: docs/ARCHITECTURE.md, "Other trackers in
 //    the process"); otherwise ENOTSUP naming the function and saying whether
 //    it already starts with a jump (a second patch of ours, or a jump we do
-//    not decode). A tracker that patches an entry after us replaces our jump;
-//    UCX's bistro hooks then make the system call through syscall(), which
-//    stays patched, so the release is still reported.
+//    not decode). A tracker that patches an entry after us replaces our jump
+//    for the moment between its two mprotect calls; the second one puts ours
+//    back on top of its jump (a call in that moment reaches only its hook,
+//    and UCX's hooks then still make their system calls through syscall(),
+//    except brk and sbrk). A patcher that writes code without mprotect (its
+//    pages already writable, or through /proc/self/mem) keeps ours replaced.
 //  - The entry must be 8-byte aligned; the patch is written as ONE atomic
 //    8-byte store (the 5-byte jump plus the 3 original bytes that follow),
 //    with the page made RWX (never non-executable) meanwhile and R+X after.
@@ -65,7 +75,7 @@
 //    trampolines instead of mapping new pages near libc.
 //  - The handlers make the plain system call: a patched fallocate is no
 //    longer a pthread cancellation point (glibc's is).
-//  - Trampoline budget: one 16-byte slot per entry (11 today) on pages
+//  - Trampoline budget: one 16-byte slot per entry (14) on pages
 //    mapped near libc; kMaxSlots (256) and 16 pages leave ample room, and a
 //    re-installation reuses the slots of the first.
 //  - x86-64 only: ENOTSUP elsewhere, and under ThreadSanitizer (glibc's
@@ -73,6 +83,8 @@
 //    and the handler is instrumented code).
 #ifndef MRCACHE_PATCH_MONITOR_H_
 #define MRCACHE_PATCH_MONITOR_H_
+
+#include <cstddef>
 
 #include "absl/status/status.h"
 #include "mrcache/monitors/code_patch.h"
@@ -87,6 +99,14 @@ absl::Status Enable();
 void Disable();
 // True between a successful Enable and Disable.
 bool Enabled();
+// Called by the patched mprotect after [start, start + length) was made
+// executable and not writable: every patched entry in that range that now
+// holds another tracker's jump (it patched over ours, as UCX's bistro hooks
+// do when UCX is loaded after mrcache) gets our jump back on top, chaining to
+// that tracker's hook; sbrk gets one when it holds a tracker's jump. Both
+// trackers then see every call, as when the other tracker patched first.
+// Nothing while the monitor is off; failures are logged.
+void RechainPatchedOver(const void* start, size_t length) noexcept;
 
 }  // namespace patch_monitor
 }  // namespace mrcache

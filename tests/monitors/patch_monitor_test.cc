@@ -15,9 +15,12 @@
 #include "gtest/gtest.h"
 #include "mrcache/errno_status.h"
 #include "mrcache/monitors/monitor.h"
+#include "mrcache/monitors/raw_syscall.h"
 #include "tests/monitors/monitor_expectations.h"
 #include "tests/monitors/recording_listener.h"
 #include "tests/monitors/release_ways.h"
+
+extern "C" void* __curbrk;
 
 namespace mrcache {
 namespace testing {
@@ -194,6 +197,72 @@ TEST(PatchMonitorTest, SbrkSeesTheBreakTheBrkHandlerSet) {
   EXPECT_EQ(sbrk(0), start + 8192);
   ASSERT_EQ(brk(start), 0);  // through the patched entry
   EXPECT_EQ(sbrk(0), start);
+}
+
+// A tracker that patches libc's brk after the monitor did, as UCX's bistro
+// hooks do when UCX is loaded after mrcache: `movabs r11, hook; jmp r11`
+// written between mprotect(RWX) and mprotect(R+X), a hook that counts its
+// calls and sets the break with an inline system call, keeping glibc's
+// __curbrk as glibc's brk does (as UCX's does; sbrk relies on it).
+int g_late_tracker_calls = 0;
+int LateTrackerBrk(void* addr) {
+  ++g_late_tracker_calls;
+  long result = RawSyscall(SYS_brk, reinterpret_cast<long>(addr));
+  __curbrk = reinterpret_cast<void*>(result);
+  return result >= reinterpret_cast<long>(addr) ? 0 : -1;
+}
+
+class LateTrackerOnBrk {
+ public:
+  // `glibc_code`: the entry's first 16 bytes before anyone patched it, put
+  // back at destruction.
+  explicit LateTrackerOnBrk(const uint8_t (&glibc_code)[16])
+      : entry_(const_cast<uint8_t*>(LibcEntry("brk"))) {
+    memcpy(saved_, glibc_code, sizeof(saved_));
+    uint8_t jump[16] = {0x49, 0xbb, 0, 0, 0, 0, 0, 0, 0, 0, 0x41, 0xff, 0xe3, 0xcc, 0xcc, 0xcc};
+    void* hook = reinterpret_cast<void*>(&LateTrackerBrk);
+    memcpy(jump + 2, &hook, 8);
+    memcpy(jump_, jump, sizeof(jump_));
+    Write(jump_);
+  }
+  // Puts glibc's code back (the monitor has let go of the entry by then).
+  ~LateTrackerOnBrk() { Write(saved_); }
+  bool EntryHoldsItsJump() const { return memcmp(entry_, jump_, sizeof(jump_)) == 0; }
+  bool EntryHoldsAJumpToUs() const { return entry_[0] == 0xe9; }
+
+ private:
+  void Write(const uint8_t (&code)[16]) {
+    void* page = reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(entry_) & ~uintptr_t{4095});
+    ASSERT_EQ(mprotect(page, 8192, PROT_READ | PROT_WRITE | PROT_EXEC), 0);
+    memcpy(entry_, code, sizeof(code));
+    ASSERT_EQ(mprotect(page, 8192, PROT_READ | PROT_EXEC), 0);
+  }
+  uint8_t* entry_;
+  uint8_t saved_[16];
+  uint8_t jump_[16];
+};
+
+TEST(PatchMonitorTest, PutsItsJumpBackOverATrackerThatPatchesAfterIt) {
+  char* start = static_cast<char*>(sbrk(0));
+  uint8_t glibc_brk[16];
+  memcpy(glibc_brk, LibcEntry("brk"), sizeof(glibc_brk));
+  {
+    auto lease = AcquireMonitor("patch");
+    if (MonitorUnavailable(lease.status())) GTEST_SKIP() << lease.status();
+    ASSERT_TRUE(lease.ok()) << lease.status();
+    LateTrackerOnBrk tracker(glibc_brk);
+    EXPECT_TRUE(tracker.EntryHoldsAJumpToUs()) << "mprotect(R+X) put the monitor's jump back";
+    RecordingListener listener;
+    ASSERT_EQ(sbrk(8192), start);
+    listener.Clear();
+    g_late_tracker_calls = 0;
+    ASSERT_EQ(brk(start), 0);
+    EXPECT_EQ(g_late_tracker_calls, 1) << "the tracker still sees the call";
+    EXPECT_TRUE(listener.Saw(start, 8192)) << "and so does the monitor";
+    lease->reset();
+    EXPECT_TRUE(tracker.EntryHoldsItsJump()) << "the last release restores the tracker's jump";
+  }
+  EXPECT_EQ(memcmp(LibcEntry("brk"), glibc_brk, sizeof(glibc_brk)), 0);
 }
 
 TEST(PatchMonitorTest, HandlersSetErrnoLikeGlibc) {
