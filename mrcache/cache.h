@@ -169,6 +169,8 @@ class Cache {
   // Counters of rail `rail`; a one-rail cache reports its own as rail 0's.
   // ENOENT for a rail at or above rail_count().
   absl::StatusOr<RailStats> rail_stats(int rail) const;
+  // Called as mrc_set_retire_callback's function is (mrcache.h): after the
+  // region's deregistration, possibly on the background deregistration thread.
   void SetRetireCallback(RetireCallback callback);
 
   const Config& config() const;

@@ -314,8 +314,12 @@ typedef void (*mrc_log_cb_t)(void *arg, int level /* mrc_log_level_t */, const c
 void mrc_set_log_callback(mrc_log_cb_t fn, void *arg);
 
 /* Called once per retired region (invalidated, evicted, merged away, flushed or
- * destroyed) when its registration is released, never from inside a memory
- * hook and never with a cache lock held. NULL removes the callback. */
+ * destroyed) after its registration is released, never from inside a memory
+ * hook and never with a cache lock held. With async_dereg (mrcache(7)) it may
+ * run on the process's background deregistration thread, after the get, put
+ * or flush that retired the region has returned; mrc_flush and
+ * mrc_cache_destroy return only after it ran for every region they retired.
+ * NULL removes the callback. */
 typedef void (*mrc_retire_cb_t)(void *arg, void *addr, size_t length, uint64_t handle);
 /* Returns 0; EINVAL for a NULL cache. Thread-safe; takes effect for regions
  * retired after it returns. */
