@@ -6,12 +6,13 @@ coexist_probe_tests(name, probe, test) defines
   <name>_verbs        the probe on plain verbs, run with the shim preloaded
   <name>_linked_test  `test linked`
   <name>_shim_test    `test shim`
-both tests on softverbs, in CI's sanitizer phases.
+both tests on softverbs, in CI's sanitizer phases unless
+sanitize_linked = False keeps `<name>_linked_test` to the plain phase.
 """
 
 load("//tests/softverbs:softverbs.bzl", "softverbs_sh_test")
 
-def coexist_probe_tests(name, probe, test):
+def coexist_probe_tests(name, probe, test, sanitize_linked = True):
     common_deps = [
         "//tests/monitors:registration_view",
         "//tests/monitors:release_ways",
@@ -34,7 +35,7 @@ def coexist_probe_tests(name, probe, test):
     softverbs_sh_test(
         name = name + "_linked_test",
         size = "medium",
-        tags = ["sanitize"],
+        tags = ["sanitize"] if sanitize_linked else [],
         srcs = [test],
         args = ["linked"],
         data = ["coexist_common.sh", ":" + name + "_linked", "//:libmrcache.so"],

@@ -238,6 +238,11 @@ void RunOne(const uint8_t* data, size_t size) {
         const std::map<uint64_t, Live> live_before = w.live;  // a miss may replace some
         mrc_region_t* r = nullptr;
         int err = mrc_get(cache, reinterpret_cast<void*>(start), length, access, &r);
+        // The get's evictions may be deregistered on the background thread,
+        // which erases from the ledger: wait for them, and take the ledger's
+        // lock once so that their erasures happen before the reads below.
+        Settle(cache);
+        { std::lock_guard<std::mutex> sync(w.mu); }
         if (w.seq != seq_before) puts_since_miss = bytes_put_since_miss = 0;
         if (bad_args) {
           CHECK(err == EINVAL, "bad arguments must be EINVAL");
