@@ -31,6 +31,7 @@
 #include "mrcache/registrars/uring_registrar.h"
 #include "tests/cache/queued_deregistrations.h"
 #include "tests/registrars/low_memlock.h"
+#include "tests/reliability/process_probes.h"
 
 namespace mrcache {
 namespace {
@@ -309,16 +310,8 @@ TEST_F(AsyncDeregTest, RetireCallbackRunsOncePerQueuedRegion) {
 
 // Sanitizers and fork (tests/reliability/fork_test.cc says why): GCC's ASan
 // can hang a child that allocates, TSan cannot start a thread in a child.
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool kAsan = true;
-#else
-constexpr bool kAsan = false;
-#endif
-#if defined(__SANITIZE_THREAD__)
-constexpr bool kTsan = true;
-#else
-constexpr bool kTsan = false;
-#endif
+constexpr bool kAsan = mrcache::testing::UnderAsan();
+constexpr bool kTsan = mrcache::testing::UnderTsan();
 
 TEST_F(AsyncDeregTest, ForkWaitsForQueuedDeregistrationsAndTheChildInheritsNone) {
   if (kAsan) GTEST_SKIP() << "ASan's allocator may hang a fork child (fork_test.cc)";

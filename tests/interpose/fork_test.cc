@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "tests/interpose/shim_fixture.h"
+#include "tests/reliability/process_probes.h"
 #include "tests/softverbs/fork_children.h"
 
 // AddressSanitizer of GCC 12 has no fork handling for its own allocator: a
@@ -32,16 +33,8 @@
 // TSan its children would start the uffd reader thread (`auto` adds uffd in a
 // process with a sanitizer runtime, mrcache/monitors/monitor.h), and TSan
 // does not support new threads after a multi-threaded fork: it skips there too.
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool kAsan = true;
-#else
-constexpr bool kAsan = false;
-#endif
-#if defined(__SANITIZE_THREAD__)
-constexpr bool kTsan = true;
-#else
-constexpr bool kTsan = false;
-#endif
+constexpr bool kAsan = mrcache::testing::UnderAsan();
+constexpr bool kTsan = mrcache::testing::UnderTsan();
 
 namespace {
 

@@ -33,6 +33,7 @@
 #include "mrcache/cache.h"
 #include "mrcache/errno_status.h"
 #include "tests/cache/counting_registrar.h"
+#include "tests/reliability/process_probes.h"
 
 // Sanitizer limits (the tests say so when they skip):
 //  - AddressSanitizer of GCC 12 (libasan.so.8) has no fork handling for its
@@ -53,16 +54,8 @@
 //    hung children in 60 runs of this test with both CPUs loaded). Under TSan
 //    the children do not destroy the parent's cache (kTsanFreeInChild);
 //    plain builds still do.
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool kAsan = true;
-#else
-constexpr bool kAsan = false;
-#endif
-#if defined(__SANITIZE_THREAD__)
-constexpr bool kTsan = true;
-#else
-constexpr bool kTsan = false;
-#endif
+constexpr bool kAsan = mrcache::testing::UnderAsan();
+constexpr bool kTsan = mrcache::testing::UnderTsan();
 
 namespace mrcache {
 namespace {

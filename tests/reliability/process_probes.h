@@ -20,13 +20,12 @@ inline long ResidentKib() {
   return resident < 0 ? -1 : resident * (sysconf(_SC_PAGESIZE) / 1024);
 }
 
-// True when built with AddressSanitizer or ThreadSanitizer, whose allocators
-// replace glibc's (no mremap'ed chunks; RSS dominated by shadow memory).
-constexpr bool UnderSanitizer() {
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+// True when built with AddressSanitizer (GCC's or Clang's).
+constexpr bool UnderAsan() {
+#if defined(__SANITIZE_ADDRESS__)
   return true;
 #elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#if __has_feature(address_sanitizer)
   return true;
 #else
   return false;
@@ -35,6 +34,25 @@ constexpr bool UnderSanitizer() {
   return false;
 #endif
 }
+
+// True when built with ThreadSanitizer (GCC's or Clang's).
+constexpr bool UnderTsan() {
+#if defined(__SANITIZE_THREAD__)
+  return true;
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+  return true;
+#else
+  return false;
+#endif
+#else
+  return false;
+#endif
+}
+
+// True when built with AddressSanitizer or ThreadSanitizer, whose allocators
+// replace glibc's (no mremap'ed chunks; RSS dominated by shadow memory).
+constexpr bool UnderSanitizer() { return UnderAsan() || UnderTsan(); }
 
 }  // namespace testing
 }  // namespace mrcache
