@@ -1,16 +1,9 @@
 // cache_impl.cc: CacheImpl. The protocol is stated in cache_impl.h.
 #include "mrcache/core/cache_impl.h"
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <cpuid.h>
-#include <x86intrin.h>
-#endif
 #include <unistd.h>
 
 #include <cerrno>
-#include <chrono>
-#include <cstdio>
-#include <new>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -19,138 +12,24 @@
 #include "mrcache/core/dcheck.h"
 #include "mrcache/core/fences.h"
 #include "mrcache/core/range.h"
-#include "mrcache/core/residency.h"
-#include "mrcache/core/tick_rate.h"
+#include "mrcache/core/tick_clock.h"
 #include "mrcache/errno_status.h"
 #include "mrcache/internal/log.h"
 #include "mrcache/monitors/fork_guard.h"
-#include "mrcache/monitors/mapping_bounds.h"
 #include "mrcache/monitors/monitor_sync.h"
 #include "mrcache/registrars/odp.h"
 #include "mrcache/registrars/region_limit.h"
-
-// Under AddressSanitizer, Regions whose quarantine ended are freed, never
-// reused (CacheImpl::Quarantine), so that a use after free stays visible.
-#if defined(__SANITIZE_ADDRESS__)
-#define MRCACHE_FREE_EVERY_REGION 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define MRCACHE_FREE_EVERY_REGION 1
-#endif
-#endif
 
 namespace mrcache {
 namespace {
 
 std::atomic<uint64_t> g_next_cache_uid{1};
 
-uint64_t NowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
-// Registrar time (stats' registrar_ns) is summed in ticks of the cheapest
-// clock that runs at a constant rate: the x86 time-stamp counter where the
-// CPU says it is invariant (CPUID 0x80000007, EDX bit 8: constant rate in
-// every P- and C-state), else steady_clock's nanoseconds. A miss reads it
-// four times (register, deregister); the TSC read costs about a third of a
-// clock_gettime (bench/RESULTS.md). Ticks become nanoseconds when stats are
-// read, at one rate measured once (TickClock), so that registrar_ns is a
-// function of the ticks: it never moves without a registrar call.
-bool InvariantTsc() {
-#if defined(__x86_64__) || defined(__i386__)
-  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-  // __get_cpuid is 0 where the CPU has no such leaf.
-  if (__get_cpuid(0x80000007, &eax, &ebx, &ecx, &edx) == 0) return false;
-  return (edx & (1u << 8)) != 0;
-#else
-  return false;
-#endif
-}
-
-// Set up on first use (a cache may be created by another library's static
-// initializer): whether ticks are TSC ticks, and nanoseconds per tick,
-// measured against steady_clock over kCalibrationNs (half a millisecond,
-// once per process: the rate is then good to about 1e-4; tick_rate.h says
-// how a preemption during it is kept out).
-struct TickClock {
-  static constexpr uint64_t kCalibrationNs = 500'000;
-  static constexpr int kEndReadings = 5;
-  bool tsc = InvariantTsc();
-  double ns_per_tick = 1.0;
-  TickClock() {
-    if (!tsc) return;
-    ns_per_tick = MeasureNsPerTick([] { return Read(true); }, NowNs, kCalibrationNs, kEndReadings);
-    if (ns_per_tick == 0) {
-      tsc = false;  // a counter that does not advance: use the clock itself
-      ns_per_tick = 1.0;
-    }
-  }
-  static uint64_t Read(bool tsc) {
-#if defined(__x86_64__) || defined(__i386__)
-    if (tsc) return __rdtsc();
-#endif
-    return NowNs();
-  }
-};
-// The process's TickClock, measured by the first caller that finds none.
-// Not a function-local static: its guard would hold concurrent callers for
-// the whole measurement, and a fork() meanwhile would leave the child's copy
-// of the guard "in progress" forever, so that the child's first cache hung
-// (tests/interpose/fork_test.cc, a child of a process busy in the shim).
-// Concurrent first callers each measure; the first result stored is kept.
-const TickClock& Ticks() {
-  static std::atomic<const TickClock*> clock{nullptr};  // constant-initialized: no guard
-  const TickClock* kept = clock.load(std::memory_order_acquire);
-  if (kept != nullptr) return *kept;
-  const TickClock* mine = new TickClock;  // kept for the process's lifetime
-  if (clock.compare_exchange_strong(kept, mine, std::memory_order_acq_rel)) return *mine;
-  delete mine;
-  return *kept;
-}
-
-// `tsc`: Ticks().tsc, which a cache keeps (tsc_ticks_) so that a read
-// does not check that the static is set up.
-inline uint64_t NowTicks(bool tsc) { return TickClock::Read(tsc); }
-
-// Adds the ticks since t0 to `sum` (none if the thread moved to a CPU whose
-// counter reads behind).
-// Returns them (0 then).
-inline uint64_t AddTicksSince(std::atomic<uint64_t>& sum, uint64_t t0, bool tsc) {
-  const uint64_t t1 = NowTicks(tsc);
-  // Expected: GCC otherwise places the add out of line, two taken jumps on
-  // every registrar call (bench/RESULTS.md, "Code after the registrar's
-  // system call").
-  if (__builtin_expect(t1 > t0, 1)) {
-    sum.fetch_add(t1 - t0, std::memory_order_relaxed);
-    return t1 - t0;
-  }
-  return 0;
-}
-
-// Nanoseconds in `ticks` of NowTicks().
-uint64_t TicksToNs(uint64_t ticks) {
-  const TickClock& clock = Ticks();
-  if (!clock.tsc) return ticks;
-  return static_cast<uint64_t>(static_cast<double>(ticks) * clock.ns_per_tick);
-}
-
 void AtomicMax(std::atomic<uint64_t>& a, uint64_t v) {
   uint64_t cur = a.load(std::memory_order_relaxed);
   while (cur < v && !a.compare_exchange_weak(cur, v, std::memory_order_relaxed)) {
   }
 }
-
-// A miss widens beyond its own pages (merging) only where no region died by
-// invalidation within this many misses (see address_heat.h).
-constexpr uint64_t kMergeCooldownMisses = 4096;
-
-// Under a pin budget, the largest share of it a widened region may take
-// (PlanMissLocked): one that only absorbs regions whose requested bytes the
-// request covers, and one that joins other requests' bytes.
-constexpr size_t kAbsorbingShare = 4;
-constexpr size_t kJoiningShare = 16;
 
 }  // namespace
 
@@ -163,10 +42,29 @@ CacheImpl::CacheImpl(const Config& config, std::unique_ptr<Registrar> registrar,
       page_(static_cast<size_t>(sysconf(_SC_PAGESIZE))),
       pid_(getpid()),
       fork_generation_(ForkGeneration()),
-      tsc_ticks_(Ticks().tsc),
+      tsc_ticks_(TickClockIsTsc()),
       eviction_(eviction != nullptr ? std::move(eviction)
                                     : MakeDefaultEvictionPolicy(config.max_regions)),
-      clock_(dynamic_cast<ClockEviction*>(eviction_.get())) {}
+      clock_(dynamic_cast<ClockEviction*>(eviction_.get())) {
+  // Until Create knows the rest (the monitor, the budget, the queue's lane).
+  dereg_.Configure(DeregistrationSetup(nullptr));
+}
+
+Deregistration::Setup CacheImpl::DeregistrationSetup(DeregistrationQueue::Lane* lane) {
+  Deregistration::Setup setup;
+  setup.registrar = registrar_.get();
+  setup.monitor = monitor_.get();
+  setup.watch_ranges = watch_ranges_;
+  setup.budget = budget_;
+  setup.lane = lane;
+  setup.async_bytes = config_.async_dereg_bytes;
+  setup.tsc_ticks = tsc_ticks_;
+  setup.registrar_ticks = &registrar_ticks_;
+  setup.deregistrations = &deregistrations_;
+  setup.pinned_bytes = &pinned_bytes_;
+  setup.deregister_ns = &histograms_.deregister_ns;
+  return setup;
+}
 
 class CacheImpl::EvictionUse final : public EvictionPolicy::Use {
  public:
@@ -221,7 +119,6 @@ absl::StatusOr<std::unique_ptr<CacheImpl>> CacheImpl::Create(
                                          cache->monitor_->name(), "': ", shortfall));
     cache->monitor_incomplete_ = true;
   }
-  cache->bridging_safe_ = cache->odp_ == OdpMode::kExplicit || cache->monitor_->complete();
   cache->watch_ranges_ = cache->monitor_->watches_ranges();
 
   absl::Status listen = AddMemoryEventListener(cache.get());
@@ -238,12 +135,25 @@ absl::StatusOr<std::unique_ptr<CacheImpl>> CacheImpl::Create(
   }
   // Deregistrations leave the critical path where they are costly: regions
   // that pin (auto), or wherever the config says on.
+  DeregistrationQueue::Lane* lane = nullptr;
   if (config.async_dereg == AsyncDereg::kOn ||
       (config.async_dereg == AsyncDereg::kAuto && cache->budget_ != nullptr)) {
-    cache->dereg_lane_ = DeregistrationQueue::Process().Join(cache.get());
+    lane = DeregistrationQueue::Process().Join(cache.get());
   }
+  cache->dereg_.Configure(cache->DeregistrationSetup(lane));
   {
     MutexLock lock(&cache->mu_);
+    MissPlanner::Settings plans;
+    plans.page = cache->page_;
+    plans.max_merge_bytes = config.max_merge_bytes;
+    plans.bridge_bytes = config.bridge_bytes;
+    plans.max_bytes = config.max_bytes;
+    plans.max_region = cache->max_region_;
+    plans.bridging_safe = cache->odp_ == OdpMode::kExplicit || cache->monitor_->complete();
+    plans.budget = cache->budget_;
+    plans.misses = &cache->misses_;
+    plans.invalidations = &cache->invalidations_;
+    cache->planner_.Configure(plans);
     // Under a binding budget evictions for bytes come (another cache's
     // ReclaimUnused may have said so already).
     if (cache->ProcessBudget() != 0) cache->eviction_->ExpectEvictionsForBytes();
@@ -255,11 +165,12 @@ CacheImpl::~CacheImpl() {
   if (budget_ != nullptr) budget_->Leave(this);  // no other cache reclaims from us from now on
   if (listening_) RemoveMemoryEventListener(this);
   const bool child = InForkChild();
-  if (dereg_lane_ != nullptr) {
+  DeregistrationQueue::Lane* const lane = dereg_.lane();
+  if (lane != nullptr) {
     if (child) {
-      FreeRegions(DeregistrationQueue::Process().TakeAll(dereg_lane_));  // the parent's
+      FreeRegions(DeregistrationQueue::Process().TakeAll(lane));  // the parent's
     } else {
-      WaitForDeregistrations();
+      dereg_.WaitForDeregistrations();
     }
   }
   DeadList dead;
@@ -301,17 +212,14 @@ CacheImpl::~CacheImpl() {
   } else {
     DeregisterNow(&dead);
   }
-  if (dereg_lane_ != nullptr) DeregistrationQueue::Process().Leave(dereg_lane_);
-  FreeRegions(quarantine_.exchange(nullptr));  // no thread uses the cache any more
-  Region* spare[2];
+  if (lane != nullptr) DeregistrationQueue::Process().Leave(lane);
+  FreeRegions(dereg_.TakeQuarantined());  // no thread uses the cache any more
+  Region* spare;
   {
     MutexLock lock(&mu_);
-    spare[0] = spare_regions_;
-    spare[1] = spare_batch_;
-    spare_regions_ = spare_batch_ = nullptr;
+    spare = spares_.TakeAll();
   }
-  FreeRegions(spare[0]);
-  FreeRegions(spare[1]);
+  FreeRegions(spare);
 }
 
 // ---- memory events (hook context) -----------------------------------------
@@ -478,7 +386,7 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
         discard();
         return hit;
       }
-      plan = PlanForLocked(miss);
+      plan = planner_.Plan(index_, miss);
       if (may_bypass && NotAdmittedLocked(miss, plan)) {
         lock.Unlock();
         discard();
@@ -492,10 +400,11 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
       }
       installs_seen = installs_;
       shortfall = PlanAttemptLocked(&miss, &plan, &pending, &dead);
-      fresh = TakeSpareRegionLocked();
+      fresh = spares_.Take();
     }
-    fresh = ReuseRegion(fresh);
-    DeregisterBeforeRegistering(&dead, plan.end - plan.start);
+    fresh = SpareRegions::Reuse(fresh);
+    dereg_.DeregisterBeforeRegistering(&dead, plan.end - plan.start,
+                                       [this](Region* batch) { EndQuarantineBatch(batch); });
     if (shortfall > 0) budget_->ReclaimOthers(this, shortfall);
 
     Attempt attempt = RegisterOutsideLock(miss, plan);
@@ -556,7 +465,7 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
     histograms_.register_ns.Add(TicksToNs(attempt.register_ticks));
     histograms_.region_bytes.Add(attempt.reg->length);
     CountRegistration(attempt.reg->length);
-    TimedDeregister(*attempt.reg);
+    dereg_.TimedDeregister(*attempt.reg);
     if (watch_ranges_) monitor_->Unwatch(reinterpret_cast<void*>(attempt.start), attempt.length());
     discard();
     if (raced != nullptr) {
@@ -566,19 +475,6 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
     absl::Status spoiled = RetryAfterSpoil(&miss, attempt, in_flight);
     if (!spoiled.ok()) return spoiled;
   }
-}
-
-MissPlan CacheImpl::PlanForLocked(const Miss& miss) {
-  // Merging is on by default (config.h: max_merge_bytes).
-  if (__builtin_expect(miss.allow_merge, 1)) {
-    return PlanMissLocked(miss.plan_start, miss.plan_end, miss.access);
-  }
-  MissPlan plan{miss.plan_start, miss.plan_end, 0};
-  bool overlapped = false;
-  index_.ForEachOverlap(miss.plan_start, miss.plan_end,
-                        [&overlapped](uintptr_t, uintptr_t, Region*) { overlapped = true; });
-  plan.overlapped = overlapped;
-  return plan;
 }
 
 size_t CacheImpl::PlanAttemptLocked(Miss* miss, MissPlan* plan, PendingMiss* pending,
@@ -598,7 +494,7 @@ size_t CacheImpl::PlanAttemptLocked(Miss* miss, MissPlan* plan, PendingMiss* pen
 Attempt CacheImpl::RegisterOutsideLock(const Miss& miss, const MissPlan& plan) {
   uintptr_t start = plan.start, end = plan.end;
   int access = miss.access | plan.local;
-  const bool bridged = plan.has_block() && BridgeOutsideLock(plan, &start, &end);
+  const bool bridged = plan.has_block() && BridgeOverResidentMemory(plan, page_, &start, &end);
   if (bridged) access |= plan.bridge_local;
   // Bitwise, without branches: GCC would otherwise lay out the unwidened
   // case, the usual one, as a jump away and back.
@@ -624,15 +520,14 @@ void CacheImpl::EndAttemptLocked(const MissPlan& plan, const Attempt& attempt,
                                  PendingMiss* pending) {
   // Only a plan with a bridge block can have bridged; most have none.
   if (__builtin_expect(plan.has_block(), 0)) {
-    const uint64_t now = misses_.load(std::memory_order_relaxed);
     if (!attempt.bridged) {
       // Nothing resident to bridge here: do not look again on every miss.
       // (Merging does not consult this: only invalidations cool it.)
-      bridge_failed_.Mark(plan.block_start, plan.block_end, now);
+      planner_.BridgeFailed(plan.block_start, plan.block_end);
     } else if (!attempt.reg.ok()) {
       // Memory that cannot be registered: do not widen into it again soon.
       const int err = StatusToErrno(attempt.reg.status());
-      if (err == EFAULT || err == EINVAL) bridge_failed_.Mark(attempt.start, attempt.end, now);
+      if (err == EFAULT || err == EINVAL) planner_.BridgeFailed(attempt.start, attempt.end);
     }
   }
   pending_.Unlink(pending);
@@ -818,7 +713,7 @@ absl::StatusOr<Region*> CacheImpl::ImplicitRegion(int access) {
   r->cache = this;
   Region* published = implicit_.Publish(access, r);
   if (published != r) {
-    TimedDeregister(r->reg);  // another thread won the race
+    dereg_.TimedDeregister(r->reg);  // another thread won the race
     delete r;
   }
   return published;
@@ -875,7 +770,7 @@ __attribute__((noinline)) absl::Status CacheImpl::PutLocked(Region* r) {
     if (r->locked_refs != 1)
       return ErrnoStatus(EINVAL, "mrc_put: region put more times than it was got");
     r->locked_refs = 0;
-    TimedDeregister(r->reg);
+    dereg_.TimedDeregister(r->reg);
     delete r;
     return absl::OkStatus();
   }
@@ -929,7 +824,7 @@ absl::Status CacheImpl::Flush() {
   }
   // Its contract: everything deregistered on return.
   DeregisterNow(&dead);
-  WaitForDeregistrations();
+  dereg_.WaitForDeregistrations();
   return absl::OkStatus();
 }
 
@@ -982,16 +877,13 @@ CacheStats CacheImpl::stats() {
     s.watch_map_limit = w.map_limit;
     s.watch_other = w.other;
   }
-  if (dereg_lane_ != nullptr)
-    s.dereg_queue_depth = DeregistrationQueue::Process().Depth(dereg_lane_);
-  s.dereg_wait_ns = dereg_wait_ns_.load(std::memory_order_relaxed);
+  s.dereg_queue_depth = dereg_.queue_depth();
+  s.dereg_wait_ns = dereg_.wait_ns();
   return s;
 }
 
 void CacheImpl::SetRetireCallback(Cache::RetireCallback callback) {
-  MutexLock lock(&mu_);
-  has_retire_cb_.store(static_cast<bool>(callback), std::memory_order_release);
-  retire_cb_ = std::move(callback);
+  dereg_.SetRetireCallback(std::move(callback));
 }
 
 // ---- under the lock ---------------------------------------------------------
@@ -1024,114 +916,6 @@ void CacheImpl::MaintainSlowLocked(DeadList* dead) {
   RecheckRetiredLocked(dead);
 }
 
-MissPlan CacheImpl::PlanMissLocked(uintptr_t start, uintptr_t end, int access) {
-  const int remote = access & kAccessRemoteBits;
-  auto compatible = [access](const Region* r) { return MergeCompatible(r->reg.access, access); };
-  const uint64_t now = misses_.load(std::memory_order_relaxed);
-  // Asked on every plan, so that its windows stay near kWindowMisses.
-  const bool churning = churn_.Churning(now, invalidations_.load(std::memory_order_relaxed));
-  MissPlan plan{start, end, 0};
-
-  // Merge: the union with every compatible region that overlaps the request
-  // (one pass, not transitively), within max_merge_bytes, unless regions died
-  // by invalidation around here lately (address_heat.h).
-  struct Union {
-    uintptr_t s, e;
-    int local;
-  } u{start, end, 0};
-  bool overlapped = false;
-  bool joins = false;  // the union takes in bytes another request asked for
-  index_.ForEachOverlap(start, end, [&](uintptr_t s, uintptr_t e, Region* r) {
-    overlapped = true;
-    if (!compatible(r)) return;
-    u.local |= r->reg.access & kAccessLocalWrite;
-    if (s < u.s) u.s = s;
-    if (e > u.e) u.e = e;
-    if (r->used_start < start || r->used_end > end) joins = true;
-  });
-  plan.overlapped = overlapped;
-  const bool widens = u.s < start || u.e > end;
-  // Under a pin budget, a widened region takes at most a share of it:
-  // merging and bridging shrink as the budget tightens. A union that only
-  // absorbs regions whose requested bytes the request covers frees theirs:
-  // up to a quarter (as a bridged block). One that joins other requests'
-  // bytes is evicted as one region, and takes their bytes with it: up to a
-  // sixteenth (bench/RESULTS.md, "Joining neighbours under the budget"), and
-  // only where regions live (below).
-  const size_t budget = ProcessBudget();
-  // Nor beyond the registrar's longest region (a device's max_mr_size).
-  auto cap = [this, budget](size_t share) {
-    const size_t merge = max_region_ != 0 && max_region_ < config_.max_merge_bytes
-                             ? max_region_
-                             : config_.max_merge_bytes;
-    return budget != 0 && budget / share < merge ? budget / share : merge;
-  };
-  const size_t widen_cap = cap(joins ? kJoiningShare : kAbsorbingShare);
-  if (u.e - u.s > widen_cap || (widens && InvalidatedLatelyLocked(u.s, u.e, now))) {
-    return plan;
-  }
-  // Nor, under a budget, while cached regions keep dying by invalidation
-  // (address_churn.h): the joined buffers would be pinned together and
-  // freed apart. Such a miss registers its own pages: it is not bridged
-  // either. (A miss that joins nothing may still bridge; the block's own
-  // invalidation history decides, below.)
-  if (joins && budget != 0 && churning) return plan;
-  plan.start = u.s;
-  plan.end = u.e;
-  plan.local = u.local;
-
-  // Bridge candidate: the bridge_bytes-aligned block(s) holding the union, if
-  // they hold another compatible region and no region died there lately.
-  // BridgeOutsideLock then decides how far the registration really widens.
-  // Bridging registers memory no request named, so some release of it must
-  // be reported however it happens: only with a complete monitor, or with
-  // on-demand paging (whose regions cannot go stale). Never with remote
-  // rights: their rkey would reach memory no remote request named.
-  if (!bridging_safe_ || remote != 0) return plan;
-  size_t block = config_.bridge_bytes < config_.max_merge_bytes ? config_.bridge_bytes
-                                                                : config_.max_merge_bytes;
-  if (config_.max_bytes != 0 && block > config_.max_bytes / 4) block = config_.max_bytes / 4;
-  if (budget != 0 && block > budget / 4) {
-    block = budget / 4;
-    while (block & (block - 1)) block &= block - 1;  // the largest power of two within
-  }
-  if (max_region_ != 0 && block > max_region_) {
-    block = max_region_;
-    while (block & (block - 1)) block &= block - 1;
-  }
-  if (block < 2 * page_ || (block & (block - 1)) != 0) return plan;
-  const uintptr_t bs = AlignDown(u.s, block);
-  const uintptr_t be = AlignUp(u.e, block);
-  if (be == 0 || be - bs > cap(kAbsorbingShare)) return plan;
-  // The cheap refusals first: the scan below visits every region of the
-  // block, thousands in a large cache.
-  if (InvalidatedLatelyLocked(bs, be, now) ||
-      bridge_failed_.Recent(bs, be, now, kMergeCooldownMisses)) {
-    return plan;
-  }
-  struct Neighbours {
-    uintptr_t below_end, above_start;
-    int local;
-  } n{0, UINTPTR_MAX, 0};
-  index_.ForEachOverlap(bs, be, [&n, &u, &compatible](uintptr_t s, uintptr_t e, Region* r) {
-    if (!compatible(r)) return;
-    if (e <= u.s && e > n.below_end) {
-      n.below_end = e;
-      n.local |= r->reg.access & kAccessLocalWrite;
-    } else if (s >= u.e && s < n.above_start) {
-      n.above_start = s;
-      n.local |= r->reg.access & kAccessLocalWrite;
-    }
-  });
-  if (n.below_end == 0 && n.above_start == UINTPTR_MAX) return plan;
-  plan.block_start = bs;
-  plan.block_end = be;
-  plan.below_end = n.below_end;
-  plan.above_start = n.above_start;
-  plan.bridge_local = n.local;
-  return plan;
-}
-
 size_t CacheImpl::PinBudgetBytes() const {
   if (budget_ == nullptr) return 0;
   size_t b = budget_->budget();
@@ -1141,34 +925,8 @@ size_t CacheImpl::PinBudgetBytes() const {
 
 size_t CacheImpl::FitPlanLocked(MissPlan* plan, uintptr_t exact_start, uintptr_t exact_end,
                                 DeadList* dead) {
-  const size_t budget = ProcessBudget();
-  if (budget == 0) return 0;
-  // The most the plan may register: bridging stays within its block.
-  uintptr_t s = plan->start, e = plan->end;
-  if (plan->has_block()) {
-    if (plan->block_start < s) s = plan->block_start;
-    if (plan->block_end > e) e = plan->block_end;
-  }
-  size_t need = e - s;
-  const size_t exact = exact_end - exact_start;
-  if (need > budget && need > exact) {
-    *plan = MissPlan{exact_start, exact_end, 0};
-    need = exact;
-  }
-  // Exact pages beyond the budget are still tried (the headroom may hold
-  // them), but evicting for them would empty the cache for a likely refusal.
-  if (need > budget) return 0;
-  const size_t pinned = budget_->pinned();
-  if (pinned + need <= budget) return 0;
-  if (need > exact) {
-    // A full budget: widening would evict regions worth more than the
-    // union's reuse (merging and bridging switch off), so register the
-    // requested pages only.
-    *plan = MissPlan{exact_start, exact_end, 0};
-    need = exact;
-    if (pinned + need <= budget) return 0;
-  }
-  size_t missing = pinned + need - budget;
+  const size_t missing = planner_.FitToBudget(plan, exact_start, exact_end);
+  if (missing == 0) return 0;
   const size_t evicted = EvictBytesLocked(missing, dead);
   return evicted >= missing ? 0 : missing - evicted;
 }
@@ -1187,7 +945,7 @@ size_t CacheImpl::EvictBytesLocked(size_t bytes, DeadList* dead) {
 
 size_t CacheImpl::MakeRoom(size_t bytes) {
   // The pages are needed now: first those already on their way back.
-  size_t released = WaitForAllDeregistrations();
+  size_t released = dereg_.WaitForAllDeregistrations();
   if (released >= bytes) return released;
   DeadList dead;
   {
@@ -1242,48 +1000,6 @@ absl::Status CacheImpl::OutOfPinnedMemory(uintptr_t start, uintptr_t end,
                    budget_ != nullptr ? budget_->pinned() : pinned_bytes_.load(),
                    " bytes in this process, ", in_use, " of them in regions in use by this cache (",
                    registrar_->name(), ": ", cause.message(), ")"));
-}
-
-bool CacheImpl::InvalidatedLatelyLocked(uintptr_t start, uintptr_t end, uint64_t now) const {
-  return invalidated_.Recent(start, end, now, kMergeCooldownMisses);
-}
-
-bool CacheImpl::BridgeOutsideLock(const MissPlan& plan, uintptr_t* start, uintptr_t* end) const {
-  // Widen over the resident memory of the union's own mapping(s), within the
-  // block; worth it only if that reaches a neighbouring region.
-  const uintptr_t ps = AlignDown(plan.start, page_);
-  const uintptr_t pe = AlignUp(plan.end, page_);
-  if (pe == 0) return false;
-  // First the cheap test (mincore over the gaps): unless resident memory
-  // reaches a neighbour, bridging cannot pay, and /proc/self/maps (tens of
-  // microseconds in a large process) is not read.
-  bool reaches = false;
-  if (plan.below_end > ps) {
-    reaches = true;  // the neighbour shares the union's first page
-  } else if (plan.below_end != 0) {
-    uintptr_t limit = AlignDown(plan.below_end - 1, page_);
-    if (limit < plan.block_start) limit = plan.block_start;
-    reaches = ResidentStart(ps, limit, page_) < plan.below_end;
-  }
-  if (!reaches && plan.above_start < pe) {
-    reaches = true;  // shares the union's last page
-  } else if (!reaches && plan.above_start != UINTPTR_MAX) {
-    uintptr_t limit = AlignUp(plan.above_start + 1, page_);
-    if (limit == 0 || limit > plan.block_end) limit = plan.block_end;
-    reaches = ResidentEnd(pe, limit, page_) > plan.above_start;
-  }
-  if (!reaches) return false;
-  MappingExtent mapping;
-  if (!FindMappingExtent(ps, pe - 1, &mapping)) return false;
-  const uintptr_t lo = mapping.start > plan.block_start ? mapping.start : plan.block_start;
-  const uintptr_t hi = mapping.end < plan.block_end ? mapping.end : plan.block_end;
-  if (lo > ps || hi < pe) return false;
-  const uintptr_t rs = ResidentStart(ps, lo, page_);
-  const uintptr_t re = ResidentEnd(pe, hi, page_);
-  if (!(rs < plan.below_end || re > plan.above_start)) return false;
-  *start = rs < plan.start ? rs : plan.start;
-  *end = re > plan.end ? re : plan.end;
-  return true;
 }
 
 void CacheImpl::DetachLocked(Region* r) {
@@ -1363,9 +1079,8 @@ void CacheImpl::InvalidateRangeLocked(uintptr_t start, uintptr_t end, Region** c
     UnindexLocked(r, candidates);
   }
   if (dropped_start < dropped_end) {
-    invalidated_.Mark(start > dropped_start ? start : dropped_start,
-                      end < dropped_end ? end : dropped_end,
-                      misses_.load(std::memory_order_relaxed));
+    planner_.Invalidated(start > dropped_start ? start : dropped_start,
+                         end < dropped_end ? end : dropped_end);
   }
 }
 
@@ -1500,68 +1215,6 @@ void CacheImpl::CountRegistration(size_t pinned) {
             pinned_bytes_.fetch_add(pinned, std::memory_order_relaxed) + pinned);
 }
 
-void CacheImpl::TimedDeregister(const Registration& reg) {
-  const uint64_t t0 = NowTicks(tsc_ticks_);
-  absl::Status s = registrar_->Deregister(reg);
-  const uint64_t took = AddTicksSince(registrar_ticks_, t0, tsc_ticks_);
-  if (__builtin_expect(
-          deregistrations_.fetch_add(1, std::memory_order_relaxed) % kLatencySampleEvery == 0, 0)) {
-    histograms_.deregister_ns.Add(TicksToNs(took));
-  }
-  const bool implicit = ImplicitOdpRegions::Is(reg);
-  pinned_bytes_.fetch_sub(implicit ? 0 : reg.length, std::memory_order_relaxed);
-  if (!implicit && budget_ != nullptr && !(reg.access & kAccessOnDemand)) {
-    budget_->SubPinned(reg.length);
-  }
-  if (!s.ok()) {
-    Log(LogLevel::kError,
-        absl::StrCat(registrar_->name(), " deregistration failed: ", s.message()));
-  }
-}
-
-void CacheImpl::DeregisterDead(DeadList* dead) {
-  if (dereg_lane_ != nullptr && dead->bytes >= config_.async_dereg_bytes &&
-      DeregistrationQueue::Process().Push(dereg_lane_, dead->head, dead->count)) {
-    dead->head = nullptr;
-    dead->count = 0;
-    dead->bytes = 0;
-    return;
-  }
-  // async_dereg off, the queue full, or too few bytes to be worth handing
-  // over: this thread's own victims.
-  DeregisterDeadNow(dead);
-}
-
-void CacheImpl::DeregisterBeforeRegistering(DeadList* dead, size_t need) {
-  const size_t budget = ProcessBudget();
-  if (budget == 0 || budget_->pinned() + need <= budget) {
-    Deregister(dead);
-    return;
-  }
-  DeregisterNow(dead);
-  if (dereg_lane_ != nullptr && budget_->pinned() + need > budget) WaitForAllDeregistrations();
-}
-
-void CacheImpl::WaitForDeregistrations() {
-  if (dereg_lane_ == nullptr) return;
-  const auto t0 = std::chrono::steady_clock::now();
-  if (DeregistrationQueue::Process().Drain(dereg_lane_)) CountDeregWaitSince(t0);
-}
-
-size_t CacheImpl::WaitForAllDeregistrations() {
-  if (dereg_lane_ == nullptr) return 0;
-  const auto t0 = std::chrono::steady_clock::now();
-  size_t bytes = 0;
-  if (DeregistrationQueue::Process().DrainAll(&bytes)) CountDeregWaitSince(t0);
-  return bytes;
-}
-
-void CacheImpl::CountDeregWaitSince(std::chrono::steady_clock::time_point t0) {
-  const auto waited = std::chrono::steady_clock::now() - t0;
-  dereg_wait_ns_.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(waited).count(),
-                           std::memory_order_relaxed);
-}
-
 void CacheImpl::DeregisterQueued(Region* list) {
   if (InForkChild()) {
     FreeRegions(list);
@@ -1569,99 +1222,19 @@ void CacheImpl::DeregisterQueued(Region* list) {
   }
   DeadList dead;
   dead.head = list;
-  DeregisterDeadNow(&dead);
+  DeregisterNow(&dead);
 }
 
-void CacheImpl::DeregisterDeadNow(DeadList* dead) {
-  if (__builtin_expect(has_retire_cb_.load(std::memory_order_acquire), 0)) {
-    DeregisterDeadReporting(dead);
-    return;
-  }
-  DeregisterEach(dead, nullptr);
-}
-
-void CacheImpl::DeregisterDeadReporting(DeadList* dead) {
-  Cache::RetireCallback cb;
+void CacheImpl::EndQuarantineBatch(Region* batch) {
   {
     MutexLock lock(&mu_);
-    cb = retire_cb_;
-  }
-  DeregisterEach(dead, cb ? &cb : nullptr);
-}
-
-void CacheImpl::DeregisterEach(DeadList* dead, const Cache::RetireCallback* cb) {
-  // Deregister calls this with a region on the list: no test before the first.
-  // Usually one region (an eviction), no watched ranges (only uffd watches)
-  // and no retire callback.
-  Region* r = dead->head;
-  do {
-    Region* next = r->next_dead;
-    TimedDeregister(r->reg);
-    if (__builtin_expect(watch_ranges_, 0) && !ImplicitOdpRegions::Is(r->reg)) {
-      monitor_->Unwatch(reinterpret_cast<void*>(r->start), r->length());
-    }
-    if (__builtin_expect(cb != nullptr, 0)) {
-      (*cb)(reinterpret_cast<void*>(r->start), r->length(), r->reg.handle);
-    }
-    Quarantine(r);
-    r = next;
-  } while (__builtin_expect(r != nullptr, 0));
-  dead->head = nullptr;
-  dead->count = 0;
-  dead->bytes = 0;
-}
-
-void CacheImpl::Quarantine(Region* r) {
-  Region* head = quarantine_.load(std::memory_order_relaxed);
-  do {
-    r->next_dead = head;
-  } while (!quarantine_.compare_exchange_weak(head, r, std::memory_order_release,
-                                              std::memory_order_relaxed));
-  if (quarantined_.fetch_add(1, std::memory_order_relaxed) + 1 < kQuarantineBatch) return;
-  Region* batch;
-  {
-    MutexLock lock(&mu_);
-    batch = quarantine_.exchange(nullptr, std::memory_order_acquire);
-    quarantined_.store(0, std::memory_order_relaxed);
     ++region_frees_;
     // Every lookup entry filled before now is void from here on: none can
     // name a Region of the batch when its memory is reused.
     BumpGenerationAndFence();
-#ifndef MRCACHE_FREE_EVERY_REGION
-    if (spare_regions_ == nullptr) {
-      spare_regions_ = batch;  // the next misses' Regions
-      batch = nullptr;
-    } else if (spare_batch_ == nullptr) {
-      spare_batch_ = batch;  // theirs after those
-      batch = nullptr;
-    }
-#endif
+    batch = spares_.Keep(batch);
   }
   FreeRegions(batch);
-}
-
-Region* CacheImpl::TakeSpareRegionLocked() {
-  if (spare_regions_ == nullptr) {
-    spare_regions_ = spare_batch_;
-    spare_batch_ = nullptr;
-  }
-  Region* r = spare_regions_;
-  if (r != nullptr) spare_regions_ = r->next_dead;
-  return r;
-}
-
-Region* CacheImpl::ReuseRegion(Region* spare) {
-  if (spare == nullptr) return new Region;  // with its index node
-  spare->~Region();
-  return new (spare) Region;
-}
-
-void CacheImpl::FreeRegions(Region* list) {
-  while (list != nullptr) {
-    Region* next = list->next_dead;
-    delete list;
-    list = next;
-  }
 }
 
 // The public Cache's get and put (mrcache/cache.h), here rather than in

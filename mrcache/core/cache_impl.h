@@ -26,7 +26,7 @@
 // flush) marks the region's slots kRetired first -- and while two counters
 // it was filled with are unchanged:
 //  - gen_, the cache-wide generation: bumped under mu_ before a batch of
-//    quarantined Regions is freed (Quarantine), by a fork child, and by a
+//    quarantined Regions is reused (EndQuarantineBatch), by a fork child, and by a
 //    memory event when the ring asks to be drained (invalidation_ring.h:
 //    once per quarter of its capacity), so that the threads' next gets
 //    drain it;
@@ -73,7 +73,7 @@
 // others' hits go on without a lock. The hit reads no Region field.
 // Address reuse: an entry may outlive its region, naming a freed Region's
 // address. A Region is freed only in a batch after a gen_ bump under mu_
-// (Quarantine); every entry filled before the bump is void after it, and a
+// (EndQuarantineBatch); every entry filled before the bump is void after it, and a
 // Region allocated at a freed one's address is indexed (and gets entries
 // and slots) only after that bump. So an entry's region pointer and its
 // slot's, when equal and the entry valid, name the same Region.
@@ -118,20 +118,21 @@
 #include "absl/status/statusor.h"
 #include "mrcache/cache.h"
 #include "mrcache/config.h"
-#include "mrcache/core/address_churn.h"
-#include "mrcache/core/address_heat.h"
 #include "mrcache/core/bypass.h"
 #include "mrcache/core/covering_hints.h"
+#include "mrcache/core/deregistration.h"
 #include "mrcache/core/deregistration_queue.h"
 #include "mrcache/core/eviction.h"
 #include "mrcache/core/interval_tree.h"
 #include "mrcache/core/invalidation_ring.h"
 #include "mrcache/core/log2_histogram.h"
 #include "mrcache/core/miss.h"
+#include "mrcache/core/miss_plan.h"
 #include "mrcache/core/range.h"
 #include "mrcache/core/reclaim.h"
 #include "mrcache/core/region.h"
 #include "mrcache/core/release_generations.h"
+#include "mrcache/core/spare_regions.h"
 #include "mrcache/core/thread_cache.h"
 #include "mrcache/core/thread_list.h"
 #include "mrcache/internal/mutex.h"
@@ -213,7 +214,7 @@ class CacheImpl : public MemoryEventListener,
   // released; takes mu_ (the caller holds no lock of this cache).
   size_t ReclaimUnused(size_t bytes) override;
   // DeregistrationQueue::Owner: on the queue's thread, deregisters the
-  // killed Regions of `list` as DeregisterDeadNow does (frees them only in a
+  // killed Regions of `list` as DeregisterNow does (frees them only in a
   // fork child, whose registrar is the parent's).
   void DeregisterQueued(Region* list) override;
 
@@ -273,11 +274,7 @@ class CacheImpl : public MemoryEventListener,
   // LRU touch.
   void HandOutLocked(ThreadCache* tc, Region* r, const Miss& miss)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // What the next attempt would register before the budget is weighed: the
-  // requested range, merged and with its bridge block if merging is on;
-  // MissPlan::overlapped says whether any region overlaps the request.
-  MissPlan PlanForLocked(const Miss& miss) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Fits `plan` (PlanForLocked's, under the same hold of mu_) to the budget
+  // Fits `plan` (planner_'s, under the same hold of mu_) to the budget
   // and links `pending` into pending_; returns FitPlanLocked's shortfall.
   size_t PlanAttemptLocked(Miss* miss, MissPlan* plan, PendingMiss* pending, DeadList* dead)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -357,19 +354,14 @@ class CacheImpl : public MemoryEventListener,
   // something to do (MaintainSlowLocked).
   void MaintainLocked(DeadList* dead) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void MaintainSlowLocked(DeadList* dead) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Plans a miss of the aligned range [start, end): merging, then bridging.
-  MissPlan PlanMissLocked(uintptr_t start, uintptr_t end, int access)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Bytes this cache may pin now: the process budget, or max_bytes if
   // smaller; 0 = no limit (and always 0 for on-demand paging or a registrar
   // that pins nothing).
   size_t PinBudgetBytes() const;
   // The process budget that applies to this cache's pins (0 = none).
   size_t ProcessBudget() const { return budget_ != nullptr ? budget_->budget() : 0; }
-  // Fits `plan` into the process budget: a widened plan (merge, bridge,
-  // alignment) is kept only if it fits without evicting, else narrowed to
-  // [exact_start, exact_end); then this cache's unused regions are evicted
-  // (EvictBytesLocked) until it fits. Returns the bytes still
+  // Fits `plan` into the process budget (MissPlanner::FitToBudget), then
+  // evicts this cache's unused regions (EvictBytesLocked) until it fits. Returns the bytes still
   // missing (to ask of the other caches), 0 if it fits or if even the exact
   // pages exceed the budget (they are tried anyway, without evicting).
   size_t FitPlanLocked(MissPlan* plan, uintptr_t exact_start, uintptr_t exact_end, DeadList* dead)
@@ -384,12 +376,6 @@ class CacheImpl : public MemoryEventListener,
   // pinned and in use, with the registrar's own message.
   __attribute__((cold)) absl::Status OutOfPinnedMemory(uintptr_t start, uintptr_t end,
                                                        const absl::Status& cause);
-  // True if regions died by invalidation in [start, end) lately: widening a
-  // miss over it (merging, bridging) is unlikely to pay off.
-  bool InvalidatedLatelyLocked(uintptr_t start, uintptr_t end, uint64_t now) const
-      ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  // Without the lock: the bridged range for a plan with a block, or false.
-  bool BridgeOutsideLock(const MissPlan& plan, uintptr_t* start, uintptr_t* end) const;
   // The region covering [start, end) with compatible rights, or nullptr; its
   // range in *span if given, as the index or a covering hint holds it: what
   // the read-locked hit uses instead of reading the Region (at 10^6 regions,
@@ -454,7 +440,7 @@ class CacheImpl : public MemoryEventListener,
                    EvictionPolicy::Goal goal = EvictionPolicy::Goal::kRegions)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether a miss that found no covering region and whose attempt would
-  // register `plan` (PlanForLocked) is served by a registration of its own:
+  // register `plan` (MissPlanner::Plan) is served by a registration of its own:
   // the cache is full by count, the pin budget has room for the pages, the
   // plan is exactly the requested pages, and the policy does not admit them
   // (EvictionPolicy::AdmitsToFullCache). Inline, the usual answers first: a
@@ -473,55 +459,27 @@ class CacheImpl : public MemoryEventListener,
   // thread is attached.
   void BumpGenerationAndFence() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  // Outside mu_: hands the regions of `dead` to the deregistration queue
-  // (async_dereg on, and at least async_dereg_bytes of them) or,
-  // if it is off, full or they are few, deregisters, reports and
-  // quarantines them now (DeregisterDead, not called when the list is
-  // empty, as it often is). `dead` is empty on return.
+  // Outside mu_: dereg_'s Deregister and DeregisterNow (deregistration.h),
+  // ending its quarantine batches with EndQuarantineBatch.
   void Deregister(DeadList* dead) {
-    if (dead->head != nullptr) DeregisterDead(dead);
+    dereg_.Deregister(dead, [this](Region* batch) { EndQuarantineBatch(batch); });
   }
-  void DeregisterDead(DeadList* dead);
-  // Outside mu_: deregisters `dead` on the calling thread (where its pages
-  // must come back now).
   void DeregisterNow(DeadList* dead) {
-    if (dead->head != nullptr) DeregisterDeadNow(dead);
+    dereg_.DeregisterNow(dead, [this](Region* batch) { EndQuarantineBatch(batch); });
   }
-  void DeregisterDeadNow(DeadList* dead);
-  // Outside mu_, before a miss registers `need` bytes: Deregister, unless
-  // the pin budget lacks room for them beside what is still pinned; then
-  // the victims are deregistered now and, if room is still missing, the
-  // queue is waited for (its registrations stay pinned until deregistered).
-  void DeregisterBeforeRegistering(DeadList* dead, size_t need);
-  // Outside every cache's mu_: waits until the queue has deregistered every
-  // region this cache gave it so far (nothing to wait for with async_dereg
-  // off), counting the time in dereg_wait_ns_.
-  void WaitForDeregistrations();
-  // The same for every cache's regions; the bytes deregistered meanwhile.
-  size_t WaitForAllDeregistrations();
-  // Adds the time since t0 to dereg_wait_ns_ (a wait that had something to
-  // wait for).
-  void CountDeregWaitSince(std::chrono::steady_clock::time_point t0);
-  // DeregisterDeadNow when a retire callback is set: DeregisterEach with a copy of
-  // it taken under mu_.
-  __attribute__((noinline)) void DeregisterDeadReporting(DeadList* dead);
-  // Deregisters, stops watching, reports to `cb` (if not null) and
-  // quarantines each region of `dead`, which is not empty.
-  inline void DeregisterEach(DeadList* dead, const Cache::RetireCallback* cb);
-  // Outside mu_: keeps the deregistered r from being freed until a batch of
-  // kQuarantineBatch is complete, then bumps the generation and frees the
-  // batch. A lookup entry may still name r (entries are voided by their
-  // slot's state, not by a bump per removal); its memory is reused only
-  // after a bump that voids every entry filled before (the protocol comment).
-  void Quarantine(Region* r) ABSL_LOCKS_EXCLUDED(mu_);
-  static void FreeRegions(Region* list);
+  // Outside mu_: a batch of deregistered Regions left quarantine. Bumps the
+  // generation (voiding every lookup entry filled before, so that none names
+  // a Region of the batch when its memory is reused) and keeps the batch in
+  // spares_ or frees it.
+  void EndQuarantineBatch(Region* batch) ABSL_LOCKS_EXCLUDED(mu_);
+  // What dereg_ uses and counts into, with `lane` (null: async_dereg off).
+  Deregistration::Setup DeregistrationSetup(DeregistrationQueue::Lane* lane);
   // Registers, adding the time to registrar_ticks_, and either returns that
   // time in *ticks (the caller records it) or, with ticks null, records it
   // in histograms_.register_ns.
   MRCACHE_MISS_INLINE absl::StatusOr<Registration> TimedRegister(uintptr_t start, uintptr_t end,
                                                                  int access,
                                                                  uint64_t* ticks = nullptr);
-  MRCACHE_MISS_INLINE void TimedDeregister(const Registration& reg);
   void CountRegistration(size_t pinned_bytes);
   // At a miss's start: its start in NowTicks() units if the miss is one
   // of the sample timed into miss_ns (log2_histogram.h,
@@ -548,22 +506,18 @@ class CacheImpl : public MemoryEventListener,
   // ForkGeneration() at creation (fork_guard.h): a different value now means
   // this is a fork child's copy of the cache (see InForkChild).
   const uint64_t fork_generation_;
-  // Registrar time is counted in TSC ticks (cache_impl.cc, TickClock).
+  // Whether registrar time is counted in TSC ticks (tick_clock.h).
   const bool tsc_ticks_;
   bool listening_ = false;
   OdpMode odp_ = OdpMode::kOff;
-  bool bridging_safe_ = false;       // see PlanMissLocked
   bool watch_ranges_ = false;        // monitor_->watches_ranges(): Watch/Unwatch do something
   bool monitor_incomplete_ = false;  // auto's coverage is not all in effect (stats)
   // registrar_->max_region_bytes(), 0 = none: no plan, merged, bridged or
-  // aligned, registers more (PlanMissLocked, Miss::KeepWithin).
+  // aligned, registers more (MissPlanner, Miss::KeepWithin).
   size_t max_region_ = 0;
   // The process's pin budget, joined at creation; null when regions pin
   // nothing (on-demand paging, or a registrar whose pins_memory() is false).
   PinBudget* budget_ = nullptr;
-  // This cache's lane of the process's deregistration queue; null with
-  // async_dereg off (every deregistration inline).
-  DeregistrationQueue::Lane* dereg_lane_ = nullptr;
   // odp=implicit: whole-address-space MRs, one per set of remote rights,
   // registered on first use.
   ImplicitOdpRegions implicit_;
@@ -609,11 +563,9 @@ class CacheImpl : public MemoryEventListener,
   ThreadList threads_ ABSL_GUARDED_BY(mu_){uid_};
   Reclaim reclaim_ ABSL_GUARDED_BY(mu_){&threads_};
   PendingMisses pending_ ABSL_GUARDED_BY(mu_);
-  AddressHeat invalidated_ ABSL_GUARDED_BY(mu_);    // where regions died by invalidation
-  AddressHeat bridge_failed_ ABSL_GUARDED_BY(mu_);  // where bridging found nothing or failed
-  // Whether regions keep dying by invalidation: under a pin budget, merge
-  // unions join other requests' bytes only while they do not.
-  AddressChurn churn_ ABSL_GUARDED_BY(mu_);
+  // What a miss registers (merging, bridging, the budget's bounds), and
+  // where widening did not pay lately.
+  MissPlanner planner_ ABSL_GUARDED_BY(mu_);
   // AcquireOversized's last pages served uncached (second sight).
   OversizedSeen oversized_seen_ ABSL_GUARDED_BY(mu_);
   // The generation read before the last drain of ring_ (MaintainLocked),
@@ -629,43 +581,24 @@ class CacheImpl : public MemoryEventListener,
   // no two indexed regions overlap (of two that do, the later one was
   // installed over the other), so at most one region holds any address.
   size_t overlapping_regions_ ABSL_GUARDED_BY(mu_) = 0;
-  Cache::RetireCallback retire_cb_ ABSL_GUARDED_BY(mu_);  // (copied out before calling)
-  // Deregistered Regions waiting to be freed (Quarantine), linked through
-  // next_dead, and their number.
-  static constexpr uint64_t kQuarantineBatch = 256;
-  std::atomic<Region*> quarantine_{nullptr};
-  std::atomic<uint64_t> quarantined_{0};
-  // Batches of Regions freed so far: a Region named under mu_ by a slot that
-  // is not dead cannot be freed before this changes (ThreadCache::displaced).
+  // Batches of Regions whose quarantine ended so far: a Region named under
+  // mu_ by a slot that is not dead cannot be freed before this changes
+  // (ThreadCache::displaced).
   uint64_t region_frees_ ABSL_GUARDED_BY(mu_) = 0;
-  // Up to two quarantined batches whose quarantine ended, kept for misses to
-  // reuse instead of freeing them and allocating anew: the one being taken
-  // and a whole one behind it (each linked through next_dead; a Region
-  // holds its old state until ReuseRegion).
-  Region* spare_regions_ ABSL_GUARDED_BY(mu_) = nullptr;
-  Region* spare_batch_ ABSL_GUARDED_BY(mu_) = nullptr;
-  // Under mu_: a Region of spare_regions_, or null if there is none.
-  Region* TakeSpareRegionLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Outside mu_: `spare` (from TakeSpareRegionLocked) as a new Region, or a
-  // newly allocated one if spare is null.
-  static Region* ReuseRegion(Region* spare);
+  // Regions whose quarantine ended, for misses to reuse (taken under the
+  // miss's first hold of mu_).
+  SpareRegions spares_ ABSL_GUARDED_BY(mu_);
   // Regions put into the index so far (InstallLocked, the only place that
   // does): a miss that saw no covering region and no install since needs no
   // second look for one another thread registered meanwhile.
   uint64_t installs_ ABSL_GUARDED_BY(mu_) = 0;
-  // Whether retire_cb_ is set (written under mu_): Deregister copies the
-  // callback only then, so that a miss without one takes mu_ twice, not 3 times.
-  std::atomic<bool> has_retire_cb_{false};
 
   // Counters (slow paths; relaxed atomics so stats() needs no lock for them;
   // read-locked hits are counted per thread instead, see ThreadCache).
-  // registrar_ticks_ is registrar time in NowTicks() units (cache_impl.cc).
+  // registrar_ticks_ is registrar time in NowTicks() units (tick_clock.h).
   std::atomic<uint64_t> slow_hits_{0}, misses_{0}, registrations_{0}, deregistrations_{0},
       evictions_{0}, invalidations_{0}, merges_{0}, pinned_bytes_{0}, peak_pinned_bytes_{0},
       registrar_ticks_{0}, registrar_failures_{0}, bypassed_{0}, remote_private_{0};
-  // Nanoseconds threads of this cache spent waiting for the deregistration
-  // queue (WaitForDeregistrations, WaitForAllDeregistrations).
-  std::atomic<uint64_t> dereg_wait_ns_{0};
   // Distributions (ReadHistograms sums both sets): what happens outside
   // mu_ (deregistrations, bypass registrations, refused, spoiled or raced
   // attempts) in relaxed atomics; what an installing miss records while it
@@ -676,6 +609,10 @@ class CacheImpl : public MemoryEventListener,
   struct LockedHistograms {
     PlainLog2Histogram region_bytes, miss_ns, register_ns, get_bytes;
   } locked_histograms_ ABSL_GUARDED_BY(mu_);
+  // Deregistration of the killed regions, their quarantine, the retire
+  // callback and this cache's lane of the deregistration queue: it counts
+  // into the counters and histograms_ above.
+  Deregistration dereg_;
 };
 
 }  // namespace mrcache

@@ -14,7 +14,7 @@
 //
 // Worth it for big registrations only: a batch of fewer registered bytes
 // than the config key async_dereg_bytes (64 MiB by default) is deregistered
-// by its caller (the owner decides, CacheImpl::DeregisterDead). The thread's
+// by its caller (the owner decides, Deregistration::Deregister). The thread's
 // deregistration competes with the application's next registration for the
 // registrar's lock (io_uring's ring lock; a PD's) and, on a busy machine, for
 // a CPU: that costs the application about what it saves while a

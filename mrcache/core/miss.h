@@ -67,7 +67,7 @@ struct MissPlan {
   uintptr_t below_end = 0, above_start = UINTPTR_MAX;
   int bridge_local = 0;
   // Whether any region at all overlapped the request when it was planned
-  // (PlanForLocked, exact then). False: no region can lie inside [start,
+  // (MissPlanner::Plan, exact then). False: no region can lie inside [start,
   // end) unless one was installed since. A plan rebuilt later
   // (FitPlanLocked narrowing it) keeps the default, true: unknown.
   bool overlapped = true;

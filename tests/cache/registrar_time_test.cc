@@ -1,5 +1,5 @@
 // registrar_time_test.cc: stats' registrar_ns and regions, which the miss
-// path keeps without a clock_gettime per call (cache_impl.cc: TickClock) and
+// path keeps without a clock_gettime per call (tick_clock.h) and
 // without a counter of its own (regions).
 #include <sys/mman.h>
 

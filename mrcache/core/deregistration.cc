@@ -1,0 +1,152 @@
+// deregistration.cc: deregistering the dead, inline or on the queue, and the
+// quarantine of their Regions (deregistration.h).
+#include "mrcache/core/deregistration.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "mrcache/core/bypass.h"
+#include "mrcache/core/tick_clock.h"
+#include "mrcache/internal/log.h"
+
+namespace mrcache {
+
+void FreeRegions(Region* list) {
+  while (list != nullptr) {
+    Region* next = list->next_dead;
+    delete list;
+    list = next;
+  }
+}
+
+void Deregistration::TimedDeregister(const Registration& reg) {
+  const uint64_t t0 = NowTicks(setup_.tsc_ticks);
+  absl::Status s = setup_.registrar->Deregister(reg);
+  const uint64_t took = AddTicksSince(*setup_.registrar_ticks, t0, setup_.tsc_ticks);
+  if (__builtin_expect(
+          setup_.deregistrations->fetch_add(1, std::memory_order_relaxed) % kLatencySampleEvery ==
+              0,
+          0)) {
+    setup_.deregister_ns->Add(TicksToNs(took));
+  }
+  const bool implicit = ImplicitOdpRegions::Is(reg);
+  setup_.pinned_bytes->fetch_sub(implicit ? 0 : reg.length, std::memory_order_relaxed);
+  if (!implicit && setup_.budget != nullptr && !(reg.access & kAccessOnDemand)) {
+    setup_.budget->SubPinned(reg.length);
+  }
+  if (!s.ok()) {
+    Log(LogLevel::kError,
+        absl::StrCat(setup_.registrar->name(), " deregistration failed: ", s.message()));
+  }
+}
+
+void Deregistration::DeregisterDead(DeadList* dead, EndBatch end_batch) {
+  if (setup_.lane != nullptr && dead->bytes >= setup_.async_bytes &&
+      DeregistrationQueue::Process().Push(setup_.lane, dead->head, dead->count)) {
+    dead->head = nullptr;
+    dead->count = 0;
+    dead->bytes = 0;
+    return;
+  }
+  // async_dereg off, the queue full, or too few bytes to be worth handing
+  // over: this thread's own victims.
+  DeregisterDeadNow(dead, end_batch);
+}
+
+void Deregistration::DeregisterBeforeRegistering(DeadList* dead, size_t need, EndBatch end_batch) {
+  const size_t budget = setup_.budget != nullptr ? setup_.budget->budget() : 0;
+  if (budget == 0 || setup_.budget->pinned() + need <= budget) {
+    Deregister(dead, end_batch);
+    return;
+  }
+  DeregisterNow(dead, end_batch);
+  if (setup_.lane != nullptr && setup_.budget->pinned() + need > budget) {
+    WaitForAllDeregistrations();
+  }
+}
+
+void Deregistration::WaitForDeregistrations() {
+  if (setup_.lane == nullptr) return;
+  const auto t0 = std::chrono::steady_clock::now();
+  if (DeregistrationQueue::Process().Drain(setup_.lane)) CountWaitSince(t0);
+}
+
+size_t Deregistration::WaitForAllDeregistrations() {
+  if (setup_.lane == nullptr) return 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  size_t bytes = 0;
+  if (DeregistrationQueue::Process().DrainAll(&bytes)) CountWaitSince(t0);
+  return bytes;
+}
+
+void Deregistration::CountWaitSince(std::chrono::steady_clock::time_point t0) {
+  const auto waited = std::chrono::steady_clock::now() - t0;
+  wait_ns_.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(waited).count(),
+                     std::memory_order_relaxed);
+}
+
+size_t Deregistration::queue_depth() const {
+  return setup_.lane != nullptr ? DeregistrationQueue::Process().Depth(setup_.lane) : 0;
+}
+
+void Deregistration::SetRetireCallback(Cache::RetireCallback callback) {
+  MutexLock lock(&callback_mu_);
+  has_retire_cb_.store(static_cast<bool>(callback), std::memory_order_release);
+  retire_cb_ = std::move(callback);
+}
+
+void Deregistration::DeregisterDeadNow(DeadList* dead, EndBatch end_batch) {
+  if (__builtin_expect(has_retire_cb_.load(std::memory_order_acquire), 0)) {
+    DeregisterDeadReporting(dead, end_batch);
+    return;
+  }
+  DeregisterEach(dead, nullptr, end_batch);
+}
+
+void Deregistration::DeregisterDeadReporting(DeadList* dead, EndBatch end_batch) {
+  Cache::RetireCallback cb;
+  {
+    MutexLock lock(&callback_mu_);
+    cb = retire_cb_;
+  }
+  DeregisterEach(dead, cb ? &cb : nullptr, end_batch);
+}
+
+void Deregistration::DeregisterEach(DeadList* dead, const Cache::RetireCallback* cb,
+                                    EndBatch end_batch) {
+  // Deregister calls this with a region on the list: no test before the first.
+  // Usually one region (an eviction), no watched ranges (only uffd watches)
+  // and no retire callback.
+  Region* r = dead->head;
+  do {
+    Region* next = r->next_dead;
+    TimedDeregister(r->reg);
+    if (__builtin_expect(setup_.watch_ranges, 0) && !ImplicitOdpRegions::Is(r->reg)) {
+      setup_.monitor->Unwatch(reinterpret_cast<void*>(r->start), r->length());
+    }
+    if (__builtin_expect(cb != nullptr, 0)) {
+      (*cb)(reinterpret_cast<void*>(r->start), r->length(), r->reg.handle);
+    }
+    Quarantine(r, end_batch);
+    r = next;
+  } while (__builtin_expect(r != nullptr, 0));
+  dead->head = nullptr;
+  dead->count = 0;
+  dead->bytes = 0;
+}
+
+void Deregistration::Quarantine(Region* r, EndBatch end_batch) {
+  Region* head = quarantine_.load(std::memory_order_relaxed);
+  do {
+    r->next_dead = head;
+  } while (!quarantine_.compare_exchange_weak(head, r, std::memory_order_release,
+                                              std::memory_order_relaxed));
+  if (quarantined_.fetch_add(1, std::memory_order_relaxed) + 1 < kQuarantineBatch) return;
+  // Taken before end_batch voids the entries: every Region of the batch was
+  // deregistered before that, and none is reused before it.
+  Region* batch = quarantine_.exchange(nullptr, std::memory_order_acquire);
+  quarantined_.store(0, std::memory_order_relaxed);
+  end_batch(batch);
+}
+
+}  // namespace mrcache
