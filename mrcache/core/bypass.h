@@ -27,12 +27,6 @@ class ImplicitOdpRegions {
   static constexpr int kSets = 8;
   static int SetOf(int access) { return (access & kAccessRemoteBits) >> 1; }
 
-  // True if `reg` is an implicit ODP registration (odp.h: null address,
-  // kImplicitOdpLength bytes); such a region pins nothing and has no range.
-  static bool Is(const Registration& reg) {
-    return reg.addr == nullptr && reg.length == kImplicitOdpLength;
-  }
-
   // The region of access's set, or nullptr if none is published yet.
   Region* Find(int access) const { return regions_[SetOf(access)].load(std::memory_order_acquire); }
   // Publishes r as the region of access's set unless another thread did

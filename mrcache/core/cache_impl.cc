@@ -25,12 +25,6 @@ namespace {
 
 std::atomic<uint64_t> g_next_cache_uid{1};
 
-void AtomicMax(std::atomic<uint64_t>& a, uint64_t v) {
-  uint64_t cur = a.load(std::memory_order_relaxed);
-  while (cur < v && !a.compare_exchange_weak(cur, v, std::memory_order_relaxed)) {
-  }
-}
-
 }  // namespace
 
 CacheImpl::CacheImpl(const Config& config, std::unique_ptr<Registrar> registrar,
@@ -47,22 +41,28 @@ CacheImpl::CacheImpl(const Config& config, std::unique_ptr<Registrar> registrar,
                                     : MakeDefaultEvictionPolicy(config.max_regions)),
       clock_(dynamic_cast<ClockEviction*>(eviction_.get())) {
   // Until Create knows the rest (the monitor, the budget, the queue's lane).
+  timed_.Configure(TimedRegistrarSetup());
   dereg_.Configure(DeregistrationSetup(nullptr));
+}
+
+TimedRegistrar::Setup CacheImpl::TimedRegistrarSetup() {
+  TimedRegistrar::Setup setup;
+  setup.registrar = registrar_.get();
+  setup.budget = budget_;
+  setup.tsc_ticks = tsc_ticks_;
+  setup.register_ns = &histograms_.register_ns;
+  setup.deregister_ns = &histograms_.deregister_ns;
+  return setup;
 }
 
 Deregistration::Setup CacheImpl::DeregistrationSetup(DeregistrationQueue::Lane* lane) {
   Deregistration::Setup setup;
-  setup.registrar = registrar_.get();
+  setup.registrar = &timed_;
   setup.monitor = monitor_.get();
   setup.watch_ranges = watch_ranges_;
   setup.budget = budget_;
   setup.lane = lane;
   setup.async_bytes = config_.async_dereg_bytes;
-  setup.tsc_ticks = tsc_ticks_;
-  setup.registrar_ticks = &registrar_ticks_;
-  setup.deregistrations = &deregistrations_;
-  setup.pinned_bytes = &pinned_bytes_;
-  setup.deregister_ns = &histograms_.deregister_ns;
   return setup;
 }
 
@@ -133,6 +133,7 @@ absl::StatusOr<std::unique_ptr<CacheImpl>> CacheImpl::Create(
     budget.Join(cache.get());
     cache->budget_ = &budget;
   }
+  cache->timed_.Configure(cache->TimedRegistrarSetup());
   // Deregistrations leave the critical path where they are costly: regions
   // that pin (auto), or wherever the config says on.
   DeregistrationQueue::Lane* lane = nullptr;
@@ -464,8 +465,8 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
     lock.Unlock();
     histograms_.register_ns.Add(TicksToNs(attempt.register_ticks));
     histograms_.region_bytes.Add(attempt.reg->length);
-    CountRegistration(attempt.reg->length);
-    dereg_.TimedDeregister(*attempt.reg);
+    timed_.CountRegistration(attempt.reg->length);
+    timed_.Deregister(*attempt.reg);
     if (watch_ranges_) monitor_->Unwatch(reinterpret_cast<void*>(attempt.start), attempt.length());
     discard();
     if (raced != nullptr) {
@@ -512,7 +513,7 @@ Attempt CacheImpl::RegisterOutsideLock(const Miss& miss, const MissPlan& plan) {
   // assignment's out-of-line path cost every miss two taken jumps.
   uint64_t ticks = 0;
   return Attempt{start,         end,     access, bridged,
-                 widened_range, widened, watch,  TimedRegister(start, end, access, &ticks),
+                 widened_range, widened, watch,  timed_.Register(start, end, access, &ticks),
                  ticks};
 }
 
@@ -602,7 +603,7 @@ Region* CacheImpl::InstallLocked(ThreadCache* tc, const Miss& miss, const Attemp
   if (__builtin_expect(index_.size() >= CoveringHints::RegionsToOutgrow(hint_lines), 0)) {
     wanted_hint_lines_.store(CoveringHints::LinesFor(index_.size()), std::memory_order_relaxed);
   }
-  CountRegistration(r->length());
+  timed_.CountRegistration(r->length());
   // Without may_contain no indexed region overlaps r (InstallLocked's
   // contract), so r cannot overlap one it does not replace.
   bool overlaps_others = false;
@@ -672,7 +673,7 @@ absl::StatusOr<Region*> CacheImpl::AcquireBypass(uintptr_t start, uintptr_t end,
   // MW_BIND / ZERO_BASED, remote rights under remote_keys=private, and
   // misses too large for the pin budget: a dedicated registration of exactly
   // the range, never shared, deregistered on put.
-  absl::StatusOr<Registration> reg = TimedRegister(start, end, access);
+  absl::StatusOr<Registration> reg = timed_.Register(start, end, access);
   if (!reg.ok()) {
     // Refusals the normal path then retries are not failures.
     const int err = StatusToErrno(reg.status());
@@ -696,7 +697,7 @@ Region* CacheImpl::AdoptBypass(uintptr_t start, uintptr_t end, const Registratio
   (kind == BypassKind::kRemotePrivate ? remote_private_ : bypassed_)
       .fetch_add(1, std::memory_order_relaxed);
   histograms_.region_bytes.Add(end - start);
-  CountRegistration(end - start);
+  timed_.CountRegistration(end - start);
   return r;
 }
 
@@ -704,7 +705,7 @@ absl::StatusOr<Region*> CacheImpl::ImplicitRegion(int access) {
   // One implicit MR per set of remote rights, so that its rkey grants exactly
   // what was asked for; local write is always included.
   if (Region* r = implicit_.Find(access)) return r;
-  auto reg = TimedImplicitRegister(kAccessLocalWrite | (access & kAccessRemoteBits));
+  auto reg = timed_.RegisterImplicit(kAccessLocalWrite | (access & kAccessRemoteBits));
   if (!reg.ok()) return reg.status();
   auto* r = new Region;
   r->start = 0;
@@ -713,18 +714,10 @@ absl::StatusOr<Region*> CacheImpl::ImplicitRegion(int access) {
   r->cache = this;
   Region* published = implicit_.Publish(access, r);
   if (published != r) {
-    dereg_.TimedDeregister(r->reg);  // another thread won the race
+    timed_.Deregister(r->reg);  // another thread won the race
     delete r;
   }
   return published;
-}
-
-absl::StatusOr<Registration> CacheImpl::TimedImplicitRegister(int access) {
-  const uint64_t t0 = NowTicks(tsc_ticks_);
-  auto reg = RegisterImplicitOdp(*registrar_, access);
-  AddTicksSince(registrar_ticks_, t0, tsc_ticks_);
-  if (reg.ok()) CountRegistration(0);  // pins nothing
-  return reg;
 }
 
 absl::StatusOr<Region*> CacheImpl::AcquireImplicitOdp(uintptr_t start, uintptr_t end, int access) {
@@ -760,7 +753,7 @@ __attribute__((noinline)) void CacheImpl::SettleRetired() {
 __attribute__((noinline)) absl::Status CacheImpl::PutLocked(Region* r) {
   if (r == nullptr) return ErrnoStatus(EINVAL, "mrc_put: null region");
   if (r->cache != this) return ErrnoStatus(EINVAL, "mrc_put: region belongs to another cache");
-  if (ImplicitOdpRegions::Is(r->reg)) {
+  if (IsImplicitOdp(r->reg)) {
     if (!implicit_.CountPut(r)) {
       return ErrnoStatus(EINVAL, "mrc_put: region put more times than it was got");
     }
@@ -770,7 +763,7 @@ __attribute__((noinline)) absl::Status CacheImpl::PutLocked(Region* r) {
     if (r->locked_refs != 1)
       return ErrnoStatus(EINVAL, "mrc_put: region put more times than it was got");
     r->locked_refs = 0;
-    dereg_.TimedDeregister(r->reg);
+    timed_.Deregister(r->reg);
     delete r;
     return absl::OkStatus();
   }
@@ -832,7 +825,7 @@ absl::Status CacheImpl::DeviceWrite(Region* r, size_t offset, const void* src, s
   if (r == nullptr || src == nullptr)
     return ErrnoStatus(EINVAL, "device write: null region or source");
   if (absl::Status child = CheckNotForked("device write"); !child.ok()) return child;
-  if (ImplicitOdpRegions::Is(r->reg)) {
+  if (IsImplicitOdp(r->reg)) {
     // The implicit MR spans everything: offset is an absolute address.
     return registrar_->DeviceWrite(r->reg, offset, src, length);
   }
@@ -853,15 +846,15 @@ CacheStats CacheImpl::stats() {
   s.misses = misses_.load();
   // Deregistrations first: each follows its registration, so the difference
   // (the live regions) is never negative.
-  s.deregistrations = deregistrations_.load();
-  s.registrations = registrations_.load();
+  s.deregistrations = timed_.deregistrations();
+  s.registrations = timed_.registrations();
   s.evictions = evictions_.load();
   s.invalidations = invalidations_.load();
   s.merges = merges_.load();
   s.regions = s.registrations - s.deregistrations;
-  s.pinned_bytes = pinned_bytes_.load();
-  s.registrar_ns = TicksToNs(registrar_ticks_.load());
-  s.peak_pinned_bytes = peak_pinned_bytes_.load();
+  s.pinned_bytes = timed_.pinned_bytes();
+  s.registrar_ns = TicksToNs(timed_.registrar_ticks());
+  s.peak_pinned_bytes = timed_.peak_pinned_bytes();
   s.registrar_failures = registrar_failures_.load();
   s.bypassed = bypassed_.load();
   s.remote_private = remote_private_.load();
@@ -997,7 +990,7 @@ absl::Status CacheImpl::OutOfPinnedMemory(uintptr_t start, uintptr_t end,
       StatusToErrno(cause),
       absl::StrCat("mrc_get: cannot pin ", end - start, " bytes at 0x", absl::Hex(start), ": ",
                    limit_text, "; mrcache pins ",
-                   budget_ != nullptr ? budget_->pinned() : pinned_bytes_.load(),
+                   budget_ != nullptr ? budget_->pinned() : timed_.pinned_bytes(),
                    " bytes in this process, ", in_use, " of them in regions in use by this cache (",
                    registrar_->name(), ": ", cause.message(), ")"));
 }
@@ -1154,24 +1147,6 @@ bool CacheImpl::NotAdmittedByPolicyLocked(const Miss& miss, const MissPlan& plan
 
 // ---- outside the lock ------------------------------------------------------
 
-absl::StatusOr<Registration> CacheImpl::TimedRegister(uintptr_t start, uintptr_t end, int access,
-                                                      uint64_t* ticks) {
-  const uint64_t t0 = NowTicks(tsc_ticks_);
-  absl::StatusOr<Registration> reg =
-      registrar_->Register(reinterpret_cast<void*>(start), end - start, access);
-  const uint64_t took = AddTicksSince(registrar_ticks_, t0, tsc_ticks_);
-  if (ticks != nullptr) {
-    *ticks = took;  // the caller records it
-  } else {
-    histograms_.register_ns.Add(TicksToNs(took));
-  }
-  if (reg.ok() && budget_ != nullptr && !(reg->access & kAccessOnDemand)) {
-    budget_->AddPinned(reg->length);
-    budget_->Accepted(reg->length);
-  }
-  return reg;
-}
-
 uint64_t CacheImpl::StartMissTiming() const {
   // Threads that miss at once may read the same count: a few more or fewer
   // misses are timed then, still none chosen by what they ask for.
@@ -1207,12 +1182,6 @@ void CacheImpl::ReadHistograms(CacheHistogramCounts* out) {
   locked_histograms_.miss_ns.AddTo(out->miss_ns, &out->sums[1]);
   locked_histograms_.register_ns.AddTo(out->register_ns, &out->sums[2]);
   locked_histograms_.get_bytes.AddTo(out->get_bytes, &out->sums[4]);
-}
-
-void CacheImpl::CountRegistration(size_t pinned) {
-  registrations_.fetch_add(1, std::memory_order_relaxed);
-  AtomicMax(peak_pinned_bytes_,
-            pinned_bytes_.fetch_add(pinned, std::memory_order_relaxed) + pinned);
 }
 
 void CacheImpl::DeregisterQueued(Region* list) {

@@ -135,6 +135,7 @@
 #include "mrcache/core/spare_regions.h"
 #include "mrcache/core/thread_cache.h"
 #include "mrcache/core/thread_list.h"
+#include "mrcache/core/timed_registrar.h"
 #include "mrcache/internal/mutex.h"
 #include "mrcache/monitors/memory_events.h"
 #include "mrcache/monitors/monitor.h"
@@ -334,7 +335,6 @@ class CacheImpl : public MemoryEventListener,
   absl::StatusOr<Region*> AcquireOversized(uintptr_t start, uintptr_t end, int access);
   absl::StatusOr<Region*> AcquireImplicitOdp(uintptr_t start, uintptr_t end, int access);
   absl::StatusOr<Region*> ImplicitRegion(int access);
-  absl::StatusOr<Registration> TimedImplicitRegister(int access);
   ThreadCache* AttachThread();
   // Counts a slow-path get of the calling thread (tc's owner) and, at the
   // end of a window, resizes its table to what ThreadCache::EndWindow decides
@@ -472,15 +472,10 @@ class CacheImpl : public MemoryEventListener,
   // a Region of the batch when its memory is reused) and keeps the batch in
   // spares_ or frees it.
   void EndQuarantineBatch(Region* batch) ABSL_LOCKS_EXCLUDED(mu_);
-  // What dereg_ uses and counts into, with `lane` (null: async_dereg off).
+  // What timed_ uses and records into (with budget_ as it is now).
+  TimedRegistrar::Setup TimedRegistrarSetup();
+  // What dereg_ uses, with `lane` (null: async_dereg off).
   Deregistration::Setup DeregistrationSetup(DeregistrationQueue::Lane* lane);
-  // Registers, adding the time to registrar_ticks_, and either returns that
-  // time in *ticks (the caller records it) or, with ticks null, records it
-  // in histograms_.register_ns.
-  MRCACHE_MISS_INLINE absl::StatusOr<Registration> TimedRegister(uintptr_t start, uintptr_t end,
-                                                                 int access,
-                                                                 uint64_t* ticks = nullptr);
-  void CountRegistration(size_t pinned_bytes);
   // At a miss's start: its start in NowTicks() units if the miss is one
   // of the sample timed into miss_ns (log2_histogram.h,
   // kLatencySampleEvery), else 0 (not timed: no clock read).
@@ -595,10 +590,11 @@ class CacheImpl : public MemoryEventListener,
 
   // Counters (slow paths; relaxed atomics so stats() needs no lock for them;
   // read-locked hits are counted per thread instead, see ThreadCache).
-  // registrar_ticks_ is registrar time in NowTicks() units (tick_clock.h).
-  std::atomic<uint64_t> slow_hits_{0}, misses_{0}, registrations_{0}, deregistrations_{0},
-      evictions_{0}, invalidations_{0}, merges_{0}, pinned_bytes_{0}, peak_pinned_bytes_{0},
-      registrar_ticks_{0}, registrar_failures_{0}, bypassed_{0}, remote_private_{0};
+  std::atomic<uint64_t> slow_hits_{0}, misses_{0}, evictions_{0}, invalidations_{0}, merges_{0},
+      registrar_failures_{0}, bypassed_{0}, remote_private_{0};
+  // The registrar's calls, timed, and the registrations, deregistrations
+  // and pinned bytes they count.
+  TimedRegistrar timed_;
   // Distributions (ReadHistograms sums both sets): what happens outside
   // mu_ (deregistrations, bypass registrations, refused, spoiled or raced
   // attempts) in relaxed atomics; what an installing miss records while it
@@ -610,8 +606,7 @@ class CacheImpl : public MemoryEventListener,
     PlainLog2Histogram region_bytes, miss_ns, register_ns, get_bytes;
   } locked_histograms_ ABSL_GUARDED_BY(mu_);
   // Deregistration of the killed regions, their quarantine, the retire
-  // callback and this cache's lane of the deregistration queue: it counts
-  // into the counters and histograms_ above.
+  // callback and this cache's lane of the deregistration queue.
   Deregistration dereg_;
 };
 

@@ -4,10 +4,7 @@
 
 #include <utility>
 
-#include "absl/strings/str_cat.h"
-#include "mrcache/core/bypass.h"
-#include "mrcache/core/tick_clock.h"
-#include "mrcache/internal/log.h"
+#include "mrcache/registrars/odp.h"
 
 namespace mrcache {
 
@@ -16,27 +13,6 @@ void FreeRegions(Region* list) {
     Region* next = list->next_dead;
     delete list;
     list = next;
-  }
-}
-
-void Deregistration::TimedDeregister(const Registration& reg) {
-  const uint64_t t0 = NowTicks(setup_.tsc_ticks);
-  absl::Status s = setup_.registrar->Deregister(reg);
-  const uint64_t took = AddTicksSince(*setup_.registrar_ticks, t0, setup_.tsc_ticks);
-  if (__builtin_expect(
-          setup_.deregistrations->fetch_add(1, std::memory_order_relaxed) % kLatencySampleEvery ==
-              0,
-          0)) {
-    setup_.deregister_ns->Add(TicksToNs(took));
-  }
-  const bool implicit = ImplicitOdpRegions::Is(reg);
-  setup_.pinned_bytes->fetch_sub(implicit ? 0 : reg.length, std::memory_order_relaxed);
-  if (!implicit && setup_.budget != nullptr && !(reg.access & kAccessOnDemand)) {
-    setup_.budget->SubPinned(reg.length);
-  }
-  if (!s.ok()) {
-    Log(LogLevel::kError,
-        absl::StrCat(setup_.registrar->name(), " deregistration failed: ", s.message()));
   }
 }
 
@@ -120,8 +96,8 @@ void Deregistration::DeregisterEach(DeadList* dead, const Cache::RetireCallback*
   Region* r = dead->head;
   do {
     Region* next = r->next_dead;
-    TimedDeregister(r->reg);
-    if (__builtin_expect(setup_.watch_ranges, 0) && !ImplicitOdpRegions::Is(r->reg)) {
+    setup_.registrar->Deregister(r->reg);
+    if (__builtin_expect(setup_.watch_ranges, 0) && !IsImplicitOdp(r->reg)) {
       setup_.monitor->Unwatch(reinterpret_cast<void*>(r->start), r->length());
     }
     if (__builtin_expect(cb != nullptr, 0)) {

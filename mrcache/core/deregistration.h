@@ -9,8 +9,8 @@
 // of the index, referenced by nobody and named by no live slot) and hands
 // the dead here, outside its lock, on a DeadList. Deregistration owns the
 // retire callback, the quarantine of deregistered Regions and this cache's
-// lane of the queue; it calls the registrar, the monitor, the pin budget and
-// the queue, and nothing of the cache. A Region may be named by a stale
+// lane of the queue; it calls the registrar (timed_registrar.h), the monitor,
+// the pin budget and the queue, and nothing of the cache. A Region may be named by a stale
 // lookup entry until the cache voids every entry (cache_impl.h, "Address
 // reuse"): so each batch of kQuarantineBatch deregistered Regions is handed
 // to the caller's `end_batch`, which voids the entries under the cache's lock
@@ -33,12 +33,11 @@
 #include "absl/functional/function_ref.h"
 #include "mrcache/cache.h"
 #include "mrcache/core/deregistration_queue.h"
-#include "mrcache/core/log2_histogram.h"
 #include "mrcache/core/reclaim.h"
 #include "mrcache/core/region.h"
+#include "mrcache/core/timed_registrar.h"
 #include "mrcache/internal/mutex.h"
 #include "mrcache/monitors/monitor.h"
-#include "mrcache/registrar.h"
 #include "mrcache/registrars/pin_budget.h"
 
 namespace mrcache {
@@ -52,10 +51,10 @@ class Deregistration {
   // Deregistered Regions kept from reuse until this many are.
   static constexpr uint64_t kQuarantineBatch = 256;
 
-  // What a deregistration uses and where it is counted: the cache's own
-  // statistics, which its registrations count into too.
+  // What a deregistration uses.
   struct Setup {
-    Registrar* registrar = nullptr;
+    // Deregisters through it (timed and counted).
+    TimedRegistrar* registrar = nullptr;
     // Unwatches each dead region's range if watch_ranges (monitor.h).
     MonitorLease* monitor = nullptr;
     bool watch_ranges = false;
@@ -65,11 +64,6 @@ class Deregistration {
     DeregistrationQueue::Lane* lane = nullptr;
     // Batches of fewer registered bytes are deregistered by their caller.
     size_t async_bytes = 0;
-    bool tsc_ticks = false;                            // TickClockIsTsc()
-    std::atomic<uint64_t>* registrar_ticks = nullptr;  // registrar time (NowTicks units)
-    std::atomic<uint64_t>* deregistrations = nullptr;
-    std::atomic<uint64_t>* pinned_bytes = nullptr;
-    Log2Histogram* deregister_ns = nullptr;  // one call in kLatencySampleEvery
   };
   // Called with a batch of deregistered Regions whose quarantine ended
   // (linked through next_dead; possibly null when threads ended batches at
@@ -83,12 +77,6 @@ class Deregistration {
 
   void Configure(const Setup& setup) { setup_ = setup; }
   DeregistrationQueue::Lane* lane() const { return setup_.lane; }
-
-  // Deregisters `reg` now, timing it into registrar_ticks (and a sample
-  // into deregister_ns), counting it and giving its pinned bytes back to the
-  // budget; a registrar failure is logged (the registration is gone either
-  // way).
-  void TimedDeregister(const Registration& reg);
 
   // Hands the regions of `dead` to the queue (with a lane, and at least
   // async_bytes of them) or, if there is none, it is full or they are few,

@@ -30,6 +30,13 @@ absl::StatusOr<OdpMode> ResolveOdpMode(OdpMode requested, const OdpCapabilities&
 // access | kAccessOnDemand): its keys cover every address of the process.
 constexpr size_t kImplicitOdpLength = SIZE_MAX;
 
+// True if `reg` is an implicit ODP registration (null address,
+// kImplicitOdpLength bytes); such a registration pins nothing and has no
+// range.
+inline bool IsImplicitOdp(const Registration& reg) {
+  return reg.addr == nullptr && reg.length == kImplicitOdpLength;
+}
+
 // Registers the implicit ODP MR through `registrar` (ENOTSUP with a message if
 // its device lacks implicit ODP, EINVAL for bad access bits). The caller
 // deregisters it like any other Registration.
