@@ -1,17 +1,26 @@
-// bypass.h: the state of the gets the cache serves without caching a region
-// for them: odp=implicit's whole-address-space regions (ImplicitOdpRegions)
-// and the oversized misses' second sight (OversizedSeen). The registrations
-// themselves (and their counting) are the cache's (CacheImpl::AcquireBypass,
-// AcquireImplicitOdp, AcquireOversized); these classes keep what the cache
-// must remember between gets, and call nothing.
+// bypass.h: the gets the cache serves without caching a region for them.
+//
+// Contract. Bypass makes and counts their registrations: a dedicated
+// registration of exactly the requested range, never shared, deregistered at
+// its put (Bypass::Acquire, Adopt, Put), and odp=implicit's
+// whole-address-space regions (ImplicitOdpRegions), made on first use and
+// kept until the cache is destroyed. It calls the registrar through
+// TimedRegistrar and nothing of the cache; which gets bypass is the cache's
+// decision (CacheImpl::AcquireUncached, AcquireOversized, AcquireSlow,
+// ServeUnwatched). OversizedSeen keeps the oversized misses' second sight,
+// which the cache consults under its lock.
 #ifndef MRCACHE_CORE_BYPASS_H_
 #define MRCACHE_CORE_BYPASS_H_
 
 #include <atomic>
 #include <cstdint>
 
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "mrcache/core/log2_histogram.h"
 #include "mrcache/core/range.h"
 #include "mrcache/core/region.h"
+#include "mrcache/core/timed_registrar.h"
 #include "mrcache/registrar.h"
 #include "mrcache/registrars/odp.h"
 
@@ -95,6 +104,57 @@ class OversizedSeen {
  private:
   Range seen_[kSeen];
   unsigned next_ = 0;
+};
+
+// The dedicated and implicit registrations. Thread-safe, lock-free.
+class Bypass {
+ public:
+  // Why a get bypasses the cache: MW_BIND/ZERO_BASED (counted as bypassed),
+  // remote rights under remote_keys=private (remote_private), or a miss too
+  // large for the pin budget (bypassed; a refusal is not counted as a
+  // registrar failure, since the normal path then retries it).
+  // Also: a first miss of a full cache (CacheImpl::NotAdmittedLocked;
+  // bypassed, and an ENOMEM/EAGAIN refusal sends it down the normal path,
+  // which makes room). Also: a miss whose range a monitor could not watch
+  // (kUnwatched, counted as bypassed; unwatched_miss.cc).
+  enum class Kind { kDedicated, kRemotePrivate, kOversized, kNotAdmitted, kUnwatched };
+
+  struct Setup {
+    TimedRegistrar* registrar = nullptr;
+    // The cache whose Regions these are (Region::cache).
+    CacheImpl* cache = nullptr;
+    // The cache's histogram of registered bytes.
+    Log2Histogram* region_bytes = nullptr;
+  };
+
+  // Once, before any other call.
+  void Configure(const Setup& setup) { setup_ = setup; }
+
+  // A dedicated registration of exactly [start, end), never shared,
+  // deregistered at put, counted as `kind` says; the registrar's refusal
+  // otherwise.
+  absl::StatusOr<Region*> Acquire(uintptr_t start, uintptr_t end, int access,
+                                  Kind kind = Kind::kDedicated);
+  // The region of a bypass whose registration `reg` of [start, end) is made.
+  Region* Adopt(uintptr_t start, uintptr_t end, const Registration& reg, Kind kind);
+  // odp=implicit: the region of access's set of remote rights, registered
+  // (with local write) on first use.
+  absl::StatusOr<Region*> ImplicitRegion(int access);
+  ImplicitOdpRegions& implicit() { return implicit_; }
+  // A put of r, a bypass or implicit region of this cache: a bypass is
+  // deregistered and freed, an implicit region's reference uncounted. EINVAL
+  // if r was put more times than it was got.
+  absl::Status Put(Region* r);
+
+  uint64_t bypassed() const { return bypassed_.load(); }
+  uint64_t remote_private() const { return remote_private_.load(); }
+  // Registrar refusals that no normal path retries.
+  uint64_t failures() const { return failures_.load(); }
+
+ private:
+  Setup setup_;
+  ImplicitOdpRegions implicit_;
+  std::atomic<uint64_t> bypassed_{0}, remote_private_{0}, failures_{0};
 };
 
 }  // namespace mrcache

@@ -1,70 +1,21 @@
 // cache_impl.cc: CacheImpl. The protocol is stated in cache_impl.h.
 #include "mrcache/core/cache_impl.h"
 
-#include <unistd.h>
-
 #include <cerrno>
 #include <utility>
 
-#include "absl/strings/str_cat.h"
 #include "mrcache/core/bypass.h"
 #include "mrcache/core/cache_impl-inl.h"
 #include "mrcache/core/dcheck.h"
 #include "mrcache/core/fences.h"
 #include "mrcache/core/range.h"
 #include "mrcache/core/tick_clock.h"
+#include "mrcache/core/voided_regions.h"
 #include "mrcache/errno_status.h"
-#include "mrcache/internal/log.h"
 #include "mrcache/monitors/fork_guard.h"
-#include "mrcache/monitors/monitor_sync.h"
 #include "mrcache/registrars/odp.h"
-#include "mrcache/registrars/region_limit.h"
 
 namespace mrcache {
-namespace {
-
-std::atomic<uint64_t> g_next_cache_uid{1};
-
-}  // namespace
-
-CacheImpl::CacheImpl(const Config& config, std::unique_ptr<Registrar> registrar,
-                     std::unique_ptr<EvictionPolicy> eviction)
-    : config_(config),
-      registrar_(std::move(registrar)),
-      uid_(g_next_cache_uid.fetch_add(1)),
-      align_(config.alignment ? config.alignment : static_cast<size_t>(sysconf(_SC_PAGESIZE))),
-      page_(static_cast<size_t>(sysconf(_SC_PAGESIZE))),
-      pid_(getpid()),
-      fork_generation_(ForkGeneration()),
-      tsc_ticks_(TickClockIsTsc()),
-      eviction_(eviction != nullptr ? std::move(eviction)
-                                    : MakeDefaultEvictionPolicy(config.max_regions)),
-      clock_(dynamic_cast<ClockEviction*>(eviction_.get())) {
-  // Until Create knows the rest (the monitor, the budget, the queue's lane).
-  timed_.Configure(TimedRegistrarSetup());
-  dereg_.Configure(DeregistrationSetup(nullptr));
-}
-
-TimedRegistrar::Setup CacheImpl::TimedRegistrarSetup() {
-  TimedRegistrar::Setup setup;
-  setup.registrar = registrar_.get();
-  setup.budget = budget_;
-  setup.tsc_ticks = tsc_ticks_;
-  setup.register_ns = &histograms_.register_ns;
-  setup.deregister_ns = &histograms_.deregister_ns;
-  return setup;
-}
-
-Deregistration::Setup CacheImpl::DeregistrationSetup(DeregistrationQueue::Lane* lane) {
-  Deregistration::Setup setup;
-  setup.registrar = &timed_;
-  setup.monitor = monitor_.get();
-  setup.watch_ranges = watch_ranges_;
-  setup.budget = budget_;
-  setup.lane = lane;
-  setup.async_bytes = config_.async_dereg_bytes;
-  return setup;
-}
 
 class CacheImpl::EvictionUse final : public EvictionPolicy::Use {
  public:
@@ -78,186 +29,6 @@ class CacheImpl::EvictionUse final : public EvictionPolicy::Use {
  private:
   const CacheImpl* cache_;
 };
-
-absl::StatusOr<std::unique_ptr<CacheImpl>> CacheImpl::Create(
-    const Config& config, std::unique_ptr<Registrar> registrar,
-    std::unique_ptr<EvictionPolicy> eviction) {
-  if (registrar == nullptr) return ErrnoStatus(EINVAL, "no registrar");
-  absl::Status valid = config.Validate();
-  if (!valid.ok()) return valid;
-  std::unique_ptr<CacheImpl> cache(new CacheImpl(
-      config, WithRegionLimit(std::move(registrar), config.max_region_bytes), std::move(eviction)));
-  cache->max_region_ = cache->registrar_->max_region_bytes();
-
-  // On-demand paging: resolve the mode against the device's capabilities.
-  auto odp = ResolveOdpMode(config.odp, cache->registrar_->odp_capabilities());
-  if (!odp.ok()) return odp.status();
-  cache->odp_ = *odp;
-
-  if (cache->odp_ == OdpMode::kImplicit) {
-    // The implicit MRs (one per set of remote rights) are registered on first
-    // use; register the most common one now so that a device that fails it
-    // fails cache creation, with its reason.
-    auto first = cache->ImplicitRegion(kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead);
-    if (!first.ok()) return first.status();
-  }
-
-  // ODP regions need no monitor for correctness.
-  std::string monitor = cache->odp_ == OdpMode::kOff ? config.monitor : std::string("none");
-  auto lease = AcquireMonitor(monitor);
-  if (!lease.ok() && monitor == "auto") {
-    Log(LogLevel::kWarning,
-        absl::StrCat("monitor 'auto' unavailable (", lease.status().message(), "); using 'none'"));
-    cache->monitor_incomplete_ = true;
-    lease = AcquireMonitor("none");
-  }
-  if (!lease.ok()) return lease.status();
-  cache->monitor_ = std::move(*lease);
-  std::string shortfall = cache->monitor_->shortfall();
-  if (!shortfall.empty()) {
-    Log(LogLevel::kWarning, absl::StrCat("warning: monitor '", monitor, "' is incomplete, using '",
-                                         cache->monitor_->name(), "': ", shortfall));
-    cache->monitor_incomplete_ = true;
-  }
-  cache->watch_ranges_ = cache->monitor_->watches_ranges();
-
-  absl::Status listen = AddMemoryEventListener(cache.get());
-  if (!listen.ok()) return listen;
-  cache->listening_ = true;
-
-  // Regions that pin count against the process's budget; on-demand paging,
-  // and registrars that pin nothing (registrar.h), need none.
-  if (cache->odp_ == OdpMode::kOff && cache->registrar_->pins_memory()) {
-    PinBudget& budget = PinBudget::Process();
-    budget.Refresh();
-    budget.Join(cache.get());
-    cache->budget_ = &budget;
-  }
-  cache->timed_.Configure(cache->TimedRegistrarSetup());
-  // Deregistrations leave the critical path where they are costly: regions
-  // that pin (auto), or wherever the config says on.
-  DeregistrationQueue::Lane* lane = nullptr;
-  if (config.async_dereg == AsyncDereg::kOn ||
-      (config.async_dereg == AsyncDereg::kAuto && cache->budget_ != nullptr)) {
-    lane = DeregistrationQueue::Process().Join(cache.get());
-  }
-  cache->dereg_.Configure(cache->DeregistrationSetup(lane));
-  {
-    MutexLock lock(&cache->mu_);
-    MissPlanner::Settings plans;
-    plans.page = cache->page_;
-    plans.max_merge_bytes = config.max_merge_bytes;
-    plans.bridge_bytes = config.bridge_bytes;
-    plans.max_bytes = config.max_bytes;
-    plans.max_region = cache->max_region_;
-    plans.bridging_safe = cache->odp_ == OdpMode::kExplicit || cache->monitor_->complete();
-    plans.budget = cache->budget_;
-    plans.misses = &cache->misses_;
-    plans.invalidations = &cache->invalidations_;
-    cache->planner_.Configure(plans);
-    // Under a binding budget evictions for bytes come (another cache's
-    // ReclaimUnused may have said so already).
-    if (cache->ProcessBudget() != 0) cache->eviction_->ExpectEvictionsForBytes();
-  }
-  return cache;
-}
-
-CacheImpl::~CacheImpl() {
-  if (budget_ != nullptr) budget_->Leave(this);  // no other cache reclaims from us from now on
-  if (listening_) RemoveMemoryEventListener(this);
-  const bool child = InForkChild();
-  DeregistrationQueue::Lane* const lane = dereg_.lane();
-  if (lane != nullptr) {
-    if (child) {
-      FreeRegions(DeregistrationQueue::Process().TakeAll(lane));  // the parent's
-    } else {
-      dereg_.WaitForDeregistrations();
-    }
-  }
-  DeadList dead;
-  int64_t held = 0;
-  {
-    MutexLock lock(&mu_);
-    threads_.FoldOrphans(region_frees_);
-    MRCACHE_DCHECK(IndexAgreesLocked());
-    Region* all = nullptr;
-    index_.ForEach([&all](uintptr_t, uintptr_t, Region* r) {
-      r->next_dead = all;
-      all = r;
-    });
-    while (all != nullptr) {
-      Region* r = all;
-      all = r->next_dead;
-      if (TotalRefsLocked(r) > 0) ++held;
-      index_.DetachNode(r->start, r);  // the node is part of r
-      dead.Push(r);
-    }
-    reclaim_.TakeAllRetired([&held, &dead](Region* r) {
-      ++held;
-      dead.Push(r);
-    });
-    eviction_->Clear();
-    held += implicit_.Held();
-  }
-  if (held > 0 && !child) {
-    Log(LogLevel::kWarning,
-        absl::StrCat("warning: destroying a cache while ", held,
-                     " region(s) are still held; releasing their registrations"));
-  }
-  implicit_.TakeAll([&dead](Region* r) { dead.Push(r); });
-  if (child) {
-    // fork(): the registrations belong to the parent. Free our bookkeeping
-    // only; never call the registrar, whose kernel objects the parent shares.
-    FreeRegions(dead.head);
-    (void)registrar_.release();  // owned by the parent's address space image
-  } else {
-    DeregisterNow(&dead);
-  }
-  if (lane != nullptr) DeregistrationQueue::Process().Leave(lane);
-  FreeRegions(dereg_.TakeQuarantined());  // no thread uses the cache any more
-  Region* spare;
-  {
-    MutexLock lock(&mu_);
-    spare = spares_.TakeAll();
-  }
-  FreeRegions(spare);
-}
-
-// ---- memory events (hook context) -----------------------------------------
-
-void CacheImpl::OnMemoryRelease(uintptr_t start, uintptr_t end) noexcept {
-  // Record first, then bump: a get that sees a new generation drains a ring
-  // that already holds the range. Only the lookup entries of regions the
-  // range overlaps become void (their buckets'), unless the ring asks to be
-  // drained: then every entry does, so that each thread's next get drains.
-  const bool drain_soon = ring_.Push(start, end);
-  release_gens_.Bump(start, end);
-  if (drain_soon) gen_.fetch_add(1, std::memory_order_acq_rel);
-}
-
-// The fork handlers lock in one call and unlock in the next: beyond the
-// analysis (fork_guard.h states the protocol).
-void CacheImpl::OnForkPrepare() noexcept ABSL_NO_THREAD_SAFETY_ANALYSIS { mu_.lock(); }
-
-void CacheImpl::OnForkParent() noexcept ABSL_NO_THREAD_SAFETY_ANALYSIS { mu_.unlock(); }
-
-void CacheImpl::OnForkChild() noexcept ABSL_NO_THREAD_SAFETY_ANALYSIS {
-  gen_.fetch_add(1, std::memory_order_acq_rel);
-  // Taken by OnForkPrepare on this (the only) thread: the guarded state is
-  // as that thread left it, consistent.
-  mu_.UnlockInForkChild();
-}
-
-bool CacheImpl::InForkChild() const {
-  return ForkGeneration() != fork_generation_ || getpid() != pid_;
-}
-
-absl::Status CacheImpl::CheckNotForked(const char* op) const {
-  if (__builtin_expect(ForkGeneration() == fork_generation_, 1)) return absl::OkStatus();
-  return ErrnoStatus(ECHILD, std::string(op) +
-                                 ": this cache belongs to the parent process; after fork() "
-                                 "create a new cache in the child");
-}
 
 // ---- get --------------------------------------------------------------------
 
@@ -274,11 +45,11 @@ __attribute__((noinline)) absl::StatusOr<Region*> CacheImpl::AcquireUncached(uin
   if (end < start) return ErrnoStatus(EINVAL, "mrc_get: addr + length overflows");
   if (__builtin_expect(!AccessValid(access), 0)) return ValidateAccess(access);
   if (__builtin_expect(ForkGeneration() != fork_generation_, 0)) return CheckNotForked("mrc_get");
-  if (access & (kAccessMwBind | kAccessZeroBased)) return AcquireBypass(start, end, access);
+  if (access & (kAccessMwBind | kAccessZeroBased)) return bypass_.Acquire(start, end, access);
   if ((access & kAccessRemoteBits) && config_.remote_keys == RemoteKeys::kPrivate) {
     // An rkey of exactly the requested bytes, revoked at put (cache.h).
     const int odp = odp_ == OdpMode::kExplicit || odp_ == OdpMode::kImplicit ? kAccessOnDemand : 0;
-    return AcquireBypass(start, end, access | odp, BypassKind::kRemotePrivate);
+    return bypass_.Acquire(start, end, access | odp, Bypass::Kind::kRemotePrivate);
   }
   if (odp_ == OdpMode::kImplicit) return AcquireImplicitOdp(start, end, access);
   if (budget_ != nullptr) {
@@ -310,7 +81,8 @@ absl::StatusOr<Region*> CacheImpl::AcquireOversized(uintptr_t start, uintptr_t e
     missing = pinned + need - budget;
   }
   MakeRoom(missing);
-  absl::StatusOr<Region*> r = AcquireBypass(page_start, page_end, access, BypassKind::kOversized);
+  absl::StatusOr<Region*> r =
+      bypass_.Acquire(page_start, page_end, access, Bypass::Kind::kOversized);
   if (!r.ok()) {
     const int err = StatusToErrno(r.status());
     if (err == ENOMEM || err == EAGAIN) return nullptr;
@@ -330,16 +102,6 @@ void CacheImpl::EndThreadCacheWindow(ThreadCache* tc) {
     tc->MoveSlotsInto(&fresh);
   }
 }  // `fresh` now holds the old table and frees it here, unlocked.
-
-uint64_t CacheImpl::read_locked_hits() const {
-  MutexLock lock(&mu_);
-  return threads_.ReadLockedHits();
-}
-
-size_t CacheImpl::thread_table_lines() const {
-  const ThreadCache* tc = FindThreadCache(uid_);
-  return tc != nullptr ? tc->mask + 1 : 0;
-}
 
 ThreadCache* CacheImpl::AttachThread() {
   auto* tc = new ThreadCache(ThreadCache::kMinLines);  // outside mu_; grows with use
@@ -391,8 +153,8 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
       if (may_bypass && NotAdmittedLocked(miss, plan)) {
         lock.Unlock();
         discard();
-        absl::StatusOr<Region*> own =
-            AcquireBypass(miss.page_start, miss.page_end, miss.access, BypassKind::kNotAdmitted);
+        absl::StatusOr<Region*> own = bypass_.Acquire(miss.page_start, miss.page_end, miss.access,
+                                                      Bypass::Kind::kNotAdmitted);
         const int err = own.ok() ? 0 : StatusToErrno(own.status());
         if (err == 0) CountServedMiss(miss_t0, end - start);
         if (err != ENOMEM && err != EAGAIN) return own;
@@ -544,17 +306,9 @@ absl::Status CacheImpl::AfterRefusal(Miss* miss, const Attempt& attempt) {
     // those, only as many unused bytes as they need are evicted (never the
     // whole cache), and one refusal is always retried.
     const size_t need = attempt.length();
-    const size_t limit = budget_ != nullptr ? budget_->limit() : 0;
-    size_t to_free = need;  // without a known limit: room for the request
     bool hopeless = false;
-    if (limit != 0) {
-      const size_t pinned_then = budget_->pinned();
-      if (pinned_then + need <= budget_->budget()) budget_->Lower(pinned_then);
-      // Beyond the limit itself nothing that could be evicted helps.
-      hopeless = need > limit;
-      const size_t ceiling = need > budget_->budget() ? limit : budget_->budget();
-      if (pinned_then + need > ceiling) to_free = pinned_then + need - ceiling;
-    }
+    // Without a budget: room for the request.
+    const size_t to_free = budget_ != nullptr ? budget_->RoomAfterRefusal(need, &hopeless) : need;
     if (!hopeless) {
       if (attempt.widened) {
         miss->NarrowToPages();
@@ -668,67 +422,15 @@ Region* CacheImpl::UnindexContainedLocked(Region* r, bool* overlaps_others) {
   return candidates;
 }
 
-absl::StatusOr<Region*> CacheImpl::AcquireBypass(uintptr_t start, uintptr_t end, int access,
-                                                 BypassKind kind) {
-  // MW_BIND / ZERO_BASED, remote rights under remote_keys=private, and
-  // misses too large for the pin budget: a dedicated registration of exactly
-  // the range, never shared, deregistered on put.
-  absl::StatusOr<Registration> reg = timed_.Register(start, end, access);
-  if (!reg.ok()) {
-    // Refusals the normal path then retries are not failures.
-    const int err = StatusToErrno(reg.status());
-    const bool retried = kind == BypassKind::kOversized ||
-                         (kind == BypassKind::kNotAdmitted && (err == ENOMEM || err == EAGAIN));
-    if (!retried) registrar_failures_.fetch_add(1, std::memory_order_relaxed);
-    return reg.status();
-  }
-  return AdoptBypass(start, end, *reg, kind);
-}
-
-Region* CacheImpl::AdoptBypass(uintptr_t start, uintptr_t end, const Registration& reg,
-                               BypassKind kind) {
-  auto* r = new Region;
-  r->start = start;
-  r->end = end;
-  r->reg = reg;
-  r->cache = this;
-  r->bypass = true;
-  r->locked_refs = 1;
-  (kind == BypassKind::kRemotePrivate ? remote_private_ : bypassed_)
-      .fetch_add(1, std::memory_order_relaxed);
-  histograms_.region_bytes.Add(end - start);
-  timed_.CountRegistration(end - start);
-  return r;
-}
-
-absl::StatusOr<Region*> CacheImpl::ImplicitRegion(int access) {
-  // One implicit MR per set of remote rights, so that its rkey grants exactly
-  // what was asked for; local write is always included.
-  if (Region* r = implicit_.Find(access)) return r;
-  auto reg = timed_.RegisterImplicit(kAccessLocalWrite | (access & kAccessRemoteBits));
-  if (!reg.ok()) return reg.status();
-  auto* r = new Region;
-  r->start = 0;
-  r->end = UINTPTR_MAX;
-  r->reg = *reg;
-  r->cache = this;
-  Region* published = implicit_.Publish(access, r);
-  if (published != r) {
-    timed_.Deregister(r->reg);  // another thread won the race
-    delete r;
-  }
-  return published;
-}
-
 absl::StatusOr<Region*> CacheImpl::AcquireImplicitOdp(uintptr_t start, uintptr_t end, int access) {
-  auto implicit = ImplicitRegion(access);
+  auto implicit = bypass_.ImplicitRegion(access);
   if (!implicit.ok()) return implicit.status();
   Region* r = *implicit;
   if (!AccessCompatible(r->reg.access, access | kAccessOnDemand)) {
     // A bit the implicit MR lacks (e.g. HUGETLB): a dedicated ODP registration.
-    return AcquireBypass(start, end, access | kAccessOnDemand);
+    return bypass_.Acquire(start, end, access | kAccessOnDemand);
   }
-  implicit_.CountGet(r);
+  bypass_.implicit().CountGet(r);
   slow_hits_.fetch_add(1, std::memory_order_relaxed);
   if (config_.odp_prefetch_bytes && end - start >= config_.odp_prefetch_bytes) {
     (void)registrar_->Prefetch(r->reg, reinterpret_cast<void*>(start), end - start);
@@ -753,20 +455,7 @@ __attribute__((noinline)) void CacheImpl::SettleRetired() {
 __attribute__((noinline)) absl::Status CacheImpl::PutLocked(Region* r) {
   if (r == nullptr) return ErrnoStatus(EINVAL, "mrc_put: null region");
   if (r->cache != this) return ErrnoStatus(EINVAL, "mrc_put: region belongs to another cache");
-  if (IsImplicitOdp(r->reg)) {
-    if (!implicit_.CountPut(r)) {
-      return ErrnoStatus(EINVAL, "mrc_put: region put more times than it was got");
-    }
-    return absl::OkStatus();
-  }
-  if (r->bypass) {
-    if (r->locked_refs != 1)
-      return ErrnoStatus(EINVAL, "mrc_put: region put more times than it was got");
-    r->locked_refs = 0;
-    timed_.Deregister(r->reg);
-    delete r;
-    return absl::OkStatus();
-  }
+  if (IsImplicitOdp(r->reg) || r->bypass) return bypass_.Put(r);
   DeadList dead;
   {
     MutexLock lock(&mu_);
@@ -835,50 +524,6 @@ absl::Status CacheImpl::DeviceWrite(Region* r, size_t offset, const void* src, s
   return registrar_->DeviceWrite(r->reg, offset, src, length);
 }
 
-CacheStats CacheImpl::stats() {
-  CacheStats s;
-  uint64_t thread_hits = 0;
-  {
-    MutexLock lock(&mu_);
-    thread_hits = threads_.Hits() + threads_.ReadLockedHits();
-  }
-  s.hits = thread_hits + slow_hits_.load();
-  s.misses = misses_.load();
-  // Deregistrations first: each follows its registration, so the difference
-  // (the live regions) is never negative.
-  s.deregistrations = timed_.deregistrations();
-  s.registrations = timed_.registrations();
-  s.evictions = evictions_.load();
-  s.invalidations = invalidations_.load();
-  s.merges = merges_.load();
-  s.regions = s.registrations - s.deregistrations;
-  s.pinned_bytes = timed_.pinned_bytes();
-  s.registrar_ns = TicksToNs(timed_.registrar_ticks());
-  s.peak_pinned_bytes = timed_.peak_pinned_bytes();
-  s.registrar_failures = registrar_failures_.load();
-  s.bypassed = bypassed_.load();
-  s.remote_private = remote_private_.load();
-  s.monitor_incomplete = monitor_incomplete_ ? 1 : 0;
-  s.pin_budget_bytes = PinBudgetBytes();
-  if (monitor_) {
-    const WatchFailureCounts w = monitor_->watch_failures();
-    s.watch_failures = w.total;
-    s.watch_enomem = w.enomem;
-    s.watch_ebusy = w.ebusy;
-    s.watch_eperm = w.eperm;
-    s.watch_einval = w.einval;
-    s.watch_map_limit = w.map_limit;
-    s.watch_other = w.other;
-  }
-  s.dereg_queue_depth = dereg_.queue_depth();
-  s.dereg_wait_ns = dereg_.wait_ns();
-  return s;
-}
-
-void CacheImpl::SetRetireCallback(Cache::RetireCallback callback) {
-  dereg_.SetRetireCallback(std::move(callback));
-}
-
 // ---- under the lock ---------------------------------------------------------
 
 void CacheImpl::MaintainLocked(DeadList* dead) {
@@ -907,13 +552,6 @@ void CacheImpl::MaintainSlowLocked(DeadList* dead) {
   threads_.FoldOrphans(region_frees_);
   if (candidates != nullptr) SettleLocked(candidates, dead);
   RecheckRetiredLocked(dead);
-}
-
-size_t CacheImpl::PinBudgetBytes() const {
-  if (budget_ == nullptr) return 0;
-  size_t b = budget_->budget();
-  if (config_.max_bytes != 0 && (b == 0 || config_.max_bytes < b)) b = config_.max_bytes;
-  return b;
 }
 
 size_t CacheImpl::FitPlanLocked(MissPlan* plan, uintptr_t exact_start, uintptr_t exact_end,
@@ -966,35 +604,6 @@ size_t CacheImpl::ReclaimUnused(size_t bytes) {
   return released;
 }
 
-absl::Status CacheImpl::OutOfPinnedMemory(uintptr_t start, uintptr_t end,
-                                          const absl::Status& cause) {
-  size_t in_use = 0;
-  {
-    MutexLock lock(&mu_);
-    struct Sum {
-      const CacheImpl* self;
-      size_t bytes;
-    } sum{this, 0};
-    index_.ForEach([&sum](uintptr_t s, uintptr_t e, Region* r) {
-      sum.self->mu_.AssertHeld();  // ForEach runs under the lock taken above
-      if (sum.self->TotalRefsLocked(r) > 0) sum.bytes += e - s;
-    });
-    in_use = sum.bytes;
-  }
-  const size_t limit = budget_ != nullptr ? budget_->limit() : 0;
-  const std::string limit_text =
-      limit != 0 ? absl::StrCat("RLIMIT_MEMLOCK is ", limit, " bytes, the pin budget ",
-                                PinBudgetBytes(), " bytes")
-                 : std::string("RLIMIT_MEMLOCK does not apply (unlimited, or CAP_IPC_LOCK)");
-  return ErrnoStatus(
-      StatusToErrno(cause),
-      absl::StrCat("mrc_get: cannot pin ", end - start, " bytes at 0x", absl::Hex(start), ": ",
-                   limit_text, "; mrcache pins ",
-                   budget_ != nullptr ? budget_->pinned() : timed_.pinned_bytes(),
-                   " bytes in this process, ", in_use, " of them in regions in use by this cache (",
-                   registrar_->name(), ": ", cause.message(), ")"));
-}
-
 void CacheImpl::DetachLocked(Region* r) {
   MRCACHE_DCHECK(r->state == RegionState::kCached);  // a region leaves the index once
   index_.DetachNode(r->start, r);                    // the node is part of r, freed with it
@@ -1039,33 +648,12 @@ bool CacheImpl::IndexAgreesLocked() const {
 }
 
 void CacheImpl::InvalidateRangeLocked(uintptr_t start, uintptr_t end, Region** candidates) {
-  // Regions start and end on multiples of align_ (or of the page size, when
-  // registering fell back to exact pages), so rounding the range to the finer
-  // of the two finds every region that overlaps it. Of those, a region is
-  // dropped if the range overlaps its used bytes or spans a whole page of it
-  // (see Region::used_start): a mapping changes a whole page at a time.
-  const size_t fine = align_ < page_ ? align_ : page_;
-  uintptr_t s = AlignDown(start, fine);
-  uintptr_t e = AlignUp(end, fine);
-  if (e == 0) e = UINTPTR_MAX;
-  uintptr_t whole_start = AlignUp(start, page_);
-  if (whole_start == 0) whole_start = UINTPTR_MAX;  // no whole page above start
-  const uintptr_t whole_end = end == UINTPTR_MAX ? UINTPTR_MAX : AlignDown(end, page_);
-  struct Collect {
-    Region* list;
-    uintptr_t start, end, whole_start, whole_end;
-  } c{nullptr, start, end, whole_start, whole_end};
-  index_.ForEachOverlap(s, e, [&c](uintptr_t rs, uintptr_t re, Region* r) {
-    bool touches_used = r->used_start < c.end && c.start < r->used_end;
-    bool spans_a_page = c.whole_start < c.whole_end && rs < c.whole_end && c.whole_start < re;
-    if (!touches_used && !spans_a_page) return;
-    r->next_dead = c.list;
-    c.list = r;
-  });
+  // voided_regions.h says which.
+  Region* voided = RegionsVoidedBy(index_, start, end, align_, page_);
   uintptr_t dropped_start = UINTPTR_MAX, dropped_end = 0;
-  while (c.list != nullptr) {
-    Region* r = c.list;
-    c.list = r->next_dead;
+  while (voided != nullptr) {
+    Region* r = voided;
+    voided = r->next_dead;
     invalidations_.fetch_add(1, std::memory_order_relaxed);
     if (r->start < dropped_start) dropped_start = r->start;
     if (r->end > dropped_end) dropped_end = r->end;
@@ -1182,16 +770,6 @@ void CacheImpl::ReadHistograms(CacheHistogramCounts* out) {
   locked_histograms_.miss_ns.AddTo(out->miss_ns, &out->sums[1]);
   locked_histograms_.register_ns.AddTo(out->register_ns, &out->sums[2]);
   locked_histograms_.get_bytes.AddTo(out->get_bytes, &out->sums[4]);
-}
-
-void CacheImpl::DeregisterQueued(Region* list) {
-  if (InForkChild()) {
-    FreeRegions(list);
-    return;
-  }
-  DeadList dead;
-  dead.head = list;
-  DeregisterNow(&dead);
 }
 
 void CacheImpl::EndQuarantineBatch(Region* batch) {

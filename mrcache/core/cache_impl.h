@@ -26,8 +26,8 @@
 // flush) marks the region's slots kRetired first -- and while two counters
 // it was filled with are unchanged:
 //  - gen_, the cache-wide generation: bumped under mu_ before a batch of
-//    quarantined Regions is reused (EndQuarantineBatch), by a fork child, and by a
-//    memory event when the ring asks to be drained (invalidation_ring.h:
+//    quarantined Regions is freed or reused (EndQuarantineBatch), by a fork
+//    child, and by a memory event when the ring asks to be drained (invalidation_ring.h:
 //    once per quarter of its capacity), so that the threads' next gets
 //    drain it;
 //  - the release generation of the entry's bucket (release_generations.h): memory events bump, for
@@ -113,6 +113,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -187,7 +188,9 @@ class CacheImpl : public MemoryEventListener,
   // The distributions the live statistics page publishes (stats_page.h).
   // Thread-safe, lock-free; concurrent updates may or may not be included.
   void ReadHistograms(CacheHistogramCounts* out);
-  void SetRetireCallback(Cache::RetireCallback callback);
+  void SetRetireCallback(Cache::RetireCallback callback) {
+    dereg_.SetRetireCallback(std::move(callback));
+  }
 
   const Config& config() const { return config_; }
   Registrar& registrar() { return *registrar_; }
@@ -300,21 +303,6 @@ class CacheImpl : public MemoryEventListener,
   // *overlaps_others if r overlaps an indexed region it does not replace.
   Region* UnindexContainedLocked(Region* r, bool* overlaps_others)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Why a get bypasses the cache: MW_BIND/ZERO_BASED (counted as bypassed),
-  // remote rights under remote_keys=private (remote_private), or a miss too
-  // large for the pin budget (bypassed; a refusal is not counted as a
-  // registrar failure, since the normal path then retries it).
-  // Also: a first miss of a full cache (NotAdmittedLocked; bypassed, and an
-  // ENOMEM/EAGAIN refusal sends it down the normal path, which makes room).
-  // Also: a miss whose range a monitor could not watch (kUnwatched, counted
-  // as bypassed; unwatched_miss.cc).
-  enum class BypassKind { kDedicated, kRemotePrivate, kOversized, kNotAdmitted, kUnwatched };
-  // A dedicated registration of exactly [start, end), never shared,
-  // deregistered at put, counted as `kind` says.
-  absl::StatusOr<Region*> AcquireBypass(uintptr_t start, uintptr_t end, int access,
-                                        BypassKind kind = BypassKind::kDedicated);
-  // The region of a bypass whose registration `reg` of [start, end) is made.
-  Region* AdoptBypass(uintptr_t start, uintptr_t end, const Registration& reg, BypassKind kind);
   // A miss whose registration `attempt` a monitor could not watch
   // (WatchResult::kUnwatchable): a release there might never be reported,
   // so the registration serves this get alone, as a bypass (deregistered at
@@ -334,7 +322,6 @@ class CacheImpl : public MemoryEventListener,
   // registration, which AcquireSlow's retries handle).
   absl::StatusOr<Region*> AcquireOversized(uintptr_t start, uintptr_t end, int access);
   absl::StatusOr<Region*> AcquireImplicitOdp(uintptr_t start, uintptr_t end, int access);
-  absl::StatusOr<Region*> ImplicitRegion(int access);
   ThreadCache* AttachThread();
   // Counts a slow-path get of the calling thread (tc's owner) and, at the
   // end of a window, resizes its table to what ThreadCache::EndWindow decides
@@ -513,9 +500,6 @@ class CacheImpl : public MemoryEventListener,
   // The process's pin budget, joined at creation; null when regions pin
   // nothing (on-demand paging, or a registrar whose pins_memory() is false).
   PinBudget* budget_ = nullptr;
-  // odp=implicit: whole-address-space MRs, one per set of remote rights,
-  // registered on first use.
-  ImplicitOdpRegions implicit_;
 
   // Hit-path shared state: read-mostly.
   alignas(64) std::atomic<uint64_t> gen_{1};
@@ -591,7 +575,7 @@ class CacheImpl : public MemoryEventListener,
   // Counters (slow paths; relaxed atomics so stats() needs no lock for them;
   // read-locked hits are counted per thread instead, see ThreadCache).
   std::atomic<uint64_t> slow_hits_{0}, misses_{0}, evictions_{0}, invalidations_{0}, merges_{0},
-      registrar_failures_{0}, bypassed_{0}, remote_private_{0};
+      registrar_failures_{0};
   // The registrar's calls, timed, and the registrations, deregistrations
   // and pinned bytes they count.
   TimedRegistrar timed_;
@@ -605,6 +589,9 @@ class CacheImpl : public MemoryEventListener,
   struct LockedHistograms {
     PlainLog2Histogram region_bytes, miss_ns, register_ns, get_bytes;
   } locked_histograms_ ABSL_GUARDED_BY(mu_);
+  // The gets served by registrations of their own (bypass.h), and
+  // odp=implicit's whole-address-space regions.
+  Bypass bypass_;
   // Deregistration of the killed regions, their quarantine, the retire
   // callback and this cache's lane of the deregistration queue.
   Deregistration dereg_;

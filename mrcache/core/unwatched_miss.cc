@@ -14,7 +14,7 @@ Region* CacheImpl::ServeUnwatched(const Attempt& attempt) {
   // Every Watch is matched by an Unwatch (monitor.h); a bypass is never
   // watched.
   monitor_->Unwatch(reinterpret_cast<void*>(attempt.start), attempt.length());
-  return AdoptBypass(attempt.start, attempt.end, *attempt.reg, BypassKind::kUnwatched);
+  return bypass_.Adopt(attempt.start, attempt.end, *attempt.reg, Bypass::Kind::kUnwatched);
 }
 
 }  // namespace mrcache

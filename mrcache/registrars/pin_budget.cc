@@ -93,6 +93,17 @@ void PinBudget::Lower(size_t pinned_then) {
   }
 }
 
+size_t PinBudget::RoomAfterRefusal(size_t need, bool* hopeless) {
+  *hopeless = false;
+  const size_t lim = limit();
+  if (lim == 0) return need;
+  const size_t pinned_then = pinned();
+  if (pinned_then + need <= budget()) Lower(pinned_then);
+  *hopeless = need > lim;
+  const size_t ceiling = need > budget() ? lim : budget();
+  return pinned_then + need > ceiling ? pinned_then + need - ceiling : need;
+}
+
 void PinBudget::Accepted(size_t bytes) {
   size_t cur = learned_.load(std::memory_order_relaxed);
   if (cur == SIZE_MAX) return;  // the common case: nothing learned

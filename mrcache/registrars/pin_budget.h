@@ -92,6 +92,13 @@ class PinBudget {
   // pinned: lowers the budget to that, if it was above. Nothing without a
   // computed budget.
   void Lower(size_t pinned_then);
+  // The registrar refused a request of `need` bytes for want of memory:
+  // lowers the budget to the bytes pinned now if the request fitted beside
+  // them (something else pins too), and returns the bytes to free for the
+  // request to fit under the budget (under the limit itself, for a request
+  // larger than the budget); *hopeless if it exceeds the limit itself, which
+  // nothing evicted can help. Without a limit: `need`.
+  size_t RoomAfterRefusal(size_t need, bool* hopeless);
   // A registration of `bytes` succeeded: a lowered budget recovers by
   // bytes / 16 (at least one byte).
   void Accepted(size_t bytes);
