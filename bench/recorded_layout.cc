@@ -32,6 +32,8 @@ absl::StatusOr<RecordedLayout> RecordedLayout::Map(const Trace& trace) {
   layout.block_ =
       std::max({kMinBlock, RoundUpPow2(config.bridge_bytes), RoundUpPow2(config.alignment)});
   const uint64_t block = layout.block_;
+  layout.modulus_ = std::max(kMinModulus, block);
+  const uint64_t modulus = layout.modulus_;
   std::vector<std::pair<uint64_t, uint64_t>> spans;  // block-aligned [lo, hi) of every registration
   for (const TraceOp& op : trace.ops) {
     if (op.kind != TraceOp::kReg) continue;
@@ -54,9 +56,9 @@ absl::StatusOr<RecordedLayout> RecordedLayout::Map(const Trace& trace) {
   }
   for (const auto& span : merged) {
     const size_t length = span.second - span.first;
-    // Guards: at least a page below (base is rounded up from map + page),
-    // at least `block` above.
-    const size_t map_length = length + 2 * block;
+    // Guards: at least a page below (base is the first address congruent
+    // to span.first from map + page on), at least `block` above.
+    const size_t map_length = PageSize() + modulus + length + block;
     void* map =
         mmap(nullptr, map_length, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (map == MAP_FAILED) {
@@ -64,8 +66,8 @@ absl::StatusOr<RecordedLayout> RecordedLayout::Map(const Trace& trace) {
           errno, absl::StrCat("cannot reserve ", length, " bytes to replay ", trace.name));
     }
     layout.clusters_.push_back({span.first, span.second, nullptr, map, map_length});
-    const uintptr_t base =
-        (reinterpret_cast<uintptr_t>(map) + PageSize() + block - 1) & ~(block - 1);
+    const uintptr_t lowest = reinterpret_cast<uintptr_t>(map) + PageSize();
+    const uintptr_t base = lowest + ((span.first - lowest) & (modulus - 1));
     if (mprotect(reinterpret_cast<void*>(base), length, PROT_READ | PROT_WRITE) != 0) {
       return mrcache::ErrnoStatus(
           errno, absl::StrCat("cannot map ", length, " bytes to replay ", trace.name));
@@ -76,7 +78,7 @@ absl::StatusOr<RecordedLayout> RecordedLayout::Map(const Trace& trace) {
 }
 
 RecordedLayout::RecordedLayout(RecordedLayout&& other) noexcept
-    : block_(other.block_), clusters_(std::move(other.clusters_)) {
+    : block_(other.block_), modulus_(other.modulus_), clusters_(std::move(other.clusters_)) {
   other.clusters_.clear();
 }
 

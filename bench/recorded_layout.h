@@ -2,19 +2,24 @@
 //
 // A cache's decisions depend on the relative layout of the memory it is asked
 // to register: which requests overlap or touch (merging), which share an
-// aligned block (bridging, alignment). The replay therefore keeps the
+// aligned block (bridging, alignment), and where its hashed tables put an
+// address, which they read modulo 2^kHashedAddressBits
+// (mrcache/core/hashed_address.h). The replay therefore keeps the
 // recording's layout: the page-rounded ranges of all `reg` events are grouped
 // into clusters, each the span of whole kBlock-aligned blocks its ranges touch
 // (ranges whose spans meet or overlap share a cluster), and each cluster is
 // mapped once, anonymous and read-write (MAP_NORESERVE: untouched pages cost
-// nothing), at an address congruent to the recorded one modulo kBlock. A
+// nothing), at an address congruent to the recorded one modulo kModulus. A
 // recorded address then translates by its cluster's constant offset: offsets
-// within a cluster, and alignment to any power of two up to kBlock, are those
-// of the recording. Each cluster has an inaccessible guard of at least one
-// page below it and kBlock above it, so clusters never touch.
+// within a cluster, alignment to any power of two up to kModulus, and so every
+// hashed table's answers are those of the recording. Each cluster has an
+// inaccessible guard of at least one page below it and kBlock above it, so
+// clusters never touch nor share a block.
 //
 // kBlock is 1 GiB, or the recorded bridge_bytes or alignment if larger
-// (rounded up to a power of two).
+// (rounded up to a power of two); kModulus is 2^kHashedAddressBits (64 GiB),
+// or kBlock if larger. Only the clusters are read-write: the rest of each
+// reservation (up to kModulus + kBlock more) is address space only.
 //
 // What cannot be reproduced: the live process's other mappings and its
 // residency. A cluster is one mapping whose resident pages are those the
@@ -31,12 +36,14 @@
 
 #include "absl/status/statusor.h"
 #include "bench/trace.h"
+#include "mrcache/core/hashed_address.h"
 
 namespace mrbench {
 
 class RecordedLayout {
  public:
   static constexpr uint64_t kMinBlock = uint64_t{1} << 30;
+  static constexpr uint64_t kMinModulus = uint64_t{1} << mrcache::kHashedAddressBits;
 
   // A translated range.
   struct Piece {
@@ -64,8 +71,9 @@ class RecordedLayout {
   // Replaces the whole pages of `piece` by fresh zero pages (MADV_DONTNEED),
   // as the released memory is gone; later registrations there touch new pages.
   void Discard(const Piece& piece) const;
-  // kBlock for this trace, and how many clusters were mapped.
+  // kBlock and kModulus for this trace, and how many clusters were mapped.
   uint64_t block() const { return block_; }
+  uint64_t modulus() const { return modulus_; }
   size_t clusters() const { return clusters_.size(); }
 
  private:
@@ -79,6 +87,7 @@ class RecordedLayout {
   const Cluster* Find(uint64_t recorded) const;
 
   uint64_t block_ = kMinBlock;
+  uint64_t modulus_ = kMinModulus;
   std::vector<Cluster> clusters_;  // sorted by lo, disjoint
 };
 

@@ -14,7 +14,9 @@
 // Time is the cache's miss count: Mark(range, now) stamps the range;
 // Recent(range, now, window) is true if a stamp it reads was set within the
 // last `window` misses. The address space is cut into granules at three
-// levels (64 KiB, 2 MiB, 128 MiB), each hashed into a fixed table of stamps.
+// levels (64 KiB, 2 MiB, 128 MiB), each hashed into a fixed table of stamps
+// by its address modulo 64 GiB (hashed_address.h), so that runs whose
+// buffers lie alike modulo 64 GiB get the same answers.
 // Mark stamps the range's granules at every level (marks are rare: an
 // invalidation, a failed widening); Recent, on every miss that may widen,
 // reads the finest level where the range spans at most kMaxGranules, so a
@@ -32,6 +34,8 @@
 
 #include <cstddef>
 #include <cstdint>
+
+#include "mrcache/core/hashed_address.h"
 
 namespace mrcache {
 
@@ -90,9 +94,18 @@ class AddressHeat {
   uint64_t* Stamps(int level) { return stamps_ + kFirstSlot[level]; }
   const uint64_t* Stamps(int level) const { return stamps_ + kFirstSlot[level]; }
 
+  // The slot of a granule of `level`: its number modulo the granules of
+  // 2^kHashedAddressBits, hashed. Every level has more such granules than
+  // slots, so a range that ForEachStamp walks granule by granule (fewer
+  // than the slots) names no granule twice.
   static size_t Hash(int level, uintptr_t granule) {
-    return static_cast<size_t>((granule * 0x9E3779B97F4A7C15ull) >> (64 - kSlotsShift[level]));
+    const uint64_t key = HashedUnit(granule, kGranuleShift[level]);
+    return static_cast<size_t>((key * 0x9E3779B97F4A7C15ull) >> (64 - kSlotsShift[level]));
   }
+  static_assert(kLevels == 3 && size_t(kHashedAddressBits - kGranuleShift[0]) > kSlotsShift[0] &&
+                    size_t(kHashedAddressBits - kGranuleShift[1]) > kSlotsShift[1] &&
+                    size_t(kHashedAddressBits - kGranuleShift[2]) > kSlotsShift[2],
+                "every level has more granules modulo 2^kHashedAddressBits than slots");
 
   // Every level's stamps in one array, level after level: level L's
   // 1 << kSlotsShift[L] start at kFirstSlot[L].

@@ -8,6 +8,7 @@
 #include "mrcache/core/cache_impl-inl.h"
 #include "mrcache/core/dcheck.h"
 #include "mrcache/core/fences.h"
+#include "mrcache/core/hashed_address.h"
 #include "mrcache/core/range.h"
 #include "mrcache/core/tick_clock.h"
 #include "mrcache/core/voided_regions.h"
@@ -730,7 +731,11 @@ bool CacheImpl::NotAdmittedByPolicyLocked(const Miss& miss, const MissPlan& plan
   if (plan.start != miss.plan_start || plan.end != miss.plan_end || plan.has_block()) {
     return false;
   }
-  return !eviction_->AdmitsToFullCache(miss.page_start / page_, miss.page_end / page_);
+  // Numbered from the address modulo 2^kHashedAddressBits, as the policy
+  // hashes them (hashed_address.h).
+  const uint64_t first_page = HashedAddress(miss.page_start) / page_;
+  return !eviction_->AdmitsToFullCache(first_page,
+                                       first_page + (miss.page_end - miss.page_start) / page_);
 }
 
 // ---- outside the lock ------------------------------------------------------

@@ -85,8 +85,10 @@ class EvictionPolicy {
 
   // Whether a miss that found the cache full by count, that the pin budget
   // has room for and that would register exactly its pages
-  // [page_start, page_end) (numbers of pages) is cached (true) or served
-  // by a registration of its own (false). Called once for each such miss.
+  // [first_page, end_page) is cached (true) or served by a registration of
+  // its own (false). Called once for each such miss. The pages are numbered
+  // from the address modulo 2^kHashedAddressBits (hashed_address.h): keys
+  // for a table, the same in any run whose buffers lie alike modulo that.
   virtual bool AdmitsToFullCache(uint64_t first_page, uint64_t end_page) = 0;
   // False if AdmitsToFullCache answers true whatever it is asked: then a
   // miss of a full cache is not weighed for admission at all.

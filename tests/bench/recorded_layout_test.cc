@@ -31,6 +31,17 @@ TEST(RecordedLayout, KeepsOffsetsAndAlignmentModuloTheBlock) {
   EXPECT_EQ(Addr(a) % layout->block(), 0x7f0012345000u % layout->block());
 }
 
+TEST(RecordedLayout, KeepsAddressesModuloWhatTheCacheHashes) {
+  absl::StatusOr<RecordedLayout> layout =
+      RecordedLayout::Map(Recorded("reg 1 0x55d312345010 4096 1\nreg 2 0x7f3a9b400010 100 1\n"));
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  EXPECT_EQ(layout->modulus(), uint64_t{1} << mrcache::kHashedAddressBits);
+  EXPECT_EQ(mrcache::HashedAddress(Addr(layout->Translate(0x55d312345010))),
+            mrcache::HashedAddress(0x55d312345010));
+  EXPECT_EQ(mrcache::HashedAddress(Addr(layout->Translate(0x7f3a9b400010))),
+            mrcache::HashedAddress(0x7f3a9b400010));
+}
+
 TEST(RecordedLayout, FarApartRegistrationsGetSeparateClusters) {
   absl::StatusOr<RecordedLayout> layout =
       RecordedLayout::Map(Recorded("reg 1 0x555500001000 4096 1\nreg 2 0x7f0000001000 4096 1\n"));
@@ -72,7 +83,7 @@ TEST(RecordedLayout, ClipTranslatesTheOverlapAndDropsTheRest) {
       RecordedLayout::Map(Recorded("reg 1 0x7f0000001000 4096 1\n"));
   ASSERT_TRUE(layout.ok()) << layout.status();
   EXPECT_TRUE(layout->Clip(0x1000, 4096).empty());
-  // The cluster spans the whole 1 GiB block around the registration.
+  // The cluster spans the whole block (1 GiB) around the registration.
   std::vector<RecordedLayout::Piece> pieces = layout->Clip(0x7f0000000000 - 4096, 3 * 4096);
   ASSERT_EQ(pieces.size(), 1u);
   EXPECT_EQ(pieces[0].addr, layout->Translate(0x7f0000000000));
@@ -86,6 +97,15 @@ TEST(RecordedLayout, RecordedBridgeBytesAboveAGigabyteWidenTheBlock) {
   EXPECT_EQ(layout->block(), uint64_t{2} << 30);
   EXPECT_EQ(Addr(layout->Translate(0x7f0040001000)) % layout->block(),
             0x7f0040001000u % (uint64_t{2} << 30));
+}
+
+TEST(RecordedLayout, RecordedBridgeBytesAboveTheModulusWidenIt) {
+  absl::StatusOr<RecordedLayout> layout =
+      RecordedLayout::Map(Recorded("config bridge_bytes=128G\nreg 1 0x7f0040001000 4096 1\n"));
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  EXPECT_EQ(layout->modulus(), uint64_t{128} << 30);
+  EXPECT_EQ(Addr(layout->Translate(0x7f0040001000)) % layout->modulus(),
+            0x7f0040001000u % (uint64_t{128} << 30));
 }
 
 TEST(RecordedLayout, NoRegistrationsMapsNothing) {

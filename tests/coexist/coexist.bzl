@@ -6,13 +6,14 @@ coexist_probe_tests(name, probe, test) defines
   <name>_verbs        the probe on plain verbs, run with the shim preloaded
   <name>_linked_test  `test linked`
   <name>_shim_test    `test shim`
-both tests on softverbs, in CI's sanitizer phases unless
-sanitize_linked = False keeps `<name>_linked_test` to the plain phase.
+both tests on softverbs, in CI's sanitizer phases (tag `sanitize`), except
+that linked_under_tsan = False keeps `<name>_linked_test` out of the TSan
+phase (tag `no_tsan`, which scripts/test's TSan phase filters out).
 """
 
 load("//tests/softverbs:softverbs.bzl", "softverbs_sh_test")
 
-def coexist_probe_tests(name, probe, test, sanitize_linked = True):
+def coexist_probe_tests(name, probe, test, linked_under_tsan = True):
     common_deps = [
         "//tests/monitors:registration_view",
         "//tests/monitors:release_ways",
@@ -35,7 +36,7 @@ def coexist_probe_tests(name, probe, test, sanitize_linked = True):
     softverbs_sh_test(
         name = name + "_linked_test",
         size = "medium",
-        tags = ["sanitize"] if sanitize_linked else [],
+        tags = ["sanitize"] + ([] if linked_under_tsan else ["no_tsan"]),
         srcs = [test],
         args = ["linked"],
         data = ["coexist_common.sh", ":" + name + "_linked", "//:libmrcache.so"],

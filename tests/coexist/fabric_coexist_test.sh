@@ -19,7 +19,7 @@ source tests/coexist/coexist_common.sh
 case "$view" in
   linked)
     run() {
-      LD_LIBRARY_PATH="$libmrcache_dir:${LD_LIBRARY_PATH:-}" timeout 120 \
+      LD_LIBRARY_PATH="$libmrcache_dir:${LD_LIBRARY_PATH:-}" timeout -k 5 120 \
         tests/coexist/fabric_coexist_linked "$@"
     }
     idle=fabric_alone ;;
@@ -27,7 +27,7 @@ case "$view" in
     shim_preload="$(sanitizer_first tests/coexist/fabric_coexist_verbs)$PWD/interpose/libmrcache_preload.so"
     export shim_preload
     run() {
-      LD_PRELOAD="$shim_preload" timeout 120 tests/coexist/fabric_coexist_verbs "$@"
+      LD_PRELOAD="$shim_preload" timeout -k 5 120 tests/coexist/fabric_coexist_verbs "$@"
     }
     idle=mrcache_idle ;;
   *) echo "usage: $0 linked|shim" >&2; exit 2 ;;
@@ -35,6 +35,16 @@ esac
 
 for monitor in memhooks userfaultfd; do
   env=(FI_MR_CACHE_MONITOR=$monitor)
+  # Under ASan, a linked process with libfabric's userfaultfd monitor hangs
+  # in about one run in four with no mrcache cache at all (fabric_alone):
+  # one of its threads blocks in munmap, waiting for a userfaultfd reader
+  # that never reads (userfaultfd_event_wait_completion). mode_check below
+  # runs once, so it would pass as often as not, and a later cell hang.
+  if [ "$view" = linked ] && [ -n "${ASAN_OPTIONS:-}" ] && [ "$monitor" = userfaultfd ]; then
+    echo "SKIP $monitor: under ASan libfabric 1.17's userfaultfd monitor hangs in about one" \
+      "linked process in four, even with no mrcache cache (a thread blocked in munmap)"
+    continue
+  fi
   # Does libfabric's cache work with this monitor at all, mrcache idle?
   check=$(mode_check "$idle" 30 "${env[@]}")
   rc=$?

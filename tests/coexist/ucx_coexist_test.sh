@@ -23,7 +23,7 @@ case "$view" in
   linked)
     ucx_preload="$(sanitizer_first tests/coexist/ucx_coexist_linked)libucs.so.0"
     run() {
-      LD_PRELOAD="${UCX_AT_STARTUP:+$ucx_preload}" LD_LIBRARY_PATH="$libmrcache_dir" timeout 120 \
+      LD_PRELOAD="${UCX_AT_STARTUP:+$ucx_preload}" LD_LIBRARY_PATH="$libmrcache_dir" timeout -k 5 120 \
         tests/coexist/ucx_coexist_linked "$@"
     }
     idle=ucx_alone ;;
@@ -31,7 +31,7 @@ case "$view" in
     shim_preload="$(sanitizer_first tests/coexist/ucx_coexist_verbs)$PWD/interpose/libmrcache_preload.so"
     run() {
       LD_PRELOAD="$shim_preload${UCX_AT_STARTUP:+:libucs.so.0}" \
-        timeout 120 tests/coexist/ucx_coexist_verbs "$@"
+        timeout -k 5 120 tests/coexist/ucx_coexist_verbs "$@"
     }
     idle=mrcache_idle ;;
   *) echo "usage: $0 linked|shim" >&2; exit 2 ;;

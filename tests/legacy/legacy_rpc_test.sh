@@ -128,6 +128,13 @@ if [ -z "${MRCACHE_TEST_DEVICE:-}" ]; then
 fi
 
 # Unprivileged: the shim's caches share a pin budget under RLIMIT_MEMLOCK.
+# softverbs pins through io_uring, which charges every unprivileged pin of
+# the user to one RLIMIT_MEMLOCK-sized budget (tests/softverbs/README.md):
+# another memlock-limited test of the same user pinning at the same time
+# made the client's ibv_reg_mr fail with ENOMEM, so the session takes the
+# user's memlock turn, as those tests do (tests/registrars/low_memlock.h).
+exec {memlock_turn_fd}>"/tmp/softverbs-memlock-turn.$(id -u)"
+flock -w 240 "$memlock_turn_fd" || fail "another memlock-limited test held the turn for 4 minutes"
 if [ "$(id -u)" = 0 ]; then
   session unprivileged "setpriv --inh-caps=-ipc_lock --bounding-set=-ipc_lock \
     prlimit --memlock=8388608 $run --remote-keys shared --"
@@ -136,6 +143,7 @@ else
 fi
 expect_ok unprivileged
 same_output unprivileged plain
+flock -u "$memlock_turn_fd"
 
 # A late write through a deregistered rkey.
 session plain_late "" -l
