@@ -101,6 +101,7 @@ bool DeregistrationQueue::Push(Lane* lane, Region* list, size_t count) {
   }
   {
     MutexLock<Mutex> lock(&mu_);
+    if (forks_waiting_ != 0) return false;
     if (waiting_ + in_flight_ + count > kMaxRegions) return false;
     if (!running_ && !StartWorkerLocked()) return false;
     if (lane->tail != nullptr) {
@@ -264,11 +265,13 @@ void DeregistrationQueue::ForkPrepare() ABSL_NO_THREAD_SAFETY_ANALYSIS {
   DeregistrationQueue& q = Process();
   q.mu_.lock();
   if (OnWorkerThread()) return;  // a retire callback forks: its own batch stays in flight
+  ++q.forks_waiting_;            // no Push until the queue is empty: the wait is bounded
   for (;;) {
     const uint32_t seen = q.done_signal_.load(std::memory_order_acquire);
-    if (q.waiting_ + q.in_flight_ == 0 || !q.running_) return;
+    if (q.waiting_ + q.in_flight_ == 0 || !q.running_) break;
     q.WaitDoneLocked(seen);
   }
+  --q.forks_waiting_;
 }
 
 void DeregistrationQueue::ForkParent() ABSL_NO_THREAD_SAFETY_ANALYSIS { Process().mu_.unlock(); }
