@@ -115,6 +115,7 @@ bool DeregistrationQueue::Push(Lane* lane, Region* list, size_t count) {
     lane->pushed += count;
     waiting_ += count;
     pushed_ += count;
+    ever_pushed_.store(true, std::memory_order_release);
     // A busy worker finds the batch when it looks next: no system call.
     if (!sleeping_) return true;
     sleeping_ = false;
@@ -125,7 +126,7 @@ bool DeregistrationQueue::Push(Lane* lane, Region* list, size_t count) {
 }
 
 bool DeregistrationQueue::Drain(Lane* lane) {
-  if (OnWorkerThread()) return false;
+  if (!ever_pushed_.load(std::memory_order_acquire) || OnWorkerThread()) return false;
   MutexLock<Mutex> lock(&mu_);
   const uint64_t target = lane->pushed;
   bool waited = false;
@@ -138,7 +139,7 @@ bool DeregistrationQueue::Drain(Lane* lane) {
 }
 
 bool DeregistrationQueue::DrainAll(size_t* bytes) {
-  if (OnWorkerThread()) return false;
+  if (!ever_pushed_.load(std::memory_order_acquire) || OnWorkerThread()) return false;
   MutexLock<Mutex> lock(&mu_);
   const uint64_t target = pushed_;
   const uint64_t bytes_before = done_bytes_;

@@ -147,6 +147,11 @@ class DeregistrationQueue {
   // rather than condition variables: a fork child inherits no waiter state.
   std::atomic<uint32_t> work_signal_{0};
   std::atomic<uint32_t> done_signal_{0};
+  // Set by the first Push (under mu_), never cleared: until then Drain and
+  // DrainAll have nothing to wait for and return without the lock, so a
+  // process whose batches are all below async_dereg_bytes (deregistered by
+  // their callers) pays no lock for the waits a miss short of pin budget makes.
+  std::atomic<bool> ever_pushed_{false};
 };
 
 }  // namespace mrcache

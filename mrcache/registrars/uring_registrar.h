@@ -1,6 +1,6 @@
 // uring_registrar.h: io_uring fixed buffers as a registrar (real kernel pinning).
 //
-// A few rings per registrar (uring_rings.h), each with a sparse fixed-buffer
+// Two rings per registrar (uring_rings.h), each with a sparse fixed-buffer
 // table of config.uring_slots entries (IORING_REGISTER_BUFFERS2 +
 // IORING_RSRC_REGISTER_SPARSE). Register takes a free slot and installs the
 // buffer at that index of the least busy ring's table with

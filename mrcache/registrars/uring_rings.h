@@ -31,9 +31,11 @@ namespace mrcache {
 
 class UringRings {
  public:
-  // Rings per registrar: one can unregister a big buffer while another
-  // registers; two more for other threads' inline deregistrations.
-  static constexpr unsigned kCount = 4;
+  // Rings per registrar: one can unregister a big buffer (the process has
+  // one background deregistration thread) while the other registers. Each
+  // ring costs two pages of RLIMIT_MEMLOCK in a process without
+  // CAP_IPC_LOCK (its submission and completion queues), so no more.
+  static constexpr unsigned kCount = 2;
 
   // The errno of the step that failed and its name (err 0: success).
   struct Setup {

@@ -52,9 +52,9 @@ TEST_F(UringRingsTest, ARingWithWorkInFlightIsPassedOver) {
 TEST_F(UringRingsTest, WhenEveryRingIsBusyTheOneWithFewestBytesInFlightIsChosen) {
   UringRings::Busy a(rings_, 0, 64 * kMiB);
   UringRings::Busy b(rings_, 1, 4096);
-  UringRings::Busy c(rings_, 2, 1 << 30);
-  UringRings::Busy d(rings_, 3, 8192);
   EXPECT_EQ(rings_.LeastBusy(), 1u);
+  UringRings::Busy c(rings_, 1, 1 << 30);
+  EXPECT_EQ(rings_.LeastBusy(), 0u);
 }
 
 TEST_F(UringRingsTest, ARingIsIdleAgainWhenItsWorkEnds) {
@@ -83,9 +83,8 @@ class HeldRing {
       skip = std::string("userfaultfd setup: ") + std::strerror(errno);
       return;
     }
-    thread_ = std::thread([this] {
-      held_ = registrar_.Register(page_.addr(), page_.length(), kAccessLocalWrite);
-    });
+    thread_ = std::thread(
+        [this] { held_ = registrar_.Register(page_.addr(), page_.length(), kAccessLocalWrite); });
     pollfd pfd{uffd_, POLLIN, 0};
     uffd_msg msg{};
     faulted_ = poll(&pfd, 1, 10000) == 1 && read(uffd_, &msg, sizeof msg) == sizeof msg &&
