@@ -22,11 +22,17 @@
 // timed operation is a get of an unrelated 4 KiB buffer, which must evict it.
 // p50 and p99 over the samples. Unless --set names async_dereg, two caches
 // run side by side, async_dereg=off and on, their samples alternating, and
-// the ratio of their p50s and p99s (on/off) is printed.
+// the ratio of their p50s and p99s (on/off) is printed. For the slowest
+// samples of each cache it prints what the getting thread did meanwhile: its
+// time on a CPU, and how often it was preempted (involuntary context
+// switches: it waited for a CPU) and blocked (voluntary ones: it slept on a
+// lock or in the kernel), so that a tail can be told apart from scheduling.
 //
 // verbs opens the first RDMA device (softverbs with
 // LD_LIBRARY_PATH=bazel-bin/tests/softverbs).
 #include <sys/mman.h>
+#include <sys/resource.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -78,6 +84,37 @@ void Check(const absl::Status& s, const char* what) {
 }
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+// The calling thread's CPU time and context switches (involuntary: it
+// waited for a CPU; voluntary: it slept on a lock or in the kernel).
+struct ThreadUsage {
+  double cpu_s = 0;
+  long preempted = 0, blocked = 0;
+
+  static ThreadUsage Now() {
+    ThreadUsage u;
+    timespec cpu{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu);
+    rusage ru{};
+    getrusage(RUSAGE_THREAD, &ru);
+    u.cpu_s = static_cast<double>(cpu.tv_sec) + static_cast<double>(cpu.tv_nsec) * 1e-9;
+    u.preempted = ru.ru_nivcsw;
+    u.blocked = ru.ru_nvcsw;
+    return u;
+  }
+};
+
+// One timed operation: its wall milliseconds; the thread's CPU milliseconds
+// and context switches over a span just wider (the readings around it).
+struct Sample {
+  double wall_ms = 0, cpu_ms = 0;
+  long preempted = 0, blocked = 0;
+};
+
+Sample Around(double wall_ms, const ThreadUsage& a, const ThreadUsage& b) {
+  return Sample{wall_ms, (b.cpu_s - a.cpu_s) * 1e3, b.preempted - a.preempted,
+                b.blocked - a.blocked};
+}
 
 double Median(std::vector<double> v) {
   if (v.empty()) return 0;
@@ -243,6 +280,7 @@ void RunEvict(const Options& opt) {
     std::string name;
     std::unique_ptr<mrcache::Cache> cache;
     std::vector<double> miss_ms;
+    std::vector<Sample> samples;
   };
   std::vector<Variant> variants;
   for (const char* async : {"off", "on"}) {
@@ -255,6 +293,7 @@ void RunEvict(const Options& opt) {
     variants.push_back(
         Variant{async_set ? std::string("as set") : std::string("async_dereg=") + async,
                 std::move(*made),
+                {},
                 {}});
     if (async_set) break;
   }
@@ -270,9 +309,12 @@ void RunEvict(const Options& opt) {
         auto ref = cache.Get(big.addr(), big.length(), mrcache::kAccessLocalWrite);
         if (!ref.ok()) Die("get of the big buffer: " + ref.status().ToString());
       }  // put: the big region stays, unused
+      const ThreadUsage before = ThreadUsage::Now();
       const Clock::time_point t0 = Clock::now();
       auto ref = cache.Get(small.addr(), 4096, mrcache::kAccessLocalWrite);
-      v.miss_ms.push_back(Seconds(Clock::now() - t0) * 1e3);
+      const double miss_ms = Seconds(Clock::now() - t0) * 1e3;
+      v.samples.push_back(Around(miss_ms, before, ThreadUsage::Now()));
+      v.miss_ms.push_back(miss_ms);
       if (!ref.ok()) Die("get of the small buffer: " + ref.status().ToString());
     }
   }
@@ -282,6 +324,14 @@ void RunEvict(const Options& opt) {
                 ", waited for the queue %.3f ms)\n",
                 v.name.c_str(), Quantile(v.miss_ms, 0.5), Quantile(v.miss_ms, 0.99),
                 Quantile(v.miss_ms, 1.0), st.evictions, st.dereg_wait_ns / 1e6);
+    std::sort(v.samples.begin(), v.samples.end(),
+              [](const Sample& a, const Sample& b) { return a.wall_ms > b.wall_ms; });
+    std::printf("  slowest (wall ms / on-CPU ms / preempted / blocked):");
+    for (size_t i = 0; i < v.samples.size() && i < 4; ++i) {
+      const Sample& s = v.samples[i];
+      std::printf("  %.2f/%.2f/%ld/%ld", s.wall_ms, s.cpu_ms, s.preempted, s.blocked);
+    }
+    std::printf("\n");
   }
   if (variants.size() == 2) {
     std::printf("on/off: p50 %.4f, p99 %.4f\n",

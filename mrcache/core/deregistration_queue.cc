@@ -101,6 +101,7 @@ bool DeregistrationQueue::Push(Lane* lane, Region* list, size_t count) {
   }
   {
     MutexLock<Mutex> lock(&mu_);
+    if (forks_waiting_ != 0) return false;
     if (waiting_ + in_flight_ + count > kMaxRegions) return false;
     if (!running_ && !StartWorkerLocked()) return false;
     if (lane->tail != nullptr) {
@@ -114,6 +115,7 @@ bool DeregistrationQueue::Push(Lane* lane, Region* list, size_t count) {
     lane->pushed += count;
     waiting_ += count;
     pushed_ += count;
+    ever_pushed_.store(true, std::memory_order_release);
     // A busy worker finds the batch when it looks next: no system call.
     if (!sleeping_) return true;
     sleeping_ = false;
@@ -124,7 +126,7 @@ bool DeregistrationQueue::Push(Lane* lane, Region* list, size_t count) {
 }
 
 bool DeregistrationQueue::Drain(Lane* lane) {
-  if (OnWorkerThread()) return false;
+  if (!ever_pushed_.load(std::memory_order_acquire) || OnWorkerThread()) return false;
   MutexLock<Mutex> lock(&mu_);
   const uint64_t target = lane->pushed;
   bool waited = false;
@@ -137,7 +139,7 @@ bool DeregistrationQueue::Drain(Lane* lane) {
 }
 
 bool DeregistrationQueue::DrainAll(size_t* bytes) {
-  if (OnWorkerThread()) return false;
+  if (!ever_pushed_.load(std::memory_order_acquire) || OnWorkerThread()) return false;
   MutexLock<Mutex> lock(&mu_);
   const uint64_t target = pushed_;
   const uint64_t bytes_before = done_bytes_;
@@ -264,11 +266,13 @@ void DeregistrationQueue::ForkPrepare() ABSL_NO_THREAD_SAFETY_ANALYSIS {
   DeregistrationQueue& q = Process();
   q.mu_.lock();
   if (OnWorkerThread()) return;  // a retire callback forks: its own batch stays in flight
+  ++q.forks_waiting_;            // no Push until the queue is empty: the wait is bounded
   for (;;) {
     const uint32_t seen = q.done_signal_.load(std::memory_order_acquire);
-    if (q.waiting_ + q.in_flight_ == 0 || !q.running_) return;
+    if (q.waiting_ + q.in_flight_ == 0 || !q.running_) break;
     q.WaitDoneLocked(seen);
   }
+  --q.forks_waiting_;
 }
 
 void DeregistrationQueue::ForkParent() ABSL_NO_THREAD_SAFETY_ANALYSIS { Process().mu_.unlock(); }

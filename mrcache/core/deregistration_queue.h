@@ -46,9 +46,12 @@
 // fork. So a child inherits no pending deregistration -- the parent's
 // registrations stay the parent's, and a fork-safe registrar's pages
 // (MADV_DONTFORK while registered) of a dead region are the child's again --
-// and no held lock. The child has no worker thread; its first Push starts
-// one. The lock is a leaf: nothing waits for another lock while holding it,
-// and no thread waits for it while holding a lock of fork_guard.h's list.
+// and no held lock. While the handler waits, Push refuses (its caller
+// deregisters inline), so other threads cannot keep the queue from emptying:
+// a fork waits at most for what was queued when it began. The child has no
+// worker thread; its first Push starts one. The lock is a leaf: nothing
+// waits for another lock while holding it, and no thread waits for it while
+// holding a lock of fork_guard.h's list.
 #ifndef MRCACHE_DEREGISTRATION_QUEUE_H_
 #define MRCACHE_DEREGISTRATION_QUEUE_H_
 
@@ -91,8 +94,8 @@ class DeregistrationQueue {
   // child); the last lane's Leave stops and joins the worker thread.
   void Leave(Lane* lane);
   // Queues `list` (`count` Regions linked through next_dead) for the worker;
-  // false (nothing queued) if that would exceed kMaxRegions or no worker
-  // thread can be started.
+  // false (nothing queued) if that would exceed kMaxRegions, a fork is
+  // waiting for the queue to empty, or no worker thread can be started.
   bool Push(Lane* lane, Region* list, size_t count);
   // Waits until every Region pushed on `lane` before the call is
   // deregistered; false if there was nothing to wait for.
@@ -130,10 +133,11 @@ class DeregistrationQueue {
   // Regions ever pushed, and ever deregistered or taken back, over all lanes.
   uint64_t pushed_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t done_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t done_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // their Registration::length
-  bool running_ ABSL_GUARDED_BY(mu_) = false;     // a worker thread exists
-  bool sleeping_ ABSL_GUARDED_BY(mu_) = false;    // it waits for work_signal_ (a Push wakes it)
-  size_t done_waiters_ ABSL_GUARDED_BY(mu_) = 0;  // threads waiting for done_signal_
+  uint64_t done_bytes_ ABSL_GUARDED_BY(mu_) = 0;   // their Registration::length
+  bool running_ ABSL_GUARDED_BY(mu_) = false;      // a worker thread exists
+  bool sleeping_ ABSL_GUARDED_BY(mu_) = false;     // it waits for work_signal_ (a Push wakes it)
+  size_t forks_waiting_ ABSL_GUARDED_BY(mu_) = 0;  // ForkPrepare calls waiting for the queue
+  size_t done_waiters_ ABSL_GUARDED_BY(mu_) = 0;   // threads waiting for done_signal_
   // Raised to stop the worker; a worker exits when it differs from the
   // value it started with.
   uint64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
@@ -143,6 +147,11 @@ class DeregistrationQueue {
   // rather than condition variables: a fork child inherits no waiter state.
   std::atomic<uint32_t> work_signal_{0};
   std::atomic<uint32_t> done_signal_{0};
+  // Set by the first Push (under mu_), never cleared: until then Drain and
+  // DrainAll have nothing to wait for and return without the lock, so a
+  // process whose batches are all below async_dereg_bytes (deregistered by
+  // their callers) pays no lock for the waits a miss short of pin budget makes.
+  std::atomic<bool> ever_pushed_{false};
 };
 
 }  // namespace mrcache

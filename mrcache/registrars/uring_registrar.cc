@@ -22,6 +22,7 @@
 #include "mrcache/internal/mutex.h"
 #include "mrcache/registrars/pin_budget.h"
 #include "mrcache/registrars/registration_checks.h"
+#include "mrcache/registrars/uring_rings.h"
 
 namespace mrcache {
 namespace {
@@ -32,24 +33,6 @@ constexpr off_t kMemfdKeepBytes = off_t{1} << 20;
 
 // io_uring decides when a ring is created whether the pages it pins count
 // against RLIMIT_MEMLOCK (PinsCountAgainstMemlock, pin_budget.h).
-
-// A ring with a sparse table of `slots` buffers, or the errno of the step that
-// failed and its name.
-struct RingSetup {
-  int err = 0;
-  const char* step = "";
-};
-
-RingSetup SetUpRing(io_uring* ring, unsigned slots) {
-  int rc = io_uring_queue_init(8, ring, 0);
-  if (rc < 0) return {-rc, "io_uring_setup"};
-  rc = io_uring_register_buffers_sparse(ring, slots);
-  if (rc < 0) {
-    io_uring_queue_exit(ring);
-    return {-rc, "IORING_REGISTER_BUFFERS2 (sparse)"};
-  }
-  return {};
-}
 
 // Errors that mean "this kernel or process cannot use io_uring fixed buffers".
 bool MeansUnavailable(int err) {
@@ -64,13 +47,8 @@ class UringRegistrar final : public Registrar {
     for (unsigned i = slots; i > 0; --i) free_.push_back(i - 1);
   }
 
-  // Creates the ring in place; the registrar is unusable if this fails.
-  RingSetup Init() {
-    MutexLock lock(&ring_mu_);  // not shared yet: taken for the analysis only
-    RingSetup setup = SetUpRing(&ring_, slot_count_);
-    ring_ready_ = setup.err == 0;
-    return setup;
-  }
+  // Creates the rings; the registrar is unusable if this fails.
+  UringRings::Setup Init() { return rings_.Init(slot_count_); }
 
   ~UringRegistrar() override {
     size_t live = 0;
@@ -83,11 +61,7 @@ class UringRegistrar final : public Registrar {
           absl::StrCat("uring registrar destroyed with ", live,
                        " buffer(s) still registered (a caller bug); unregistering them"));
     }
-    if (ring_ready_) {
-      io_uring_unregister_buffers(&ring_);
-      io_uring_queue_exit(&ring_);
-    }
-    close(memfd_);
+    close(memfd_);  // rings_, destroyed next, unregisters what is left
   }
 
   const char* name() const override { return "uring"; }
@@ -117,15 +91,20 @@ class UringRegistrar final : public Registrar {
       slot = free_.back();
       free_.pop_back();
     }
+    const unsigned ring = rings_.LeastBusy();
     iovec iov{addr, length};
-    int rc = io_uring_register_buffers_update_tag(&ring_, slot, &iov, nullptr, 1);
+    int rc;
+    {
+      UringRings::Busy busy(rings_, ring, length);
+      rc = io_uring_register_buffers_update_tag(rings_.ring(ring), slot, &iov, nullptr, 1);
+    }
     if (rc != 1) {
       ReleaseSlot(slot);
       return RegisterError(rc < 0 ? -rc : EIO, addr, length);
     }
     {
       MutexLock lock(&slots_mu_);
-      slots_[slot] = Slot{addr, length, true};
+      slots_[slot] = Slot{addr, length, ring, true};
     }
     registrations_.fetch_add(1, std::memory_order_relaxed);
     Registration reg;
@@ -138,16 +117,23 @@ class UringRegistrar final : public Registrar {
   }
 
   absl::Status Deregister(const Registration& reg) override {
-    absl::StatusOr<unsigned> slot = LiveSlot(reg, /*claim=*/true);
+    absl::StatusOr<SlotOnRing> slot = LiveSlot(reg, /*claim=*/true);
     if (!slot.ok()) return slot.status();
     iovec empty{nullptr, 0};
-    int rc = io_uring_register_buffers_update_tag(&ring_, *slot, &empty, nullptr, 1);
-    ReleaseSlot(*slot);
+    int rc;
+    {
+      UringRings::Busy busy(rings_, slot->ring, reg.length);
+      unregistering_.fetch_add(1, std::memory_order_relaxed);
+      rc = io_uring_register_buffers_update_tag(rings_.ring(slot->ring), slot->index, &empty,
+                                                nullptr, 1);
+      unregistering_.fetch_sub(1, std::memory_order_relaxed);
+    }
+    ReleaseSlot(slot->index);
     deregistrations_.fetch_add(1, std::memory_order_relaxed);
     if (rc != 1) {
       // The contract: the registration counts as released either way.
       int err = rc < 0 ? -rc : EIO;
-      return ErrnoStatus(err, absl::StrCat("unregistering io_uring buffer slot ", *slot, ": ",
+      return ErrnoStatus(err, absl::StrCat("unregistering io_uring buffer slot ", slot->index, ": ",
                                            std::strerror(err)));
     }
     return absl::OkStatus();
@@ -155,11 +141,11 @@ class UringRegistrar final : public Registrar {
 
   absl::Status DeviceWrite(const Registration& reg, size_t offset, const void* src,
                            size_t length) override {
-    absl::StatusOr<unsigned> slot = LiveSlot(reg);
+    absl::StatusOr<SlotOnRing> slot = LiveSlot(reg);
     if (!slot.ok()) return slot.status();
     if (absl::Status s = CheckDeviceRange(reg, offset, length); !s.ok()) return s;
     if (length == 0) return absl::OkStatus();
-    MutexLock lock(&ring_mu_);
+    MutexLock lock(&transfer_mu_);
     if (absl::Status s = FillMemfd(src, length); !s.ok()) return s;
     absl::Status s = Transfer(*slot, static_cast<char*>(reg.addr) + offset, length,
                               /*into_buffer=*/true);
@@ -168,11 +154,11 @@ class UringRegistrar final : public Registrar {
   }
 
   absl::Status DeviceRead(const Registration& reg, size_t offset, void* dst, size_t length) {
-    absl::StatusOr<unsigned> slot = LiveSlot(reg);
+    absl::StatusOr<SlotOnRing> slot = LiveSlot(reg);
     if (!slot.ok()) return slot.status();
     if (absl::Status s = CheckDeviceRange(reg, offset, length); !s.ok()) return s;
     if (length == 0) return absl::OkStatus();
-    MutexLock lock(&ring_mu_);
+    MutexLock lock(&transfer_mu_);
     absl::Status s = Transfer(*slot, static_cast<char*>(reg.addr) + offset, length,
                               /*into_buffer=*/false);
     if (s.ok()) s = DrainMemfd(dst, length);
@@ -184,6 +170,8 @@ class UringRegistrar final : public Registrar {
     UringRegistrarStats st;
     st.registrations = registrations_.load(std::memory_order_relaxed);
     st.deregistrations = deregistrations_.load(std::memory_order_relaxed);
+    st.unregistering = unregistering_.load(std::memory_order_relaxed);
+    st.rings = UringRings::kCount;
     MutexLock lock(&slots_mu_);
     st.slots = slots_.size();
     st.live = slots_.size() - free_.size();
@@ -194,7 +182,13 @@ class UringRegistrar final : public Registrar {
   struct Slot {
     void* addr = nullptr;
     size_t length = 0;
+    unsigned ring = 0;  // the ring whose table holds the buffer
     bool live = false;
+  };
+  // A live slot's index and the ring its buffer is registered on.
+  struct SlotOnRing {
+    unsigned index;
+    unsigned ring;
   };
 
   void ReleaseSlot(unsigned slot) {
@@ -205,13 +199,14 @@ class UringRegistrar final : public Registrar {
   // The slot `reg` occupies, or EINVAL if `reg` is not a live registration of
   // this registrar (never returned, or already deregistered). With `claim` the
   // slot stops being live at once, so two Deregisters cannot both win.
-  absl::StatusOr<unsigned> LiveSlot(const Registration& reg, bool claim = false) {
+  absl::StatusOr<SlotOnRing> LiveSlot(const Registration& reg, bool claim = false) {
     MutexLock lock(&slots_mu_);
     if (reg.handle < slots_.size()) {
       Slot& s = slots_[reg.handle];
       if (s.live && s.addr == reg.addr && s.length == reg.length) {
+        const SlotOnRing found{static_cast<unsigned>(reg.handle), s.ring};
         if (claim) s = Slot{};
-        return static_cast<unsigned>(reg.handle);
+        return found;
       }
     }
     return ErrnoStatus(EINVAL, absl::StrFormat("no live io_uring registration with handle %u "
@@ -236,7 +231,7 @@ class UringRegistrar final : public Registrar {
         err, absl::StrCat("io_uring buffer registration of ", range, ": ", std::strerror(err)));
   }
 
-  // Puts `length` bytes of `src` at offset 0 of the memfd. ring_mu_ held.
+  // Puts `length` bytes of `src` at offset 0 of the memfd. transfer_mu_ held.
   absl::Status FillMemfd(const void* src, size_t length) {
     const char* p = static_cast<const char*>(src);
     for (size_t done = 0; done < length;) {
@@ -251,7 +246,7 @@ class UringRegistrar final : public Registrar {
     return absl::OkStatus();
   }
 
-  // Reads `length` bytes at offset 0 of the memfd into `dst`. ring_mu_ held.
+  // Reads `length` bytes at offset 0 of the memfd into `dst`. transfer_mu_ held.
   absl::Status DrainMemfd(void* dst, size_t length) {
     char* p = static_cast<char*>(dst);
     for (size_t done = 0; done < length;) {
@@ -276,36 +271,39 @@ class UringRegistrar final : public Registrar {
   }
 
   // Moves `length` bytes between the memfd (from offset 0) and `buf` inside
-  // fixed buffer `slot`: READ_FIXED (memfd -> buffer) if into_buffer, else
-  // WRITE_FIXED (buffer -> memfd). Short transfers are continued. ring_mu_ held.
-  absl::Status Transfer(unsigned slot, char* buf, size_t length, bool into_buffer) {
+  // fixed buffer `slot`, on its ring: READ_FIXED (memfd -> buffer) if
+  // into_buffer, else WRITE_FIXED (buffer -> memfd). Short transfers are
+  // continued. transfer_mu_ held.
+  absl::Status Transfer(SlotOnRing slot, char* buf, size_t length, bool into_buffer) {
+    io_uring* ring = rings_.ring(slot.ring);
     for (size_t done = 0; done < length;) {
-      io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
+      io_uring_sqe* sqe = io_uring_get_sqe(ring);
       if (sqe == nullptr) return ErrnoStatus(EBUSY, "io_uring submission queue is full");
       unsigned n = static_cast<unsigned>(length - done);
       if (into_buffer) {
-        io_uring_prep_read_fixed(sqe, memfd_, buf + done, n, done, static_cast<int>(slot));
+        io_uring_prep_read_fixed(sqe, memfd_, buf + done, n, done, static_cast<int>(slot.index));
       } else {
-        io_uring_prep_write_fixed(sqe, memfd_, buf + done, n, done, static_cast<int>(slot));
+        io_uring_prep_write_fixed(sqe, memfd_, buf + done, n, done, static_cast<int>(slot.index));
       }
-      int rc = io_uring_submit(&ring_);
+      int rc = io_uring_submit(ring);
       if (rc != 1) {
         int err = rc < 0 ? -rc : EIO;
         return ErrnoStatus(err, absl::StrCat("io_uring_submit: ", std::strerror(err)));
       }
       io_uring_cqe* cqe = nullptr;
       do {
-        rc = io_uring_wait_cqe(&ring_, &cqe);
+        rc = io_uring_wait_cqe(ring, &cqe);
       } while (rc == -EINTR);
       if (rc < 0) return ErrnoStatus(-rc, absl::StrCat("io_uring_wait_cqe: ", std::strerror(-rc)));
       int res = cqe->res;
-      io_uring_cqe_seen(&ring_, cqe);
+      io_uring_cqe_seen(ring, cqe);
       if (res <= 0) {
         int err = res < 0 ? -res : EIO;
-        return ErrnoStatus(err, absl::StrFormat("io_uring %s through buffer slot %u moved %d "
-                                                "of %u bytes: %s",
-                                                into_buffer ? "READ_FIXED" : "WRITE_FIXED", slot,
-                                                res, length - done, std::strerror(err)));
+        return ErrnoStatus(
+            err, absl::StrFormat("io_uring %s through buffer slot %u moved %d "
+                                 "of %u bytes: %s",
+                                 into_buffer ? "READ_FIXED" : "WRITE_FIXED", slot.index, res,
+                                 length - done, std::strerror(err)));
       }
       done += static_cast<size_t>(res);
     }
@@ -314,11 +312,10 @@ class UringRegistrar final : public Registrar {
 
   const bool memlock_accounted_;
   const int memfd_;
-  const unsigned slot_count_;  // the fixed-buffer table's size
-  io_uring ring_ ABSL_GUARDED_BY(ring_mu_){};
-  bool ring_ready_ = false;
-
-  Mutex ring_mu_;  // serializes SQ/CQ use and the memfd's contents
+  const unsigned slot_count_;  // the fixed-buffer table's size (of every ring)
+  // Serializes the rings' SQ/CQ use and the memfd's contents (transfers).
+  Mutex transfer_mu_;
+  UringRings rings_;
 
   mutable Mutex slots_mu_;
   std::vector<Slot> slots_ ABSL_GUARDED_BY(slots_mu_);
@@ -326,6 +323,7 @@ class UringRegistrar final : public Registrar {
 
   std::atomic<uint64_t> registrations_{0};
   std::atomic<uint64_t> deregistrations_{0};
+  std::atomic<uint64_t> unregistering_{0};  // Deregister calls in the kernel now
 };
 
 }  // namespace
@@ -333,7 +331,7 @@ class UringRegistrar final : public Registrar {
 bool UringAvailable() {
   static const bool available = [] {
     io_uring ring;
-    if (SetUpRing(&ring, 1).err != 0) return false;
+    if (SetUpUringRing(&ring, 1).err != 0) return false;
     io_uring_queue_exit(&ring);
     return true;
   }();
@@ -354,7 +352,7 @@ absl::StatusOr<std::unique_ptr<Registrar>> MakeUringRegistrar(const Config& conf
   bool memlock_accounted = PinsCountAgainstMemlock();
   auto registrar = std::make_unique<UringRegistrar>(static_cast<unsigned>(config.uring_slots),
                                                     memlock_accounted, memfd);
-  RingSetup setup = registrar->Init();
+  UringRings::Setup setup = registrar->Init();
   if (setup.err != 0) {
     std::string why = absl::StrCat(setup.step, " failed: ", std::strerror(setup.err));
     if (MeansUnavailable(setup.err)) {

@@ -14,6 +14,11 @@
 // child runs its step under alarm() and reports by exit status; a hang shows
 // as SIGALRM. At teardown the parent stops its threads and destroys its
 // cache: registrations == deregistrations.
+//
+// With async_dereg on (ForkWithQueuedDeregistrationsTest) the busy threads'
+// deregistrations wait in the background thread's queue, slowed down: fork()
+// waits for them (mrcache/core/deregistration_queue.h), so the child's copy of
+// the parent's cache has none queued, and the parent deregisters them all.
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
@@ -91,6 +96,7 @@ enum ChildExit : int {
   kParentsDeviceWriteNotEchild,
   kParentsInvalidateNotEchild,
   kParentsFlushNotEchild,
+  kParentsQueueNotEmpty,
 };
 
 std::string DescribeChild(int status) {
@@ -128,6 +134,8 @@ std::string DescribeChild(int status) {
       return "invalidate on the parent's cache did not return ECHILD";
     case kParentsFlushNotEchild:
       return "flush on the parent's cache did not return ECHILD";
+    case kParentsQueueNotEmpty:
+      return "the parent's cache had deregistrations queued in the child";
     case kUnmapNotReported:
       return "the child's munmap did not invalidate the new cache's region";
     default:
@@ -158,6 +166,7 @@ class ForkTest : public ::testing::TestWithParam<Param> {
     // the top of this file). //tests/stats:stats_page_test covers the page
     // across fork.
     config_.stats_shm = !kTsan;
+    Tune();
     auto registrar = CreateRegistrar(config_, nullptr);
     ASSERT_TRUE(registrar.ok()) << registrar.status();
     auto made = Cache::Create(
@@ -178,6 +187,9 @@ class ForkTest : public ::testing::TestWithParam<Param> {
     cache_.reset();
     EXPECT_EQ(counters_->registrations.load(), counters_->deregistrations.load());
   }
+
+  // Changes config_ and counters_ before the cache is made.
+  virtual void Tune() {}
 
   // mmap, get, device-write, put, munmap: in a loop, keeping a few buffers
   // so that both hits and misses happen.
@@ -238,6 +250,7 @@ class ForkTest : public ::testing::TestWithParam<Param> {
     for (int i = 0; i < forks; ++i) {
       uint64_t before = busy_rounds_.load();
       while (busy_rounds_.load() == before) std::this_thread::yield();  // busy between forks
+      if (cache_->stats().dereg_queue_depth != 0) ++forks_with_queued_deregistrations_;
       pid_t pid = fork();
       ASSERT_GE(pid, 0) << strerror(errno);
       if (pid == 0) {
@@ -339,6 +352,12 @@ class ForkTest : public ::testing::TestWithParam<Param> {
     return rc;
   }
 
+  // The parent's cache in the child has nothing queued for the background
+  // thread: fork() waited for the parent's queued deregistrations.
+  int ParentsQueueIsEmpty() {
+    return cache_->stats().dereg_queue_depth == 0 ? kChildOk : kParentsQueueNotEmpty;
+  }
+
   // The parent's cache is destroyed in the child; the parent keeps using it.
   int DestroyParentsCache() {
     cache_.reset();
@@ -352,7 +371,8 @@ class ForkTest : public ::testing::TestWithParam<Param> {
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> busy_rounds_{0};
   std::atomic<int> busy_errors_{0};
-  std::string first_busy_error_;  // written once, by the first failing thread
+  std::string first_busy_error_;               // written once, by the first failing thread
+  int forks_with_queued_deregistrations_ = 0;  // the queue was not empty just before
 };
 
 TEST_P(ForkTest, ChildGetsEchildFromTheParentsCache) {
@@ -399,6 +419,43 @@ TEST_P(ForkTest, ChildFollowsTheReadmeSequence) {
     return rc;
   });
 }
+
+// The same busy threads with every deregistration handed to the background
+// thread (async_dereg on, async_dereg_bytes 0, mrcache/core/deregistration_queue.h)
+// and slowed down, so that most forks find deregistrations queued.
+class ForkWithQueuedDeregistrationsTest : public ForkTest {
+ protected:
+  void Tune() override {
+    config_.async_dereg = AsyncDereg::kOn;
+    config_.async_dereg_bytes = 0;
+    config_.max_regions = 2;  // nearly every miss evicts
+    counters_->deregister_delay_us = 100;
+  }
+};
+
+// fork() waits for the queued deregistrations, so the child sees the
+// parent's cache with nothing queued (and ECHILD from it), its own new cache
+// works, and the parent deregisters everything it registered (TearDown).
+TEST_P(ForkWithQueuedDeregistrationsTest, ChildInheritsNoQueuedDeregistration) {
+  ForkChildren(kForksPerStep, [this] {
+    int rc = ParentsQueueIsEmpty();
+    if (rc == kChildOk) rc = GetFromParentsCache();
+    // A new cache with async_dereg on starts its background thread in the
+    // child (not under TSan: see the top of this file).
+    if (rc == kChildOk && !kTsan) rc = UseNewCache();
+    if (rc == kChildOk && !kTsan) rc = DestroyParentsCache();  // see kTsanFreeInChild
+    return rc;
+  });
+  EXPECT_GT(forks_with_queued_deregistrations_, 0)
+      << "no fork found a deregistration queued: the test did not exercise the queue";
+}
+
+INSTANTIATE_TEST_SUITE_P(MonitorsAndRegistrars, ForkWithQueuedDeregistrationsTest,
+                         ::testing::Combine(::testing::Values("patch", "none"),
+                                            ::testing::Values("uring", "sim")),
+                         [](const ::testing::TestParamInfo<Param>& info) {
+                           return std::get<0>(info.param) + "_" + std::get<1>(info.param);
+                         });
 
 INSTANTIATE_TEST_SUITE_P(MonitorsAndRegistrars, ForkTest,
                          ::testing::Combine(::testing::Values("auto", "patch", "symbols",
