@@ -91,6 +91,9 @@ struct CacheStats {
   // the background deregistration queue now, and the nanoseconds its threads
   // spent waiting for that queue (ENOMEM, flush, destroy).
   uint64_t dereg_queue_depth = 0, dereg_wait_ns = 0;
+  // async_dereg: the nanoseconds the background thread spent deregistering
+  // this cache's regions (retire callbacks included).
+  uint64_t background_dereg_ns = 0;
 };
 
 // The registered range and keys of a region the caller holds (of a rails

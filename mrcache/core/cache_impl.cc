@@ -982,8 +982,11 @@ CacheStats CacheImpl::stats() {
     s.watch_map_limit = w.map_limit;
     s.watch_other = w.other;
   }
-  if (dereg_lane_ != nullptr)
-    s.dereg_queue_depth = DeregistrationQueue::Process().Depth(dereg_lane_);
+  if (dereg_lane_ != nullptr) {
+    const DeregistrationQueue::LaneFigures q = DeregistrationQueue::Process().Figures(dereg_lane_);
+    s.dereg_queue_depth = q.depth;
+    s.background_dereg_ns = q.background_ns;
+  }
   s.dereg_wait_ns = dereg_wait_ns_.load(std::memory_order_relaxed);
   return s;
 }
