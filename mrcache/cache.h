@@ -183,6 +183,12 @@ class Cache {
 
  private:
   explicit Cache(std::unique_ptr<CacheImpl> impl);
+  // A cache over `registrar`, published (stats_shm) with the rails of
+  // `rails`: the same registrar as a RailsRegistrar for a rails cache, else
+  // null.
+  static absl::StatusOr<std::unique_ptr<Cache>> CreateOver(const Config& config,
+                                                           std::unique_ptr<Registrar> registrar,
+                                                           RailsRegistrar* rails);
   // Registers the held region on the rails of `missing` it lacks, making
   // room under the pin budget first and once more after a refusal.
   absl::Status CompleteRails(Region* region, uint64_t missing);
