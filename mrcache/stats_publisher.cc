@@ -158,11 +158,10 @@ void WriteLabels(StatsSlot* slot, uint32_t cache_id, const std::string& rail,
   }
 }
 
-// The figures of entry `e` now.
-void WriteFigures(StatsSlot* slot, const Entry& e) {
-  const CacheStats s = e.cache->stats();
-  CacheHistogramCounts h;
-  e.cache->ReadHistograms(&h);
+// The figures of entry `e`: `s` and `h` read from its cache, and its rails'
+// counters (atomic loads, no lock: cheap inside the seqlock's write).
+void WriteFigures(StatsSlot* slot, const Entry& e, const CacheStats& s,
+                  const CacheHistogramCounts& h) {
   uint64_t* c = slot->counters;
   c[kStatHits] = s.hits;
   c[kStatMisses] = s.misses;
@@ -213,9 +212,15 @@ void ClearSlot(StatsSlot* slot) {
   std::memset(slot->rails, 0, sizeof slot->rails);
 }
 
-// Refreshes slot `i` from its cache. Requires p.mu.
+// Refreshes slot `i` from its cache. Requires p.mu. The cache's figures are
+// read before the slot is marked as being written: a cache lock held long
+// does not keep readers from a consistent copy.
 void RefreshLocked(Publisher& p, int i) {
-  WriteSlot(p.base, i, [&](StatsSlot* slot) { WriteFigures(slot, p.entries[i]); });
+  const Entry& e = p.entries[i];
+  const CacheStats s = e.cache->stats();
+  CacheHistogramCounts h;
+  e.cache->ReadHistograms(&h);
+  WriteSlot(p.base, i, [&](StatsSlot* slot) { WriteFigures(slot, e, s, h); });
 }
 
 // Refreshes every slot each time a reader asks (stats_page.h, Freshness),
