@@ -187,12 +187,17 @@ std::string FormatProcessText(const ProcessSnapshot& p, uint64_t now_unix_ns) {
         Counter(c, mrcache::kStatWatchFailures));
     absl::StrAppendFormat(&out, "  registrar time:    %s\n",
                           Duration(Counter(c, mrcache::kStatRegistrarNs)));
+    const uint64_t background_ns = Counter(c, mrcache::kStatBackgroundDeregNs);
     absl::StrAppendFormat(
         &out,
         "  dereg queue:       depth %u, callers waited %s, background thread deregistered for "
-        "%s\n",
+        "%s%s\n",
         Counter(c, mrcache::kStatDeregQueueDepth), Duration(Counter(c, mrcache::kStatDeregWaitNs)),
-        Duration(Counter(c, mrcache::kStatBackgroundDeregNs)));
+        Duration(background_ns),
+        background_ns == 0 && Counter(c, mrcache::kStatDeregQueueDepth) == 0
+            ? "   (nothing handed to it yet: async_dereg off, or every batch under "
+              "async_dereg_bytes)"
+            : "");
     out += RailLines(c);
     for (int h = 0; h < kStatHistograms; ++h) {
       absl::StrAppendFormat(&out, "  %-18s %s%s\n", absl::StrCat(kStatsHistogramInfo[h].name, ":"),
