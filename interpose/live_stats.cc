@@ -82,6 +82,36 @@ std::string Labels(pid_t pid, const CacheSnapshot& c) {
   return absl::StrCat("pid=\"", pid, "\",cache=\"", c.cache_id, "\",rail=\"", c.rail, "\"");
 }
 
+// One rail of a rails cache: rail is the rail's own name, rail_index tells
+// apart rails of one name (custom rails are all "custom").
+std::string RailLabels(pid_t pid, const CacheSnapshot& c, size_t r) {
+  return absl::StrCat("pid=\"", pid, "\",cache=\"", c.cache_id, "\",rail=\"", c.rails[r].name,
+                      "\",rail_index=\"", r, "\"");
+}
+
+// "# HELP" and "# TYPE" of the metric mrcache_<info.prometheus>.
+std::string PromFamily(const mrcache::StatsCounterInfo& info) {
+  return absl::StrCat("# HELP mrcache_", info.prometheus, " ", info.help, "\n# TYPE mrcache_",
+                      info.prometheus, info.gauge ? " gauge\n" : " counter\n");
+}
+
+// A rails cache's rails, one line each, as FormatProcessText prints them.
+std::string RailLines(const CacheSnapshot& c) {
+  if (c.rails.empty()) return "";
+  std::string out = absl::StrFormat("  rails:             %u\n", c.rails.size());
+  for (size_t r = 0; r < c.rails.size(); ++r) {
+    const uint64_t* k = c.rails[r].counters;
+    absl::StrAppendFormat(
+        &out,
+        "    rail %u %s: regions %u (registrations %u, deregistrations %u), registered %s, "
+        "registrar time %s\n",
+        r, c.rails[r].name, k[mrcache::kRailRegions], k[mrcache::kRailRegistrations],
+        k[mrcache::kRailDeregistrations], Size(k[mrcache::kRailRegisteredBytes]),
+        Duration(k[mrcache::kRailRegistrarNs]));
+  }
+  return out;
+}
+
 // `s` as a JSON string: free text (a command name) is escaped, not trusted.
 std::string JsonString(const std::string& s) {
   std::string out = "\"";
@@ -157,6 +187,18 @@ std::string FormatProcessText(const ProcessSnapshot& p, uint64_t now_unix_ns) {
         Counter(c, mrcache::kStatWatchFailures));
     absl::StrAppendFormat(&out, "  registrar time:    %s\n",
                           Duration(Counter(c, mrcache::kStatRegistrarNs)));
+    const uint64_t background_ns = Counter(c, mrcache::kStatBackgroundDeregNs);
+    absl::StrAppendFormat(
+        &out,
+        "  dereg queue:       depth %u, callers waited %s, background thread deregistered for "
+        "%s%s\n",
+        Counter(c, mrcache::kStatDeregQueueDepth), Duration(Counter(c, mrcache::kStatDeregWaitNs)),
+        Duration(background_ns),
+        background_ns == 0 && Counter(c, mrcache::kStatDeregQueueDepth) == 0
+            ? "   (nothing handed to it yet: async_dereg off, or every batch under "
+              "async_dereg_bytes)"
+            : "");
+    out += RailLines(c);
     for (int h = 0; h < kStatHistograms; ++h) {
       absl::StrAppendFormat(&out, "  %-18s %s%s\n", absl::StrCat(kStatsHistogramInfo[h].name, ":"),
                             HistogramLine(c.histograms[h], kStatsHistogramInfo[h].nanoseconds),
@@ -190,7 +232,17 @@ std::string FormatProcessJson(const ProcessSnapshot& p) {
       }
       out += "]}";
     }
-    out += "}}";
+    out += "}, \"rails\": [";
+    for (size_t r = 0; r < c.rails.size(); ++r) {
+      absl::StrAppendFormat(&out, "%s{\"rail\": %u, \"name\": \"%s\"", r ? ", " : "", r,
+                            c.rails[r].name);
+      for (int k = 0; k < mrcache::kStatRailCounters; ++k) {
+        absl::StrAppendFormat(&out, ", \"%s\": %u", mrcache::kStatsRailCounterInfo[k].name,
+                              c.rails[r].counters[k]);
+      }
+      out += "}";
+    }
+    out += "]}";
   }
   return out + "]}\n";
 }
@@ -225,12 +277,23 @@ std::string FormatPrometheus(const std::vector<ProcessSnapshot>& processes) {
   std::string out;
   for (int k = 0; k < kStatCounters; ++k) {
     const auto& info = kStatsCounterInfo[k];
-    absl::StrAppend(&out, "# HELP mrcache_", info.prometheus, " ", info.help, "\n# TYPE mrcache_",
-                    info.prometheus, info.gauge ? " gauge\n" : " counter\n");
+    out += PromFamily(info);
     for (const ProcessSnapshot& p : processes) {
       for (const CacheSnapshot& c : p.caches) {
         absl::StrAppend(&out, "mrcache_", info.prometheus, "{", Labels(p.pid, c), "} ",
                         PromNumber(c.counters[k], info.nanoseconds), "\n");
+      }
+    }
+  }
+  for (int k = 0; k < mrcache::kStatRailCounters; ++k) {
+    const auto& info = mrcache::kStatsRailCounterInfo[k];
+    out += PromFamily(info);
+    for (const ProcessSnapshot& p : processes) {
+      for (const CacheSnapshot& c : p.caches) {
+        for (size_t r = 0; r < c.rails.size(); ++r) {
+          absl::StrAppend(&out, "mrcache_", info.prometheus, "{", RailLabels(p.pid, c, r), "} ",
+                          PromNumber(c.rails[r].counters[k], info.nanoseconds), "\n");
+        }
       }
     }
   }

@@ -37,6 +37,8 @@ std::string FormatRates(const mrcache::ProcessSnapshot& before, const mrcache::P
                         double seconds);
 // The Prometheus text exposition format (version 0.0.4) of `processes`:
 // metrics mrcache_*, labels pid, cache, rail; one HELP and TYPE per metric.
+// A rails cache's rails are the mrcache_rail_* metrics, labelled with the
+// rail's own name as rail and its index as rail_index.
 std::string FormatPrometheus(const std::vector<mrcache::ProcessSnapshot>& processes);
 
 struct ListedProcess {

@@ -584,15 +584,18 @@ int main(int argc, char** argv) {
           "                whether it may be used alone, what it watches; and exit.\n\n"
           "Live statistics (caches publish them unless stats_shm=off; this user's processes):\n"
           "--pid PID       the caches of process PID: counters, pinned bytes against the pin\n"
-          "                budget, histograms (refreshed for each reading: the process's\n"
-          "                thread copies them when a reader asks, and sleeps otherwise).\n"
+          "                budget, the deregistration queue (async_dereg), histograms, and\n"
+          "                each rail's registrations of a rails cache (refreshed for each\n"
+          "                reading: the process's thread copies them when a reader asks,\n"
+          "                and sleeps otherwise).\n"
           "--json          the same as one JSON object.\n"
           "--watch SECS    every SECS seconds, hits/s, misses/s and registrations/s per cache,\n"
           "                until the process ends (or N times with --count N).\n"
           "--list          the processes of this user that publish; removes the pages left\n"
           "                by processes that died.\n"
           "--prometheus    the Prometheus text exposition format (metrics mrcache_*, labels\n"
-          "                pid, cache, rail) of --pid PID, or of every process --list shows.\n"
+          "                pid, cache, rail; mrcache_rail_* also rail_index) of --pid PID,\n"
+          "                or of every process --list shows.\n"
           "Exit status 1 if a page cannot be read (the message says why).\n");
       return 0;
     }

@@ -40,6 +40,7 @@ void AddStats(mrcache::CacheStats* a, const mrcache::CacheStats& b) {
   a->watch_other += b.watch_other;
   a->dereg_queue_depth += b.dereg_queue_depth;
   a->dereg_wait_ns += b.dereg_wait_ns;
+  a->background_dereg_ns += b.background_dereg_ns;
 }
 
 void PdCaches::Adopt(ibv_pd* pd, ibv_context* context) {

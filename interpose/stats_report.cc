@@ -137,8 +137,10 @@ std::string FormatText(const Report& r) {
                         r.cache.monitor_incomplete);
   absl::StrAppendFormat(&out,
                         "  background deregistration: %u region(s) queued now; callers waited "
-                        "%.3f ms for the queue (async_dereg)\n",
-                        r.cache.dereg_queue_depth, r.cache.dereg_wait_ns / 1e6);
+                        "%.3f ms for the queue; the thread deregistered for %.3f ms "
+                        "(async_dereg)\n",
+                        r.cache.dereg_queue_depth, r.cache.dereg_wait_ns / 1e6,
+                        r.cache.background_dereg_ns / 1e6);
   return out;
 }
 
@@ -162,7 +164,7 @@ std::string FormatJson(const Report& r) {
       "\"pin_budget_bytes\": %u, \"memlock_limit_bytes\": %u, "
       "\"watch_failures\": %u, \"watch_enomem\": %u, \"watch_ebusy\": %u, \"watch_eperm\": %u, "
       "\"watch_einval\": %u, \"watch_map_limit\": %u, \"watch_other\": %u, "
-      "\"dereg_queue_depth\": %u, \"dereg_wait_ns\": %u}\n",
+      "\"dereg_queue_depth\": %u, \"dereg_wait_ns\": %u, \"background_dereg_ns\": %u}\n",
       r.shim.calls, r.shim.cache_lookups, r.shim.bypassed, r.shim.fallbacks, r.cache.hits,
       r.cache.misses, d.hit_rate, r.shim.failed, r.shim.direct_failures, d.device_registrations,
       r.cache.registrations, d.avoided, r.cache.deregistrations, r.cache.invalidations,
@@ -173,7 +175,7 @@ std::string FormatJson(const Report& r) {
       r.cache.pin_budget_bytes, mrcache::MemlockLimitThatApplies(), r.cache.watch_failures,
       r.cache.watch_enomem, r.cache.watch_ebusy, r.cache.watch_eperm, r.cache.watch_einval,
       r.cache.watch_map_limit, r.cache.watch_other, r.cache.dereg_queue_depth,
-      r.cache.dereg_wait_ns);
+      r.cache.dereg_wait_ns, r.cache.background_dereg_ns);
 }
 
 absl::Status EmitReport(absl::string_view spec, const Report& report) {

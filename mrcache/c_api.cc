@@ -228,6 +228,7 @@ int mrc_stats_sized(const mrc_cache_t* cache, mrc_stats_t* stats, size_t size) {
   all.watch_other = s.watch_other;
   all.dereg_queue_depth = s.dereg_queue_depth;
   all.dereg_wait_ns = s.dereg_wait_ns;
+  all.background_dereg_ns = s.background_dereg_ns;
   // Whole fields only: a size that ends inside a field leaves that field alone.
   const size_t known = std::min(size, sizeof all) / sizeof(uint64_t) * sizeof(uint64_t);
   std::memcpy(stats, &all, known);

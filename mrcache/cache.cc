@@ -91,13 +91,20 @@ Cache::~Cache() = default;
 
 absl::StatusOr<std::unique_ptr<Cache>> Cache::Create(const Config& config,
                                                      std::unique_ptr<Registrar> registrar) {
+  return CreateOver(config, std::move(registrar), nullptr);
+}
+
+absl::StatusOr<std::unique_ptr<Cache>> Cache::CreateOver(const Config& config,
+                                                         std::unique_ptr<Registrar> registrar,
+                                                         RailsRegistrar* rails) {
   auto impl = CacheImpl::Create(config, std::move(registrar));
   if (!impl.ok()) return impl.status();
   std::unique_ptr<Cache> cache(new Cache(std::move(*impl)));
+  cache->rails_ = rails;
   if (config.stats_shm) {
     Registrar& r = cache->impl_->registrar();
     cache->published_ =
-        StatsPublication::Publish(cache->impl_.get(), r.rail(), r.name(), config.max_bytes);
+        StatsPublication::Publish(cache->impl_.get(), rails, r.rail(), r.name(), config.max_bytes);
   }
   return cache;
 }
@@ -110,9 +117,7 @@ absl::StatusOr<std::unique_ptr<Cache>> Cache::CreateRails(
   auto registrar = RailsRegistrar::Create(std::move(rails));
   if (!registrar.ok()) return registrar.status();
   RailsRegistrar* raw = registrar->get();
-  auto cache = Create(config, std::unique_ptr<Registrar>(std::move(*registrar)));
-  if (cache.ok()) (*cache)->rails_ = raw;
-  return cache;
+  return CreateOver(config, std::unique_ptr<Registrar>(std::move(*registrar)), raw);
 }
 
 absl::StatusOr<RegionRef> Cache::Get(void* addr, size_t length, int access) {

@@ -91,6 +91,9 @@ struct CacheStats {
   // the background deregistration queue now, and the nanoseconds its threads
   // spent waiting for that queue (ENOMEM, flush, destroy).
   uint64_t dereg_queue_depth = 0, dereg_wait_ns = 0;
+  // async_dereg: the nanoseconds the background thread spent deregistering
+  // this cache's regions (retire callbacks included).
+  uint64_t background_dereg_ns = 0;
 };
 
 // The registered range and keys of a region the caller holds (of a rails
@@ -180,6 +183,12 @@ class Cache {
 
  private:
   explicit Cache(std::unique_ptr<CacheImpl> impl);
+  // A cache over `registrar`, published (stats_shm) with the rails of
+  // `rails`: the same registrar as a RailsRegistrar for a rails cache, else
+  // null.
+  static absl::StatusOr<std::unique_ptr<Cache>> CreateOver(const Config& config,
+                                                           std::unique_ptr<Registrar> registrar,
+                                                           RailsRegistrar* rails);
   // Registers the held region on the rails of `missing` it lacks, making
   // room under the pin budget first and once more after a refusal.
   absl::Status CompleteRails(Region* region, uint64_t missing);

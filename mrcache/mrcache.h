@@ -281,6 +281,9 @@ typedef struct {
    * spent waiting for that thread (pin budget refusals, mrc_flush, destroy). */
   uint64_t dereg_queue_depth;
   uint64_t dereg_wait_ns;
+  /* async_dereg: the nanoseconds the background deregistration thread spent
+   * deregistering this cache's registrations (retire callbacks included). */
+  uint64_t background_dereg_ns;
 } mrc_stats_t;
 /* Copies the cache's counters into the first `size` bytes of *stats: the
  * fields that lie wholly inside `size` bytes are set, bytes past the end of

@@ -47,6 +47,22 @@ const StatsCounterInfo kStatsCounterInfo[kStatCounters] = {
      "Gets with remote rights registered privately (remote_keys=private)."},
     {"watch_failures", "watch_failures_total", false, false,
      "Registered ranges the memory monitor could not watch."},
+    {"dereg_queue_depth", "dereg_queue_depth", true, false,
+     "Registrations waiting for (or in) the background deregistration thread now (async_dereg)."},
+    {"dereg_wait_ns", "dereg_wait_seconds_total", false, true,
+     "Time the cache's callers waited for the background deregistration thread."},
+    {"background_dereg_ns", "background_dereg_seconds_total", false, true,
+     "Time the background deregistration thread spent deregistering the cache's registrations."},
+};
+
+const StatsCounterInfo kStatsRailCounterInfo[kStatRailCounters] = {
+    {"registrations", "rail_registrations_total", false, false, "Registrations made on the rail."},
+    {"deregistrations", "rail_deregistrations_total", false, false,
+     "Deregistrations made on the rail."},
+    {"regions", "rail_regions", true, false, "Regions registered on the rail now."},
+    {"registered_bytes", "rail_registered_bytes", true, false, "Bytes registered on the rail now."},
+    {"registrar_ns", "rail_registrar_seconds_total", false, true,
+     "Time spent in the rail's registrar."},
 };
 
 const StatsHistogramInfo kStatsHistogramInfo[kStatHistograms] = {
@@ -114,6 +130,44 @@ bool TerminatedString(const char* field, size_t size, std::string* out) {
   return true;
 }
 
+// A name fit for a JSON string or a Prometheus label as it is: no control,
+// quote, backslash or non-ASCII byte.
+bool PlainName(const std::string& name) {
+  for (char ch : name) {
+    if (static_cast<unsigned char>(ch) < 0x20 || ch == '"' || ch == '\\' ||
+        static_cast<unsigned char>(ch) >= 0x7f) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// The rails of a valid slot `i` into `c` (its rail becomes their names
+// joined), or the error.
+absl::Status ParseRails(const StatsSlot& slot, uint32_t i, pid_t pid, CacheSnapshot* c) {
+  if (slot.rail_count > kStatsRails) {
+    return Garbled(pid, absl::StrCat("slot ", i, " has ", slot.rail_count, " rails, at most ",
+                                     kStatsRails, " fit"));
+  }
+  if (slot.rail_count == 0) return absl::OkStatus();
+  std::string joined;
+  for (uint32_t r = 0; r < slot.rail_count; ++r) {
+    RailSnapshot rail;
+    if (!TerminatedString(slot.rails[r].name, sizeof slot.rails[r].name, &rail.name)) {
+      return Garbled(pid, absl::StrCat("slot ", i, " has an unterminated name of rail ", r));
+    }
+    if (!PlainName(rail.name)) {
+      return Garbled(
+          pid, absl::StrCat("slot ", i, " has a name of rail ", r, " with control or quote bytes"));
+    }
+    std::memcpy(rail.counters, slot.rails[r].counters, sizeof rail.counters);
+    absl::StrAppend(&joined, r ? "+" : "", rail.name);
+    c->rails.push_back(std::move(rail));
+  }
+  c->rail = std::move(joined);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<ProcessSnapshot> ParseStatsPage(absl::string_view bytes, pid_t pid, uid_t uid) {
@@ -163,16 +217,15 @@ absl::StatusOr<ProcessSnapshot> ParseStatsPage(absl::string_view bytes, pid_t pi
         !TerminatedString(slot.registrar, sizeof slot.registrar, &c.registrar)) {
       return Garbled(pid, absl::StrCat("slot ", i, " has an unterminated name"));
     }
-    for (char ch : c.rail + c.registrar) {
-      if (static_cast<unsigned char>(ch) < 0x20 || ch == '"' || ch == '\\' ||
-          static_cast<unsigned char>(ch) >= 0x7f) {
-        return Garbled(pid, absl::StrCat("slot ", i, " has a name with control or quote bytes"));
-      }
+    if (!PlainName(c.rail + c.registrar)) {
+      return Garbled(pid, absl::StrCat("slot ", i, " has a name with control or quote bytes"));
     }
     c.updated_unix_ns = slot.updated_unix_ns;
     std::memcpy(c.counters, slot.counters, sizeof c.counters);
     std::memcpy(c.histograms, slot.histograms, sizeof c.histograms);
     std::memcpy(c.histogram_sums, slot.histogram_sums, sizeof c.histogram_sums);
+    const absl::Status rails = ParseRails(slot, i, pid, &c);
+    if (!rails.ok()) return rails;
     out.caches.push_back(std::move(c));
   }
   return out;

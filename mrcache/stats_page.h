@@ -5,7 +5,9 @@
 // one shared-memory file, /dev/shm/mrcache-<uid>-<pid> (StatsPagePath),
 // created with O_EXCL|O_NOFOLLOW, mode 0600, and removed when its last cache
 // is destroyed and at normal exit (stats_publisher.h writes it). It holds a
-// header and kStatsSlots slots, one per live cache.
+// header and kStatsSlots slots, one per live cache. A rails cache's slot
+// also holds each rail's name and counters (rail_count of them); another
+// cache's has none.
 //
 // Freshness: the publisher refreshes the slots when a reader asks, not on a
 // timer (a process nobody watches pays nothing). ReadStatsPage adds one to
@@ -44,11 +46,14 @@
 namespace mrcache {
 
 constexpr char kStatsPageMagic[8] = {'M', 'R', 'C', 'S', 'T', 'A', 'T', 'S'};
-constexpr uint32_t kStatsPageVersion = 2;
+constexpr uint32_t kStatsPageVersion = 3;
 constexpr uint32_t kStatsSlots = 256;
 // How long a reader waits for the refresh it asked for.
 constexpr uint64_t kStatsRefreshWaitNs = 500'000'000;
 constexpr int kStatsBuckets = Log2Histogram::kBuckets;
+// The most rails a slot describes: as many as a cache can have (kMaxRails,
+// rails_registrar.h).
+constexpr uint32_t kStatsRails = 64;
 
 // The per-cache figures, in slot order. kind: counter (only grows) or gauge.
 enum StatsCounter : int {
@@ -69,6 +74,9 @@ enum StatsCounter : int {
   kStatBypassed,
   kStatRemotePrivate,
   kStatWatchFailures,
+  kStatDeregQueueDepth,
+  kStatDeregWaitNs,
+  kStatBackgroundDeregNs,
   kStatCounters
 };
 struct StatsCounterInfo {
@@ -80,6 +88,18 @@ struct StatsCounterInfo {
 };
 // Indexed by StatsCounter.
 extern const StatsCounterInfo kStatsCounterInfo[kStatCounters];
+
+// The figures of one rail of a rails cache (RailStats), in slot order.
+enum StatsRailCounter : int {
+  kRailRegistrations,
+  kRailDeregistrations,
+  kRailRegions,
+  kRailRegisteredBytes,
+  kRailRegistrarNs,
+  kStatRailCounters
+};
+// Indexed by StatsRailCounter; the Prometheus names start with "rail_".
+extern const StatsCounterInfo kStatsRailCounterInfo[kStatRailCounters];
 
 enum StatsHistogram : int {
   kHistRegionBytes,
@@ -116,6 +136,11 @@ struct StatsPageHeader {
   uint32_t refresh_done;
 };
 
+struct StatsRail {
+  char name[32];  // the rail's device (verbs), else its registrar; NUL-terminated
+  uint64_t counters[kStatRailCounters];
+};
+
 struct StatsSlot {
   uint64_t seq;        // seqlock: odd while being written
   uint32_t live;       // 1: a cache is published here; 0: free
@@ -126,6 +151,9 @@ struct StatsSlot {
   uint64_t counters[kStatCounters];
   uint64_t histograms[kStatHistograms][kStatsBuckets];
   uint64_t histogram_sums[kStatHistograms];  // the sum of each histogram's values
+  uint32_t rail_count;                       // rails[0..rail_count-1]; 0: not a rails cache
+  uint32_t reserved;
+  StatsRail rails[kStatsRails];
 };
 
 constexpr size_t kStatsPageBytes = sizeof(StatsPageHeader) + kStatsSlots * sizeof(StatsSlot);
@@ -139,13 +167,21 @@ pid_t PidOfStatsPageName(absl::string_view name, uid_t uid);
 // 0 if it cannot be read: with the pid, it names one process for good.
 uint64_t ProcessStartTicks(pid_t pid);
 
+struct RailSnapshot {
+  std::string name;
+  uint64_t counters[kStatRailCounters] = {};
+};
+
 struct CacheSnapshot {
   uint32_t cache_id = 0;
+  // rail: of a rails cache, its rails' names joined with '+' (whole, where
+  // the slot's own field would cut it).
   std::string rail, registrar;
   uint64_t updated_unix_ns = 0;
   uint64_t counters[kStatCounters] = {};
   uint64_t histograms[kStatHistograms][kStatsBuckets] = {};
   uint64_t histogram_sums[kStatHistograms] = {};
+  std::vector<RailSnapshot> rails;  // empty unless a rails cache
 };
 
 struct ProcessSnapshot {
@@ -162,8 +198,9 @@ struct ProcessSnapshot {
 
 // Validates `bytes` as the page of process `pid` owned by `uid` and returns
 // its live slots. EINVAL (with what is wrong) for a page of another size,
-// magic, version, pid or uid, a torn slot (odd seq), a bad flag or an
-// unterminated string. Never reads outside `bytes`.
+// magic, version, pid or uid, a torn slot (odd seq), a bad flag, a rail
+// count above kStatsRails or an unterminated string. Never reads outside
+// `bytes`.
 absl::StatusOr<ProcessSnapshot> ParseStatsPage(absl::string_view bytes, pid_t pid, uid_t uid);
 
 // Opens the page of `pid` of the calling user (StatsPagePath), asks its

@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdlib>
@@ -17,15 +18,18 @@
 #include "absl/strings/str_cat.h"
 #include "mrcache/core/cache_impl.h"
 #include "mrcache/internal/log.h"
+#include "mrcache/registrars/rails_registrar.h"
 #include "mrcache/stats_page.h"
 
 namespace mrcache {
 namespace {
 
 struct Entry {
-  CacheImpl* cache = nullptr;  // null: the slot is free
+  CacheImpl* cache = nullptr;             // null: the slot is free
+  const RailsRegistrar* rails = nullptr;  // of a rails cache, else null
   size_t max_bytes = 0;
 };
+static_assert(kStatsRails >= kMaxRails, "a slot describes every rail a cache can have");
 
 // One refresh thread: its stop flag, set under Publisher::mu, and the
 // header of its page, whose refresh_request it sleeps on (mapped until the
@@ -123,65 +127,100 @@ void WarnOnce(Publisher& p, const std::string& why) {
       absl::StrCat("stats_shm: caches are not published (", why, "); they work unpublished"));
 }
 
-// Writes slot `i` of the page as a seqlock writer.
-void WriteSlot(void* base, int i, bool live, uint32_t cache_id, const std::string* rail,
-               const std::string* registrar, const CacheStats* s, size_t max_bytes,
-               const CacheHistogramCounts* h) {
+// Runs `write` on slot `i` of the page as a seqlock writer.
+template <typename Write>
+void WriteSlot(void* base, int i, Write write) {
   StatsSlot* slot = SlotOf(base, i);
   const uint64_t seq = __atomic_load_n(&slot->seq, __ATOMIC_RELAXED);
   __atomic_store_n(&slot->seq, seq + 1, __ATOMIC_RELAXED);
   std::atomic_thread_fence(std::memory_order_release);
-  slot->live = live ? 1 : 0;
-  if (rail != nullptr) {
-    slot->cache_id = cache_id;
-    std::memset(slot->rail, 0, sizeof slot->rail);
-    std::memset(slot->registrar, 0, sizeof slot->registrar);
-    std::memcpy(slot->rail, rail->data(), std::min(rail->size(), sizeof slot->rail - 1));
-    std::memcpy(slot->registrar, registrar->data(),
-                std::min(registrar->size(), sizeof slot->registrar - 1));
-  }
-  if (s != nullptr) {
-    uint64_t* c = slot->counters;
-    c[kStatHits] = s->hits;
-    c[kStatMisses] = s->misses;
-    c[kStatRegistrations] = s->registrations;
-    c[kStatDeregistrations] = s->deregistrations;
-    c[kStatEvictions] = s->evictions;
-    c[kStatInvalidations] = s->invalidations;
-    c[kStatMerges] = s->merges;
-    c[kStatRegions] = s->regions;
-    c[kStatPinnedBytes] = s->pinned_bytes;
-    c[kStatPeakPinnedBytes] = s->peak_pinned_bytes;
-    c[kStatPinBudgetBytes] = s->pin_budget_bytes;
-    c[kStatMaxBytes] = max_bytes;
-    c[kStatRegistrarNs] = s->registrar_ns;
-    c[kStatRegistrarFailures] = s->registrar_failures;
-    c[kStatBypassed] = s->bypassed;
-    c[kStatRemotePrivate] = s->remote_private;
-    c[kStatWatchFailures] = s->watch_failures;
-    std::memcpy(slot->histograms[kHistRegionBytes], h->region_bytes, sizeof h->region_bytes);
-    std::memcpy(slot->histograms[kHistMissNs], h->miss_ns, sizeof h->miss_ns);
-    std::memcpy(slot->histograms[kHistRegisterNs], h->register_ns, sizeof h->register_ns);
-    std::memcpy(slot->histograms[kHistDeregisterNs], h->deregister_ns, sizeof h->deregister_ns);
-    std::memcpy(slot->histograms[kHistGetBytes], h->get_bytes, sizeof h->get_bytes);
-    static_assert(sizeof slot->histogram_sums == sizeof h->sums, "one sum per histogram");
-    std::memcpy(slot->histogram_sums, h->sums, sizeof h->sums);
-    slot->updated_unix_ns = UnixNs();
-  } else if (!live) {
-    std::memset(slot->counters, 0, sizeof slot->counters);
-    std::memset(slot->histograms, 0, sizeof slot->histograms);
-    std::memset(slot->histogram_sums, 0, sizeof slot->histogram_sums);
-  }
+  write(slot);
   __atomic_store_n(&slot->seq, seq + 2, __ATOMIC_RELEASE);
 }
 
-// Refreshes slot `i` from its cache. Requires p.mu.
+// Copies `name` into `field` of `size` bytes, cut to leave a NUL.
+void WriteName(char* field, size_t size, const std::string& name) {
+  std::memset(field, 0, size);
+  std::memcpy(field, name.data(), std::min(name.size(), size - 1));
+}
+
+// A newly published cache's labels and rail names; its figures zero.
+void WriteLabels(StatsSlot* slot, uint32_t cache_id, const std::string& rail,
+                 const std::string& registrar, const RailsRegistrar* rails) {
+  slot->live = 1;
+  slot->cache_id = cache_id;
+  WriteName(slot->rail, sizeof slot->rail, rail);
+  WriteName(slot->registrar, sizeof slot->registrar, registrar);
+  std::memset(slot->rails, 0, sizeof slot->rails);
+  slot->rail_count = rails != nullptr ? static_cast<uint32_t>(rails->rail_count()) : 0;
+  for (uint32_t r = 0; r < slot->rail_count; ++r) {
+    WriteName(slot->rails[r].name, sizeof slot->rails[r].name, rails->rail_name(r));
+  }
+}
+
+// The figures of entry `e`: `s` and `h` read from its cache, and its rails'
+// counters (atomic loads, no lock: cheap inside the seqlock's write).
+void WriteFigures(StatsSlot* slot, const Entry& e, const CacheStats& s,
+                  const CacheHistogramCounts& h) {
+  uint64_t* c = slot->counters;
+  c[kStatHits] = s.hits;
+  c[kStatMisses] = s.misses;
+  c[kStatRegistrations] = s.registrations;
+  c[kStatDeregistrations] = s.deregistrations;
+  c[kStatEvictions] = s.evictions;
+  c[kStatInvalidations] = s.invalidations;
+  c[kStatMerges] = s.merges;
+  c[kStatRegions] = s.regions;
+  c[kStatPinnedBytes] = s.pinned_bytes;
+  c[kStatPeakPinnedBytes] = s.peak_pinned_bytes;
+  c[kStatPinBudgetBytes] = s.pin_budget_bytes;
+  c[kStatMaxBytes] = e.max_bytes;
+  c[kStatRegistrarNs] = s.registrar_ns;
+  c[kStatRegistrarFailures] = s.registrar_failures;
+  c[kStatBypassed] = s.bypassed;
+  c[kStatRemotePrivate] = s.remote_private;
+  c[kStatWatchFailures] = s.watch_failures;
+  c[kStatDeregQueueDepth] = s.dereg_queue_depth;
+  c[kStatDeregWaitNs] = s.dereg_wait_ns;
+  c[kStatBackgroundDeregNs] = s.background_dereg_ns;
+  std::memcpy(slot->histograms[kHistRegionBytes], h.region_bytes, sizeof h.region_bytes);
+  std::memcpy(slot->histograms[kHistMissNs], h.miss_ns, sizeof h.miss_ns);
+  std::memcpy(slot->histograms[kHistRegisterNs], h.register_ns, sizeof h.register_ns);
+  std::memcpy(slot->histograms[kHistDeregisterNs], h.deregister_ns, sizeof h.deregister_ns);
+  std::memcpy(slot->histograms[kHistGetBytes], h.get_bytes, sizeof h.get_bytes);
+  static_assert(sizeof slot->histogram_sums == sizeof h.sums, "one sum per histogram");
+  std::memcpy(slot->histogram_sums, h.sums, sizeof h.sums);
+  for (uint32_t r = 0; r < slot->rail_count; ++r) {
+    const RailStats rail = e.rails->stats(static_cast<int>(r));
+    uint64_t* rc = slot->rails[r].counters;
+    rc[kRailRegistrations] = rail.registrations;
+    rc[kRailDeregistrations] = rail.deregistrations;
+    rc[kRailRegions] = rail.regions;
+    rc[kRailRegisteredBytes] = rail.registered_bytes;
+    rc[kRailRegistrarNs] = rail.registrar_ns;
+  }
+  slot->updated_unix_ns = UnixNs();
+}
+
+// A freed slot: nothing of its last cache stays readable.
+void ClearSlot(StatsSlot* slot) {
+  slot->live = 0;
+  std::memset(slot->counters, 0, sizeof slot->counters);
+  std::memset(slot->histograms, 0, sizeof slot->histograms);
+  std::memset(slot->histogram_sums, 0, sizeof slot->histogram_sums);
+  slot->rail_count = 0;
+  std::memset(slot->rails, 0, sizeof slot->rails);
+}
+
+// Refreshes slot `i` from its cache. Requires p.mu. The cache's figures are
+// read before the slot is marked as being written: a cache lock held long
+// does not keep readers from a consistent copy.
 void RefreshLocked(Publisher& p, int i) {
   const Entry& e = p.entries[i];
   const CacheStats s = e.cache->stats();
   CacheHistogramCounts h;
   e.cache->ReadHistograms(&h);
-  WriteSlot(p.base, i, true, 0, nullptr, nullptr, &s, e.max_bytes, &h);
+  WriteSlot(p.base, i, [&](StatsSlot* slot) { WriteFigures(slot, e, s, h); });
 }
 
 // Refreshes every slot each time a reader asks (stats_page.h, Freshness),
@@ -295,6 +334,7 @@ void RetirePageLocked(Publisher& p, RefreshThread** thread, void** base) {
 }  // namespace
 
 std::unique_ptr<StatsPublication> StatsPublication::Publish(CacheImpl* cache,
+                                                            const RailsRegistrar* rails,
                                                             const std::string& rail,
                                                             const std::string& registrar,
                                                             size_t max_bytes) {
@@ -328,9 +368,10 @@ std::unique_ptr<StatsPublication> StatsPublication::Publish(CacheImpl* cache,
     }
     return nullptr;
   }
-  p.entries[slot] = Entry{cache, max_bytes};
+  p.entries[slot] = Entry{cache, rails, max_bytes};
   ++p.live;
-  WriteSlot(p.base, slot, true, p.next_cache_id++, &rail, &registrar, nullptr, 0, nullptr);
+  const uint32_t cache_id = p.next_cache_id++;
+  WriteSlot(p.base, slot, [&](StatsSlot* s) { WriteLabels(s, cache_id, rail, registrar, rails); });
   RefreshLocked(p, slot);  // visible now, not only at the next refresh
   return std::unique_ptr<StatsPublication>(new StatsPublication(slot, p.generation));
 }
@@ -344,7 +385,7 @@ StatsPublication::~StatsPublication() {
     // Published in a page since removed (exit) or inherited from a parent.
     if (generation_ != p.generation || p.base == nullptr || InheritedLocked(p)) return;
     p.entries[slot_] = Entry{};
-    WriteSlot(p.base, slot_, false, 0, nullptr, nullptr, nullptr, 0, nullptr);
+    WriteSlot(p.base, slot_, &ClearSlot);
     if (--p.live == 0) RetirePageLocked(p, &thread, &base);
   }
   if (thread != nullptr) {

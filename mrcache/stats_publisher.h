@@ -5,14 +5,13 @@
 // /dev/shm/mrcache-<uid>-<pid> (O_CREAT|O_EXCL|O_NOFOLLOW, mode 0600; a page
 // left by a dead process that had this pid is replaced) and starts one
 // thread, "mrcache-stats", with every signal blocked, which refreshes every
-// published cache's slot from CacheImpl::stats() and ReadHistograms() when a
-// reader asks (stats_page.h, Freshness) and sleeps otherwise: a process
-// nobody watches pays for no refresh and no cache lock. The caches' gets
-// never touch the page: the hit path is unchanged, and the slow paths only
-// count into their own histograms.
-// The last publication's end stops the thread and removes the page; so does
-// normal exit (an atexit handler removes the file; the thread then writes
-// into the still-mapped, unlinked page until the process ends).
+// published cache's slot from CacheImpl::stats() and ReadHistograms() (and a
+// rails cache's rails from RailsRegistrar::stats()) when a reader asks (stats_page.h, Freshness)
+// and sleeps otherwise: a process nobody watches pays for no refresh and no cache lock. The caches'
+// gets never touch the page: the hit path is unchanged, and the slow paths only count into their
+// own histograms. The last publication's end stops the thread and removes the page; so does normal
+// exit (an atexit handler removes the file; the thread then writes into the still-mapped, unlinked
+// page until the process ends).
 //
 // A cache is published best-effort: when the page cannot be created (no
 // /dev/shm, no room) or all kStatsSlots slots are taken, the cache works
@@ -37,14 +36,18 @@
 namespace mrcache {
 
 class CacheImpl;
+class RailsRegistrar;
 
 // While it exists, `cache`'s slot is refreshed; its destructor frees the
 // slot (and removes the page and stops the thread if it was the last).
 class StatsPublication {
  public:
   // Publishes `cache` (which must outlive the result) labelled with `rail`
-  // and `registrar`. Null if it could not be published (see above).
-  static std::unique_ptr<StatsPublication> Publish(CacheImpl* cache, const std::string& rail,
+  // and `registrar`, with each rail of `rails` (its registrar, if a rails
+  // cache; else null; outlives the result too). Null if it could not be
+  // published (see above).
+  static std::unique_ptr<StatsPublication> Publish(CacheImpl* cache, const RailsRegistrar* rails,
+                                                   const std::string& rail,
                                                    const std::string& registrar, size_t max_bytes);
   ~StatsPublication();
   StatsPublication(const StatsPublication&) = delete;

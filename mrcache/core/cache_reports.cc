@@ -47,7 +47,9 @@ CacheStats CacheImpl::stats() {
     s.watch_map_limit = w.map_limit;
     s.watch_other = w.other;
   }
-  s.dereg_queue_depth = dereg_.queue_depth();
+  const DeregistrationQueue::LaneFigures queue = dereg_.queue_figures();
+  s.dereg_queue_depth = queue.depth;
+  s.background_dereg_ns = queue.background_ns;
   s.dereg_wait_ns = dereg_.wait_ns();
   return s;
 }

@@ -61,8 +61,9 @@ void Deregistration::CountWaitSince(std::chrono::steady_clock::time_point t0) {
                      std::memory_order_relaxed);
 }
 
-size_t Deregistration::queue_depth() const {
-  return setup_.lane != nullptr ? DeregistrationQueue::Process().Depth(setup_.lane) : 0;
+DeregistrationQueue::LaneFigures Deregistration::queue_figures() const {
+  return setup_.lane != nullptr ? DeregistrationQueue::Process().Figures(setup_.lane)
+                                : DeregistrationQueue::LaneFigures{};
 }
 
 void Deregistration::SetRetireCallback(Cache::RetireCallback callback) {

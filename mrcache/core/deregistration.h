@@ -103,8 +103,10 @@ class Deregistration {
   size_t WaitForAllDeregistrations();
   // Nanoseconds spent in those waits that had something to wait for.
   uint64_t wait_ns() const { return wait_ns_.load(std::memory_order_relaxed); }
-  // Regions of this lane waiting or being deregistered now (0 without one).
-  size_t queue_depth() const;
+  // This lane's figures in the queue: Regions waiting or being deregistered
+  // now, and the background thread's time deregistering them (zeros without
+  // a lane).
+  DeregistrationQueue::LaneFigures queue_figures() const;
 
   // Reports every region deregistered from now on to `callback` (none if
   // empty); cache.h states where it runs.

@@ -7,6 +7,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <climits>
 #include <mutex>
 
@@ -19,11 +20,12 @@ struct DeregistrationQueue::Lane {
   // Waiting Regions, oldest first, linked through next_dead.
   Region* head = nullptr;
   Region* tail = nullptr;
-  size_t waiting = 0;        // Regions in head..tail
-  size_t in_flight = 0;      // Regions the worker is deregistering now
-  size_t waiting_bytes = 0;  // their Registration::length, of head..tail
-  uint64_t pushed = 0;       // Regions ever pushed
-  uint64_t done = 0;         // of those, deregistered or taken back
+  size_t waiting = 0;          // Regions in head..tail
+  size_t in_flight = 0;        // Regions the worker is deregistering now
+  size_t waiting_bytes = 0;    // their Registration::length, of head..tail
+  uint64_t pushed = 0;         // Regions ever pushed
+  uint64_t done = 0;           // of those, deregistered or taken back
+  uint64_t background_ns = 0;  // the worker's time in the owner's DeregisterQueued
 };
 
 namespace {
@@ -166,9 +168,12 @@ Region* DeregistrationQueue::TakeAll(Lane* lane) {
   return list;
 }
 
-size_t DeregistrationQueue::Depth(const Lane* lane) {
+DeregistrationQueue::LaneFigures DeregistrationQueue::Figures(const Lane* lane) {
   MutexLock<Mutex> lock(&mu_);
-  return lane->waiting + lane->in_flight;
+  LaneFigures figures;
+  figures.depth = lane->waiting + lane->in_flight;
+  figures.background_ns = lane->background_ns;
+  return figures;
 }
 
 void DeregistrationQueue::WaitDoneLocked(uint32_t seen) {
@@ -243,8 +248,12 @@ void DeregistrationQueue::Work() ABSL_NO_THREAD_SAFETY_ANALYSIS {
     waiting_ -= count;
     in_flight_ += count;
     mu_.unlock();
+    const auto start = std::chrono::steady_clock::now();
     lane->owner->DeregisterQueued(list);
+    const auto spent = std::chrono::steady_clock::now() - start;
     mu_.lock();
+    lane->background_ns +=
+        static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(spent).count());
     lane->in_flight = 0;
     lane->done += count;
     in_flight_ -= count;

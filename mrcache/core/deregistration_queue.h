@@ -107,8 +107,13 @@ class DeregistrationQueue {
   // queue underegistered (a fork child's copy of a parent's cache frees
   // them; its registrar must not be called).
   Region* TakeAll(Lane* lane);
-  // Regions of `lane` waiting or being deregistered now.
-  size_t Depth(const Lane* lane);
+  // What the queue did for one lane.
+  struct LaneFigures {
+    size_t depth = 0;            // Regions waiting or being deregistered now
+    uint64_t background_ns = 0;  // time the worker spent deregistering the lane's Regions
+  };
+  // `lane`'s figures now (takes the queue's lock: not for a hot path).
+  LaneFigures Figures(const Lane* lane);
 
  private:
   DeregistrationQueue() = default;

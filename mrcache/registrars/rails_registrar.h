@@ -115,6 +115,8 @@ class RailsRegistrar : public Registrar {
 
   // Counters of rail `rail` (0 <= rail < rail_count()).
   RailStats stats(int rail) const;
+  // The device (verbs) or registrar name of rail `rail` (0 <= rail < rail_count()).
+  std::string rail_name(int rail) const { return rails_[rail]->rail(); }
 
  private:
   struct Counters {

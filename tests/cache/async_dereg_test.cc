@@ -225,6 +225,18 @@ TEST_F(AsyncDeregTest, FlushReturnsWithEveryUnusedRegistrationDeregistered) {
   EXPECT_GT(cache().stats().dereg_wait_ns, 0u) << "flush waited for the queue";
 }
 
+TEST_F(AsyncDeregTest, TheBackgroundThreadsDeregistrationTimeIsCountedNotTheCallers) {
+  config_.max_regions = 1;
+  state_->dereg_delay_us = 20000;
+  Use(0);
+  EXPECT_EQ(cache().stats().background_dereg_ns, 0u) << "nothing was handed over yet";
+  Use(2);  // evicts page 0's region: its 20 ms deregistration runs on the background thread
+  ASSERT_TRUE(testing::WaitForQueuedDeregistrations(cache()));
+  EXPECT_EQ(state_->deregistrations_on_caller.load(), 0);
+  EXPECT_GE(cache().stats().background_dereg_ns, 20'000'000u);
+  EXPECT_EQ(cache().stats().dereg_wait_ns, 0u) << "nobody waited for the queue";
+}
+
 TEST_F(AsyncDeregTest, DestroyReturnsWithEveryRegistrationDeregistered) {
   config_.max_regions = 2;
   state_->dereg_delay_us = 20000;

@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <fstream>
@@ -20,6 +21,7 @@
 #include "gtest/gtest.h"
 #include "mrcache/cache.h"
 #include "mrcache/errno_status.h"
+#include "mrcache/forwarding_registrar.h"
 #include "mrcache/registrars/sim_registrar.h"
 
 namespace mrcache {
@@ -167,6 +169,103 @@ TEST_F(StatsPageTest, SixtyFourCachesShareOnePageEachInItsOwnSlot) {
   EXPECT_FALSE(Exists(OwnPage()));
 }
 
+TEST_F(StatsPageTest, ARailsCachePublishesEachRailsRegistrations) {
+  config_.max_merge_bytes = 0;  // each get registers its own buffer
+  std::vector<std::unique_ptr<Registrar>> rails;
+  for (int r = 0; r < 4; ++r) rails.push_back(MakeSimRegistrar(config_));
+  auto cache = Cache::CreateRails(config_, std::move(rails));
+  ASSERT_TRUE(cache.ok()) << cache.status();
+  // Rail r gets r + 1 buffers of its own; buffer 0 is on every rail.
+  std::vector<std::vector<char>> bufs;
+  for (int i = 0; i < 10; ++i) bufs.emplace_back(1 << 16, 1);
+  ASSERT_TRUE((*cache)->GetRails(bufs[0].data(), bufs[0].size(), kAccessLocalWrite, 0xf).ok());
+  int next = 1;
+  for (int r = 1; r < 4; ++r) {
+    for (int i = 0; i < r; ++i, ++next) {
+      ASSERT_TRUE(
+          (*cache)
+              ->GetRails(bufs[next].data(), bufs[next].size(), kAccessLocalWrite, uint64_t{1} << r)
+              .ok());
+    }
+  }
+  absl::StatusOr<ProcessSnapshot> s = ReadStatsPage(getpid());
+  ASSERT_TRUE(s.ok()) << s.status();
+  ASSERT_EQ(s->caches.size(), 1u);
+  const CacheSnapshot& c = s->caches[0];
+  EXPECT_EQ(c.rail, "sim+sim+sim+sim");
+  ASSERT_EQ(c.rails.size(), 4u);
+  for (int r = 0; r < 4; ++r) {
+    SCOPED_TRACE(r);
+    EXPECT_EQ(c.rails[r].name, "sim");
+    EXPECT_EQ(c.rails[r].counters[kRailRegistrations], static_cast<uint64_t>(r + 1));
+    EXPECT_EQ(c.rails[r].counters[kRailRegions], static_cast<uint64_t>(r + 1));
+    EXPECT_GE(c.rails[r].counters[kRailRegisteredBytes], (r + 1) * bufs[0].size());
+  }
+  ASSERT_TRUE((*cache)->Flush().ok());
+  s = ReadStatsPage(getpid());
+  ASSERT_TRUE(s.ok()) << s.status();
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_EQ(s->caches[0].rails[r].counters[kRailDeregistrations],
+              s->caches[0].rails[r].counters[kRailRegistrations])
+        << "rail " << r << " after the flush";
+  }
+}
+
+TEST_F(StatsPageTest, ACacheWithoutRailsPublishesNoRails) {
+  auto cache = MakeCache();
+  absl::StatusOr<ProcessSnapshot> s = ReadStatsPage(getpid());
+  ASSERT_TRUE(s.ok()) << s.status();
+  ASSERT_EQ(s->caches.size(), 1u);
+  EXPECT_TRUE(s->caches[0].rails.empty());
+}
+
+// Holds every deregistration made off the thread that built it until Open().
+class HeldDeregistrations : public ForwardingRegistrar {
+ public:
+  explicit HeldDeregistrations(std::unique_ptr<Registrar> inner)
+      : ForwardingRegistrar(std::move(inner)) {}
+  absl::Status Deregister(const Registration& reg) override {
+    if (std::this_thread::get_id() != creator_) {
+      while (!open_.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return inner().Deregister(reg);
+  }
+  void Open() { open_.store(true); }
+
+ private:
+  const std::thread::id creator_ = std::this_thread::get_id();
+  std::atomic<bool> open_{false};
+};
+
+TEST_F(StatsPageTest, TheDeregistrationQueuesDepthAndTimesArePublished) {
+  config_.async_dereg = AsyncDereg::kOn;
+  config_.async_dereg_bytes = 0;  // every eviction to the background thread
+  config_.max_regions = 1;
+  config_.max_merge_bytes = 0;
+  auto registrar = std::make_unique<HeldDeregistrations>(MakeSimRegistrar(config_));
+  HeldDeregistrations* held = registrar.get();
+  auto cache = Cache::Create(config_, std::move(registrar));
+  ASSERT_TRUE(cache.ok()) << cache.status();
+  std::vector<char> a(1 << 16, 1), b(1 << 16, 1);
+  ASSERT_TRUE((*cache)->Get(a.data(), a.size(), kAccessLocalWrite).ok());
+  ASSERT_TRUE((*cache)->Get(b.data(), b.size(), kAccessLocalWrite).ok());  // evicts a's
+  absl::StatusOr<ProcessSnapshot> s = ReadStatsPage(getpid());
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->caches[0].counters[kStatDeregQueueDepth], 1u) << "a's deregistration is held";
+  const auto held_for = std::chrono::milliseconds(20);
+  std::this_thread::sleep_for(held_for);
+  held->Open();
+  ASSERT_TRUE((*cache)->Flush().ok());
+  s = ReadStatsPage(getpid());
+  ASSERT_TRUE(s.ok()) << s.status();
+  const CacheSnapshot& c = s->caches[0];
+  EXPECT_EQ(c.counters[kStatDeregQueueDepth], 0u);
+  EXPECT_GE(c.counters[kStatBackgroundDeregNs],
+            static_cast<uint64_t>(std::chrono::nanoseconds(held_for).count()))
+      << "the background thread was held at least that long";
+  EXPECT_EQ(c.counters[kStatDeregistrations], c.counters[kStatRegistrations]);
+}
+
 TEST_F(StatsPageTest, StatsShmOffCreatesNothing) {
   config_.stats_shm = false;
   auto cache = MakeCache();
@@ -305,6 +404,34 @@ TEST_F(StatsPageReaderTest, GarbledPagesAreClearErrors) {
   SetUp();
   bytes_ += "x";
   EXPECT_NE(ErrorOf().find("oversized"), std::string::npos);
+}
+
+TEST_F(StatsPageReaderTest, ARailsSlotReadsEachRailAndNamesTheCacheByAllOfThem) {
+  Slot0()->rail_count = 2;
+  std::strcpy(Slot0()->rails[0].name, "mlx5_0");
+  std::strcpy(Slot0()->rails[1].name, "mlx5_1");
+  Slot0()->rails[1].counters[kRailRegistrations] = 7;
+  ASSERT_TRUE(Write().ok());
+  absl::StatusOr<ProcessSnapshot> s = ReadStatsPageAt(path_, kPid);
+  ASSERT_TRUE(s.ok()) << s.status();
+  ASSERT_EQ(s->caches[0].rails.size(), 2u);
+  EXPECT_EQ(s->caches[0].rails[1].name, "mlx5_1");
+  EXPECT_EQ(s->caches[0].rails[1].counters[kRailRegistrations], 7u);
+  EXPECT_EQ(s->caches[0].rail, "mlx5_0+mlx5_1");
+}
+
+TEST_F(StatsPageReaderTest, GarbledRailsAreClearErrors) {
+  Slot0()->rail_count = kStatsRails + 1;
+  EXPECT_NE(ErrorOf().find(absl::StrCat("at most ", kStatsRails, " fit")), std::string::npos)
+      << ErrorOf();
+  SetUp();
+  Slot0()->rail_count = 1;
+  std::memset(Slot0()->rails[0].name, 'A', sizeof Slot0()->rails[0].name);
+  EXPECT_NE(ErrorOf().find("unterminated name of rail 0"), std::string::npos) << ErrorOf();
+  SetUp();
+  Slot0()->rail_count = 2;
+  std::strcpy(Slot0()->rails[1].name, "a\"b");
+  EXPECT_NE(ErrorOf().find("name of rail 1 with control or quote"), std::string::npos) << ErrorOf();
 }
 
 TEST_F(StatsPageReaderTest, PageOfAnotherModeOrASymlinkIsNotTrusted) {
