@@ -79,8 +79,8 @@ absl::Status TimeOneBuffer(std::vector<std::unique_ptr<mrcache::Registrar>>& rai
 absl::StatusOr<RegistrarOnlyTimes> TimeRegistrarOnly(const mrcache::Config& base, int rails,
                                                      const std::vector<size_t>& sizes) {
   if (rails < 1 || rails > 64) {
-    return mrcache::ErrnoStatus(EINVAL, absl::StrCat("registrar-only: ", rails,
-                                                     " rails is not in 1..64"));
+    return mrcache::ErrnoStatus(EINVAL,
+                                absl::StrCat("registrar-only: ", rails, " rails is not in 1..64"));
   }
   auto registrars = MakeBenchRailRegistrars(base, rails);
   if (!registrars.ok()) return registrars.status();

@@ -31,11 +31,11 @@ namespace mrbench {
 
 // Seconds spent in the registrars' calls, summed over every buffer.
 struct RegistrarOnlyTimes {
-  double first_s = 0;        // registrations of never-pinned pages, one per buffer
-  double added_s = 0;        // registrations on rails 1..n-1 of pages pinned on rail 0
-  double again_s = 0;        // a registration of pages unpinned just before, one per buffer
-  double last_dereg_s = 0;   // deregistrations that unpin the pages' last pin
-  double other_dereg_s = 0;  // deregistrations while another rail still pins the pages
+  double first_s = 0;           // registrations of never-pinned pages, one per buffer
+  double added_s = 0;           // registrations on rails 1..n-1 of pages pinned on rail 0
+  double again_s = 0;           // a registration of pages unpinned just before, one per buffer
+  double last_dereg_s = 0;      // deregistrations that unpin the pages' last pin
+  double other_dereg_s = 0;     // deregistrations while another rail still pins the pages
   double unmapped_dereg_s = 0;  // deregistrations of an unmapped buffer's last pin
   size_t buffers = 0;
   // What lazy registration pays (first + last deregistration) and what

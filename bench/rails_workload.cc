@@ -59,46 +59,29 @@ struct Result {
   uint64_t registrations = 0;
   // registrar: every rail's registrar calls; cache: the gets, puts and the
   // final flush (registration, deregistration and the cache's own work);
-  // munmap: the workload's munmap calls; wall: the whole replay, the
-  // workload's mmap, fill and munmap included.
-  double registrar_s = 0, cache_s = 0, munmap_s = 0, wall_s = 0;
+  // wall: the whole replay, the workload's mmap, fill and munmap included.
+  double registrar_s = 0, cache_s = 0, wall_s = 0;
 };
 
 double Since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// Who registers the transfers' buffers: mrcache on the destination's rail,
-// the same cache on every rail, or nobody (the workload alone: its munmap
-// frees the pages that a pin would keep until the deregistration).
-enum class Mode { kLazy, kEager, kNoRegistration };
-
-// Unmaps `length` bytes at `p`, adding the call's time to *seconds.
-void TimedMunmap(char* p, size_t length, double* seconds) {
-  const auto t0 = std::chrono::steady_clock::now();
-  munmap(p, length);
-  *seconds += Since(t0);
-}
-
-// Replays `plan` on a fresh rails cache (none for kNoRegistration).
-absl::StatusOr<Result> Replay(const RailsRunOptions& o, const std::vector<Step>& plan, Mode mode) {
-  std::unique_ptr<mrcache::Cache> cache;
-  if (mode != Mode::kNoRegistration) {
-    auto rails = MakeBenchRailRegistrars(o.base, o.rails);
-    if (!rails.ok()) return rails.status();
-    auto created = mrcache::Cache::CreateRails(o.base, std::move(*rails));
-    if (!created.ok()) return created.status();
-    cache = std::move(*created);
-  }
+// Replays `plan` on a fresh rails cache; `eager` asks every rail on every get.
+absl::StatusOr<Result> Replay(const RailsRunOptions& o, const std::vector<Step>& plan, bool eager) {
+  auto rails = MakeBenchRailRegistrars(o.base, o.rails);
+  if (!rails.ok()) return rails.status();
+  auto cache = mrcache::Cache::CreateRails(o.base, std::move(*rails));
+  if (!cache.ok()) return cache.status();
   const uint64_t every = o.rails == 64 ? ~uint64_t{0} : (uint64_t{1} << o.rails) - 1;
   std::vector<char*> buffer(kInFlight, nullptr);
   std::vector<size_t> length(kInFlight, 0);
   absl::Status failed;
-  Result r;
+  double cache_s = 0;
   const auto t0 = std::chrono::steady_clock::now();
   for (const Step& s : plan) {
     if (s.map) {
-      if (buffer[s.slot] != nullptr) TimedMunmap(buffer[s.slot], length[s.slot], &r.munmap_s);
+      if (buffer[s.slot] != nullptr) munmap(buffer[s.slot], length[s.slot]);
       void* p = mmap(nullptr, s.bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
       if (p == MAP_FAILED) {
         failed = mrcache::ErrnoStatus(errno, "mmap of a buffer");
@@ -109,30 +92,30 @@ absl::StatusOr<Result> Replay(const RailsRunOptions& o, const std::vector<Step>&
       std::memset(p, s.slot, s.bytes);  // the application fills it
       continue;
     }
-    if (cache == nullptr) continue;
     const auto get = std::chrono::steady_clock::now();
     {
-      auto region = cache->GetRails(buffer[s.slot] + s.offset, s.bytes, kAccess,
-                                    mode == Mode::kEager ? every : uint64_t{1} << s.rail);
+      auto region = (*cache)->GetRails(buffer[s.slot] + s.offset, s.bytes, kAccess,
+                                       eager ? every : uint64_t{1} << s.rail);
       if (!region.ok()) {
         failed = region.status();
         break;
       }
     }  // the put
-    r.cache_s += Since(get);
+    cache_s += Since(get);
   }
   for (int i = 0; i < kInFlight; ++i) {
-    if (buffer[i] != nullptr) TimedMunmap(buffer[i], length[i], &r.munmap_s);
+    if (buffer[i] != nullptr) munmap(buffer[i], length[i]);
   }
-  if (cache != nullptr) {
-    const auto flush = std::chrono::steady_clock::now();
-    (void)cache->Flush();
-    r.cache_s += Since(flush);
-  }
-  r.wall_s = Since(t0);
+  const auto flush = std::chrono::steady_clock::now();
+  (void)(*cache)->Flush();
+  cache_s += Since(flush);
+  const double wall_s = Since(t0);
   if (!failed.ok()) return failed;
-  for (int rail = 0; cache != nullptr && rail < o.rails; ++rail) {
-    absl::StatusOr<mrcache::RailStats> s = cache->rail_stats(rail);
+  Result r;
+  r.cache_s = cache_s;
+  r.wall_s = wall_s;
+  for (int rail = 0; rail < o.rails; ++rail) {
+    absl::StatusOr<mrcache::RailStats> s = (*cache)->rail_stats(rail);
     if (!s.ok()) return s.status();
     r.registrations += s->registrations;
     r.registrar_s += static_cast<double>(s->registrar_ns) * 1e-9;
@@ -193,16 +176,11 @@ absl::Status RunRailsWorkload(const RailsRunOptions& o, FILE* out) {
   for (const Step& s : plan) {
     if (s.map) buffer_sizes.push_back(s.bytes);
   }
-  std::vector<double> regs[2], registrar_s[2], cache_s[2], munmap_s[2], added_s[2], wall_s[2];
-  std::vector<double> none_munmap_s, none_wall_s;
+  std::vector<double> regs[2], registrar_s[2], cache_s[2], wall_s[2];
   std::vector<RegistrarOnlyTimes> alone;
   for (int rep = 0; rep < o.repeats; ++rep) {
-    absl::StatusOr<Result> none = Replay(o, plan, Mode::kNoRegistration);
-    if (!none.ok()) return none.status();
-    none_munmap_s.push_back(none->munmap_s);
-    none_wall_s.push_back(none->wall_s);
     for (int eager = 0; eager < 2; ++eager) {
-      absl::StatusOr<Result> r = Replay(o, plan, eager ? Mode::kEager : Mode::kLazy);
+      absl::StatusOr<Result> r = Replay(o, plan, eager == 1);
       if (!r.ok()) {
         return mrcache::ErrnoStatus(
             mrcache::StatusToErrno(r.status()),
@@ -211,8 +189,6 @@ absl::Status RunRailsWorkload(const RailsRunOptions& o, FILE* out) {
       regs[eager].push_back(static_cast<double>(r->registrations));
       registrar_s[eager].push_back(r->registrar_s);
       cache_s[eager].push_back(r->cache_s);
-      munmap_s[eager].push_back(r->munmap_s);
-      added_s[eager].push_back(r->cache_s + r->munmap_s - none->munmap_s);
       wall_s[eager].push_back(r->wall_s);
     }
     if (o.rails > 1) {
@@ -226,27 +202,19 @@ absl::Status RunRailsWorkload(const RailsRunOptions& o, FILE* out) {
                "medians of %d runs each (alternating)\n",
                o.rails, o.base.registrar.c_str(), static_cast<unsigned long long>(o.seed),
                static_cast<unsigned long long>(o.transfers), o.repeats);
-  std::fprintf(
-      out,
-      "total s: time in the cache's calls (gets, puts, final flush); munmap s: the "
-      "workload's munmaps; added s: total + munmap - the munmaps of the same replay "
-      "without registration (`none`; the pages' freeing, which a pin defers from the munmap to "
-      "the deregistration, counted on neither side); wall s: the whole replay, the "
-      "workload's own mmap, fill and munmap included\n");
-  std::fprintf(out, "%-10s %14s %12s %12s %12s %12s %12s\n", "config", "registrations",
-               "registrar s", "total s", "munmap s", "added s", "wall s");
+  std::fprintf(out,
+               "total s: time in the cache's calls (gets, puts, final flush); wall s: the whole "
+               "replay, the workload's own mmap, fill and munmap included\n");
+  std::fprintf(out, "%-10s %14s %12s %12s %12s\n", "config", "registrations", "registrar s",
+               "total s", "wall s");
   const char* names[2] = {"mrcache", "eager"};
   for (int c = 0; c < 2; ++c) {
-    std::fprintf(out, "%-10s %14.0f %12.4f %12.4f %12.4f %12.4f %12.4f\n", names[c],
-                 Median(regs[c]), Median(registrar_s[c]), Median(cache_s[c]), Median(munmap_s[c]),
-                 Median(added_s[c]), Median(wall_s[c]));
+    std::fprintf(out, "%-10s %14.0f %12.4f %12.4f %12.4f\n", names[c], Median(regs[c]),
+                 Median(registrar_s[c]), Median(cache_s[c]), Median(wall_s[c]));
   }
-  std::fprintf(out, "%-10s %14d %12s %12s %12.4f %12s %12.4f\n", "none", 0, "-", "-",
-               Median(none_munmap_s), "-", Median(none_wall_s));
-  std::fprintf(out, "%-10s %14.3f %12.3f %12.3f %12.3f %12.3f %12.3f\n", "ratio",
+  std::fprintf(out, "%-10s %14.3f %12.3f %12.3f %12.3f\n", "ratio",
                Median(regs[0]) / Median(regs[1]), Median(registrar_s[0]) / Median(registrar_s[1]),
-               Median(cache_s[0]) / Median(cache_s[1]), Median(munmap_s[0]) / Median(munmap_s[1]),
-               Median(added_s[0]) / Median(added_s[1]), Median(wall_s[0]) / Median(wall_s[1]));
+               Median(cache_s[0]) / Median(cache_s[1]), Median(wall_s[0]) / Median(wall_s[1]));
   if (!alone.empty()) PrintRegistrarOnly(alone, o.rails, out);
   return absl::OkStatus();
 }

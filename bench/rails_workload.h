@@ -6,17 +6,13 @@
 // 256 KiB..2 MiB, freshly mapped and written; each is sent to one
 // destination (and, one time in four, to a second one) in 1..4 chunks, each
 // transfer on the rail of its destination (destination % N), then unmapped
-// and replaced. Both configurations, and the workload without registration
-// (`none`), replay the same transfers on fresh registrars, in turn,
-// `repeats` times; the report gives the medians of registrations (every
-// rail's), registrar seconds, total seconds (in the cache's calls:
-// registration, deregistration and the cache's own work), munmap seconds
-// (the workload's munmaps), added seconds (total + munmap - none's munmap:
-// what registration adds to the workload's calls, the pages' freeing that a
-// pin moves from the munmap into the deregistration counted on neither
-// side) and wall seconds (the workload's own mmap, fill and munmap
-// included), and lazy's ratio to eager's; then the registrars alone on the
-// same buffers (rails_registrar_only.h).
+// and replaced. Both configurations replay the same transfers on fresh
+// registrars, alternately, `repeats` times; the report gives the medians of
+// registrations (every rail's), registrar seconds, total seconds (in the
+// cache's calls: registration, deregistration and the cache's own work) and
+// wall seconds (the workload's own mmap, fill and munmap included), and
+// lazy's ratio to eager's; then, timed after them in each run, the rails'
+// registrars alone on the same buffers (rails_registrar_only.h).
 #ifndef BENCH_RAILS_WORKLOAD_H_
 #define BENCH_RAILS_WORKLOAD_H_
 
