@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "bench/bench_registrar.h"
+#include "bench/rails_registrar_only.h"
 #include "mrcache/cache.h"
 #include "mrcache/errno_status.h"
 #include "mrcache/registrar.h"
@@ -128,6 +129,42 @@ double Median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
+// Medians over the runs of the registrar-only experiment's figures, per call.
+void PrintRegistrarOnly(const std::vector<RegistrarOnlyTimes>& runs, int rails, FILE* out) {
+  const double buffers = static_cast<double>(runs[0].buffers);
+  auto us_per_call = [&](double RegistrarOnlyTimes::*field, double calls_per_buffer) {
+    std::vector<double> v;
+    for (const RegistrarOnlyTimes& t : runs) v.push_back(t.*field);
+    return Median(v) * 1e6 / (buffers * calls_per_buffer);
+  };
+  std::vector<double> one, every, one_unmapped, every_unmapped;
+  for (const RegistrarOnlyTimes& t : runs) {
+    one.push_back(t.one_rail_s());
+    every.push_back(t.every_rail_s());
+    one_unmapped.push_back(t.one_rail_unmapped_s());
+    every_unmapped.push_back(t.every_rail_unmapped_s());
+  }
+  const double added = rails - 1;
+  std::fprintf(out,
+               "registrar only (no cache; the same %.0f buffers, each registered whole): us per "
+               "call, medians\n",
+               buffers);
+  std::fprintf(out,
+               "  register: first %.1f, on a rail more %.1f, again after unpinning %.1f; "
+               "deregister: last pin %.1f, other %.1f, last pin after munmap %.1f\n",
+               us_per_call(&RegistrarOnlyTimes::first_s, 1),
+               us_per_call(&RegistrarOnlyTimes::added_s, added),
+               us_per_call(&RegistrarOnlyTimes::again_s, 1),
+               us_per_call(&RegistrarOnlyTimes::last_dereg_s, 1),
+               us_per_call(&RegistrarOnlyTimes::other_dereg_s, added),
+               us_per_call(&RegistrarOnlyTimes::unmapped_dereg_s, 1));
+  std::fprintf(out,
+               "  one rail / every rail: %.4f / %.4f s = %.3f; the last deregistration after "
+               "munmap: %.4f / %.4f s = %.3f\n",
+               Median(one), Median(every), Median(one) / Median(every), Median(one_unmapped),
+               Median(every_unmapped), Median(one_unmapped) / Median(every_unmapped));
+}
+
 }  // namespace
 
 absl::Status RunRailsWorkload(const RailsRunOptions& o, FILE* out) {
@@ -135,7 +172,12 @@ absl::Status RunRailsWorkload(const RailsRunOptions& o, FILE* out) {
     return mrcache::ErrnoStatus(EINVAL, absl::StrCat("--rails ", o.rails, " is not in 1..64"));
   }
   const std::vector<Step> plan = Plan(o);
+  std::vector<size_t> buffer_sizes;
+  for (const Step& s : plan) {
+    if (s.map) buffer_sizes.push_back(s.bytes);
+  }
   std::vector<double> regs[2], registrar_s[2], cache_s[2], wall_s[2];
+  std::vector<RegistrarOnlyTimes> alone;
   for (int rep = 0; rep < o.repeats; ++rep) {
     for (int eager = 0; eager < 2; ++eager) {
       absl::StatusOr<Result> r = Replay(o, plan, eager == 1);
@@ -148,6 +190,11 @@ absl::Status RunRailsWorkload(const RailsRunOptions& o, FILE* out) {
       registrar_s[eager].push_back(r->registrar_s);
       cache_s[eager].push_back(r->cache_s);
       wall_s[eager].push_back(r->wall_s);
+    }
+    if (o.rails > 1) {
+      absl::StatusOr<RegistrarOnlyTimes> t = TimeRegistrarOnly(o.base, o.rails, buffer_sizes);
+      if (!t.ok()) return t.status();
+      alone.push_back(*t);
     }
   }
   std::fprintf(out,
@@ -168,6 +215,7 @@ absl::Status RunRailsWorkload(const RailsRunOptions& o, FILE* out) {
   std::fprintf(out, "%-10s %14.3f %12.3f %12.3f %12.3f\n", "ratio",
                Median(regs[0]) / Median(regs[1]), Median(registrar_s[0]) / Median(registrar_s[1]),
                Median(cache_s[0]) / Median(cache_s[1]), Median(wall_s[0]) / Median(wall_s[1]));
+  if (!alone.empty()) PrintRegistrarOnly(alone, o.rails, out);
   return absl::OkStatus();
 }
 

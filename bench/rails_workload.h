@@ -11,7 +11,8 @@
 // registrations (every rail's), registrar seconds, total seconds (in the
 // cache's calls: registration, deregistration and the cache's own work) and
 // wall seconds (the workload's own mmap, fill and munmap included), and
-// lazy's ratio to eager's.
+// lazy's ratio to eager's; then, timed after them in each run, the rails'
+// registrars alone on the same buffers (rails_registrar_only.h).
 #ifndef BENCH_RAILS_WORKLOAD_H_
 #define BENCH_RAILS_WORKLOAD_H_
 

@@ -117,7 +117,9 @@ absl::StatusOr<std::unique_ptr<Cache>> Cache::CreateRails(
   auto registrar = RailsRegistrar::Create(std::move(rails));
   if (!registrar.ok()) return registrar.status();
   RailsRegistrar* raw = registrar->get();
-  return CreateOver(config, std::unique_ptr<Registrar>(std::move(*registrar)), raw);
+  auto cache = CreateOver(config, std::unique_ptr<Registrar>(std::move(*registrar)), raw);
+  if (cache.ok()) (*cache)->rails_max_bytes_ = config.max_bytes;
+  return cache;
 }
 
 absl::StatusOr<RegionRef> Cache::Get(void* addr, size_t length, int access) {
@@ -160,7 +162,22 @@ absl::Status Cache::Flush() { return impl_->Flush(); }
 absl::Status Cache::DeviceWrite(Region* region, size_t offset, const void* src, size_t length) {
   return impl_->DeviceWrite(region, offset, src, length);
 }
-CacheStats Cache::stats() const { return impl_->stats(); }
+CacheStats Cache::stats() const {
+  CacheStats s = impl_->stats();
+  if (rails_ == nullptr) return s;
+  // Each rail's registration pins: registrations, deregistrations and pinned
+  // bytes count a region once per rail it is on (regions, once).
+  s.registrations = s.deregistrations = s.registrar_ns = 0;
+  for (int rail = 0; rail < rails_->rail_count(); ++rail) {
+    const RailStats r = rails_->stats(rail);
+    s.registrations += r.registrations;
+    s.deregistrations += r.deregistrations;
+    s.registrar_ns += r.registrar_ns;
+  }
+  s.pinned_bytes = rails_->registered_bytes();
+  s.peak_pinned_bytes = rails_->peak_registered_bytes();
+  return s;
+}
 void Cache::SetRetireCallback(RetireCallback callback) {
   impl_->SetRetireCallback(std::move(callback));
 }

@@ -192,9 +192,14 @@ class Cache {
   // Registers the held region on the rails of `missing` it lacks, making
   // room under the pin budget first and once more after a refusal.
   absl::Status CompleteRails(Region* region, uint64_t missing);
+  // Evicts unused regions while the bytes registered over every rail exceed
+  // config.max_bytes (a region counts once per rail it is on).
+  void KeepRailsWithinMaxBytes();
   std::unique_ptr<CacheImpl> impl_;
   // The registrar of a rails cache (owned by impl_), else null.
   RailsRegistrar* rails_ = nullptr;
+  // config.max_bytes of a rails cache (0: no limit).
+  size_t rails_max_bytes_ = 0;
   // The cache's slot in the live statistics page (stats_shm); null when
   // unpublished. Declared after impl_: it ends before the cache does.
   std::unique_ptr<StatsPublication> published_;

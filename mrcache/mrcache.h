@@ -195,8 +195,12 @@ uint64_t mrc_region_handle(const mrc_region_t *region);
  * mrc_region_info reports rail 0's keys (0 if the region is not on rail 0);
  * mrc_region_handle and the retire callback's handle identify the region, not
  * a rail's registration. On-demand paging (odp) is not available with rails.
- * mrc_stats_t counts regions (registrations = regions registered);
- * mrc_rail_stats counts each rail's registrations. */
+ * mrc_stats_t counts each rail's registration, as the pin budget and
+ * mrc_rail_stats do: registrations, deregistrations, pinned_bytes,
+ * peak_pinned_bytes and registrar_ns are the sums over the rails (a region on
+ * three rails is three registrations and pins its bytes three times);
+ * regions counts each region once. max_bytes bounds the bytes registered
+ * over every rail: a get that leaves more evicts unused regions. */
 
 /* Like mrc_cache_create over pds[0..npds-1] (the cache does not own them):
  * the config's registrar (verbs unless it names another) is built once per

@@ -5,7 +5,9 @@
 // A miss registers the rails the get asked for (RailsRegistrar::AskScope
 // around the core's get); a hit whose region lacks an asked rail registers
 // that rail outside any lock while the caller's reference keeps the region
-// registered (RailsRegistrar::Complete).
+// registered (RailsRegistrar::Complete). config.max_bytes counts a region
+// once per rail it is on: a get that leaves more registered evicts unused
+// regions.
 #include <cerrno>
 
 #include "absl/strings/str_cat.h"
@@ -40,7 +42,19 @@ absl::StatusOr<Region*> Cache::AcquireRails(void* addr, size_t length, int acces
       return done;
     }
   }
+  if (rails_max_bytes_ != 0 && rails_->registered_bytes() > rails_max_bytes_) {
+    KeepRailsWithinMaxBytes();
+  }
   return region;
+}
+
+void Cache::KeepRailsWithinMaxBytes() {
+  // The core counts a region's bytes once against max_bytes; the rails
+  // beyond its first come on top. ReclaimUnused counts what it evicts once
+  // per region too, so asking it for the excess evicts enough, if enough is
+  // unused.
+  const uint64_t registered = rails_->registered_bytes();
+  if (registered > rails_max_bytes_) impl_->ReclaimUnused(registered - rails_max_bytes_);
 }
 
 absl::Status Cache::CompleteRails(Region* region, uint64_t missing) {

@@ -78,6 +78,11 @@ absl::StatusOr<Registration> RailsRegistrar::RegisterOn(int rail, void* addr, si
   if (reg.ok()) {
     c.registrations.fetch_add(1, std::memory_order_relaxed);
     c.registered_bytes.fetch_add(length, std::memory_order_relaxed);
+    const uint64_t now = registered_bytes_.fetch_add(length, std::memory_order_relaxed) + length;
+    uint64_t peak = peak_registered_bytes_.load(std::memory_order_relaxed);
+    while (now > peak && !peak_registered_bytes_.compare_exchange_weak(
+                             peak, now, std::memory_order_relaxed, std::memory_order_relaxed)) {
+    }
   }
   return reg;
 }
@@ -92,6 +97,7 @@ absl::Status RailsRegistrar::DeregisterOn(int rail, const Registration& reg) {
   c.registrar_ns.fetch_add(static_cast<uint64_t>(ns), std::memory_order_relaxed);
   c.deregistrations.fetch_add(1, std::memory_order_relaxed);
   c.registered_bytes.fetch_sub(reg.length, std::memory_order_relaxed);
+  registered_bytes_.fetch_sub(reg.length, std::memory_order_relaxed);
   return s;
 }
 
@@ -207,12 +213,22 @@ size_t RailsRegistrar::max_region_bytes() const {
 RailStats RailsRegistrar::stats(int rail) const {
   const Counters& c = counters_[rail];
   RailStats s;
-  s.registrations = c.registrations.load(std::memory_order_relaxed);
+  // Deregistrations first: each follows its registration, so regions (the
+  // difference) is never negative.
   s.deregistrations = c.deregistrations.load(std::memory_order_relaxed);
+  s.registrations = c.registrations.load(std::memory_order_relaxed);
   s.regions = s.registrations - s.deregistrations;
   s.registered_bytes = c.registered_bytes.load(std::memory_order_relaxed);
   s.registrar_ns = c.registrar_ns.load(std::memory_order_relaxed);
   return s;
+}
+
+uint64_t RailsRegistrar::registered_bytes() const {
+  return registered_bytes_.load(std::memory_order_relaxed);
+}
+
+uint64_t RailsRegistrar::peak_registered_bytes() const {
+  return peak_registered_bytes_.load(std::memory_order_relaxed);
 }
 
 }  // namespace mrcache

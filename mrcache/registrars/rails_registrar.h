@@ -117,6 +117,10 @@ class RailsRegistrar : public Registrar {
   RailStats stats(int rail) const;
   // The device (verbs) or registrar name of rail `rail` (0 <= rail < rail_count()).
   std::string rail_name(int rail) const { return rails_[rail]->rail(); }
+  // Bytes registered now over every rail (a region counts once per rail it
+  // is on: each rail's registration pins), and the most there ever were.
+  uint64_t registered_bytes() const;
+  uint64_t peak_registered_bytes() const;
 
  private:
   struct Counters {
@@ -134,6 +138,8 @@ class RailsRegistrar : public Registrar {
   const std::vector<std::unique_ptr<Registrar>> rails_;
   const bool pins_;
   std::unique_ptr<Counters[]> counters_;
+  // The sum of the rails' registered_bytes, and its highest value.
+  std::atomic<uint64_t> registered_bytes_{0}, peak_registered_bytes_{0};
 };
 
 }  // namespace mrcache

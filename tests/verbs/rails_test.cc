@@ -13,6 +13,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -86,6 +87,13 @@ class Rails : public ::testing::Test {
   }
 
   uint64_t Registrations() const { return client_.Counters().registrations; }
+
+  // Gets and puts buffer b on `rails`.
+  void GetAndPut(int b, uint64_t rails) {
+    mrc_region_t* r = nullptr;
+    ASSERT_EQ(mrc_get_rails(cache_, Buffer(b), page_, kAccess, rails, &r), 0);
+    ASSERT_EQ(mrc_put(cache_, r), 0);
+  }
 
   softverbs::Client client_;
   softverbs_counters before_{};
@@ -258,6 +266,53 @@ TEST_F(Rails, PerRailRegistrationsEqualDeregistrationsAfterFlush) {
     EXPECT_EQ(s.regions, 0u);
     EXPECT_EQ(s.registered_bytes, 0u);
   }
+}
+
+TEST_F(Rails, StatsCountEachRailsRegistrationAndDeregistration) {
+  GetAndPut(0, 0b0011);
+  GetAndPut(0, 0b1000);  // a hit adds rail 3
+  mrc_stats_t s;
+  ASSERT_EQ(mrc_stats(cache_, &s), 0);
+  uint64_t per_rail = 0;
+  for (int rail = 0; rail < kRails; ++rail) per_rail += RailStats(rail).registrations;
+  EXPECT_EQ(s.registrations, 3u);
+  EXPECT_EQ(s.registrations, per_rail);
+  EXPECT_EQ(s.regions, 1u) << "regions counts each region once";
+  ASSERT_EQ(mrc_flush(cache_), 0);
+  ASSERT_EQ(mrc_stats(cache_, &s), 0);
+  EXPECT_EQ(s.deregistrations, 3u);
+  EXPECT_EQ(s.regions, 0u);
+}
+
+TEST_F(Rails, PinnedBytesCountARegionOncePerRailAsThePinBudgetDoes) {
+  const mrcache::PinBudget& budget = mrcache::PinBudget::Process();
+  const size_t pinned = budget.pinned();
+  GetAndPut(0, 0b0011);
+  GetAndPut(0, 0b1000);  // a hit adds rail 3
+  mrc_stats_t s;
+  ASSERT_EQ(mrc_stats(cache_, &s), 0);
+  EXPECT_EQ(s.pinned_bytes, 3 * page_);
+  EXPECT_EQ(s.pinned_bytes, budget.pinned() - pinned);
+  ASSERT_EQ(mrc_flush(cache_), 0);
+  ASSERT_EQ(mrc_stats(cache_, &s), 0);
+  EXPECT_EQ(s.pinned_bytes, 0u);
+  EXPECT_EQ(s.peak_pinned_bytes, 3 * page_);
+  EXPECT_EQ(budget.pinned(), pinned);
+}
+
+TEST_F(Rails, MaxBytesCountsARegionOncePerRail) {
+  mrc_cache_destroy(cache_);
+  cache_ = nullptr;
+  ASSERT_EQ(mrc_config_set(cfg_, "max_bytes", std::to_string(4 * page_).c_str()), 0);
+  ASSERT_EQ(mrc_cache_create_rails(cfg_, pds_, kRails, &cache_), 0);
+  GetAndPut(0, 0b1111);
+  EXPECT_EQ(RailStats(3).regions, 1u) << "four rails of one page: within 4 pages";
+  GetAndPut(1, 0b0001);
+  mrc_stats_t s;
+  ASSERT_EQ(mrc_stats(cache_, &s), 0);
+  EXPECT_EQ(s.evictions, 1u);
+  EXPECT_EQ(s.pinned_bytes, page_) << "buffer 0 left every rail";
+  EXPECT_EQ(RailStats(3).regions, 0u);
 }
 
 TEST_F(Rails, MrcGetMeansRailZeroAndRegionInfoShowsRailZerosKeys) {
