@@ -164,6 +164,7 @@ CacheImpl::CacheImpl(const Config& config, std::unique_ptr<Registrar> registrar,
       pid_(getpid()),
       fork_generation_(ForkGeneration()),
       tsc_ticks_(Ticks().tsc),
+      ns_per_tick_(Ticks().ns_per_tick),
       eviction_(eviction != nullptr ? std::move(eviction)
                                     : MakeDefaultEvictionPolicy(config.max_regions)),
       clock_(dynamic_cast<ClockEviction*>(eviction_.get())) {}
@@ -554,7 +555,6 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
     if (raced != nullptr) HandOutLocked(tc, raced, miss);
     lock.Unlock();
     histograms_.register_ns.Add(TicksToNs(attempt.register_ticks));
-    histograms_.region_bytes.Add(attempt.reg->length);
     CountRegistration(attempt.reg->length);
     TimedDeregister(*attempt.reg);
     if (watch_ranges_) monitor_->Unwatch(reinterpret_cast<void*>(attempt.start), attempt.length());
@@ -707,7 +707,7 @@ Region* CacheImpl::InstallLocked(ThreadCache* tc, const Miss& miss, const Attemp
   if (__builtin_expect(index_.size() >= CoveringHints::RegionsToOutgrow(hint_lines), 0)) {
     wanted_hint_lines_.store(CoveringHints::LinesFor(index_.size()), std::memory_order_relaxed);
   }
-  CountRegistration(r->length());
+  CountRegistrationLocked(r->length());
   // Without may_contain no indexed region overlaps r (InstallLocked's
   // contract), so r cannot overlap one it does not replace.
   bool overlaps_others = false;
@@ -800,7 +800,6 @@ Region* CacheImpl::AdoptBypass(uintptr_t start, uintptr_t end, const Registratio
   r->locked_refs = 1;
   (kind == BypassKind::kRemotePrivate ? remote_private_ : bypassed_)
       .fetch_add(1, std::memory_order_relaxed);
-  histograms_.region_bytes.Add(end - start);
   CountRegistration(end - start);
   return r;
 }
@@ -1459,26 +1458,37 @@ absl::StatusOr<Registration> CacheImpl::TimedRegister(uintptr_t start, uintptr_t
 
 uint64_t CacheImpl::StartMissTiming() const {
   // Threads that miss at once may read the same count: a few more or fewer
-  // misses are timed then, still none chosen by what they ask for.
-  if (misses_.load(std::memory_order_relaxed) % kLatencySampleEvery != 0) return 0;
+  // misses are sampled then, still none chosen by what they ask for.
+  if (misses_.load(std::memory_order_relaxed) % kHistogramSampleEvery != 0) return 0;
   return NowTicks(tsc_ticks_);
 }
 
-void CacheImpl::CountServedMiss(uint64_t t0, size_t requested) {
-  histograms_.get_bytes.Add(requested);
-  if (t0 == 0) return;
+uint64_t CacheImpl::SampledTicksToNs(uint64_t ticks) const {
+  // Signed conversions are one instruction each; a latency is far below 2^63
+  // ticks or nanoseconds.
+  return static_cast<uint64_t>(
+      static_cast<int64_t>(static_cast<double>(static_cast<int64_t>(ticks)) * ns_per_tick_));
+}
+
+uint64_t CacheImpl::SampledMissNs(uint64_t t0) const {
   const uint64_t t1 = NowTicks(tsc_ticks_);
-  histograms_.miss_ns.Add(t1 > t0 ? TicksToNs(t1 - t0) : 0);
+  return t1 > t0 ? SampledTicksToNs(t1 - t0) : 0;
+}
+
+void CacheImpl::CountServedMiss(uint64_t t0, size_t requested) {
+  if (t0 == 0) return;
+  histograms_.get_bytes.Add(requested);
+  histograms_.miss_ns.Add(SampledMissNs(t0));
 }
 
 void CacheImpl::CountInstalledMissLocked(const Attempt& attempt, uint64_t t0, size_t requested) {
-  if (__builtin_expect(t0 != 0, 0)) {
-    const uint64_t t1 = NowTicks(tsc_ticks_);
-    locked_histograms_.miss_ns.Add(t1 > t0 ? TicksToNs(t1 - t0) : 0);
-    locked_histograms_.register_ns.Add(TicksToNs(attempt.register_ticks));
-  }
+  if (__builtin_expect(t0 != 0, 0)) CountSampledInstallLocked(attempt, t0, requested);
+}
+
+void CacheImpl::CountSampledInstallLocked(const Attempt& attempt, uint64_t t0, size_t requested) {
+  locked_histograms_.miss_ns.Add(SampledMissNs(t0));
+  locked_histograms_.register_ns.Add(SampledTicksToNs(attempt.register_ticks));
   locked_histograms_.get_bytes.Add(requested);
-  locked_histograms_.region_bytes.Add(attempt.length());
 }
 
 void CacheImpl::ReadHistograms(CacheHistogramCounts* out) {
@@ -1494,10 +1504,28 @@ void CacheImpl::ReadHistograms(CacheHistogramCounts* out) {
   locked_histograms_.get_bytes.AddTo(out->get_bytes, &out->sums[4]);
 }
 
-void CacheImpl::CountRegistration(size_t pinned) {
-  registrations_.fetch_add(1, std::memory_order_relaxed);
+bool CacheImpl::CountRegistrationSampled(size_t pinned) {
+  const uint64_t before = registrations_.fetch_add(1, std::memory_order_relaxed);
   AtomicMax(peak_pinned_bytes_,
             pinned_bytes_.fetch_add(pinned, std::memory_order_relaxed) + pinned);
+  // The implicit ODP region (pinned 0) covers no range: it has no size.
+  return __builtin_expect(before % kHistogramSampleEvery == 0, 0) && pinned != 0;
+}
+
+void CacheImpl::CountRegistration(size_t pinned) {
+  if (CountRegistrationSampled(pinned)) CountRegionBytes(pinned);
+}
+
+void CacheImpl::CountRegionBytes(size_t bytes) { histograms_.region_bytes.Add(bytes); }
+
+void CacheImpl::CountRegistrationLocked(size_t pinned) {
+  if (CountRegistrationSampled(pinned)) CountRegionBytesLocked(pinned);
+}
+
+void CacheImpl::CountRegionBytesLocked(size_t bytes) { locked_histograms_.region_bytes.Add(bytes); }
+
+void CacheImpl::CountDeregistrationNs(uint64_t ticks) {
+  histograms_.deregister_ns.Add(SampledTicksToNs(ticks));
 }
 
 void CacheImpl::TimedDeregister(const Registration& reg) {
@@ -1505,8 +1533,9 @@ void CacheImpl::TimedDeregister(const Registration& reg) {
   absl::Status s = registrar_->Deregister(reg);
   const uint64_t took = AddTicksSince(registrar_ticks_, t0, tsc_ticks_);
   if (__builtin_expect(
-          deregistrations_.fetch_add(1, std::memory_order_relaxed) % kLatencySampleEvery == 0, 0)) {
-    histograms_.deregister_ns.Add(TicksToNs(took));
+          deregistrations_.fetch_add(1, std::memory_order_relaxed) % kHistogramSampleEvery == 0,
+          0)) {
+    CountDeregistrationNs(took);
   }
   const bool implicit = ImplicitOdpRegions::Is(reg);
   pinned_bytes_.fetch_sub(implicit ? 0 : reg.length, std::memory_order_relaxed);

@@ -522,21 +522,44 @@ class CacheImpl : public MemoryEventListener,
                                                                  int access,
                                                                  uint64_t* ticks = nullptr);
   MRCACHE_MISS_INLINE void TimedDeregister(const Registration& reg);
-  void CountRegistration(size_t pinned_bytes);
-  // At a miss's start: its start in NowTicks() units if the miss is one
-  // of the sample timed into miss_ns (log2_histogram.h,
-  // kLatencySampleEvery), else 0 (not timed: no clock read).
-  uint64_t StartMissTiming() const;
-  // A get that missed and was served by a bypass or another thread's
-  // region: its requested bytes and, if timed (`t0`, StartMissTiming, is
-  // not 0), its latency since t0, into histograms_.
-  void CountServedMiss(uint64_t t0, size_t requested);
-  // A miss that installed `attempt`'s region: its requested bytes, its
-  // registration's size and, if timed (t0 not 0), its latency since t0 and
-  // its registration's time, into locked_histograms_ (plain adds: the miss
-  // holds mu_ anyway).
-  void CountInstalledMissLocked(const Attempt& attempt, uint64_t t0, size_t requested)
+  // Counts a registration that pins `pinned_bytes` (0: the implicit ODP
+  // region); one in kHistogramSampleEvery (log2_histogram.h), by the count
+  // of registrations before it, also has its size put in region_bytes: in
+  // histograms_, or with mu_ held (the Locked form) in locked_histograms_.
+  MRCACHE_MISS_INLINE void CountRegistration(size_t pinned_bytes);
+  MRCACHE_MISS_INLINE void CountRegistrationLocked(size_t pinned_bytes)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // CountRegistration's counters; true if this registration is one of the
+  // sample whose size goes in region_bytes.
+  MRCACHE_MISS_INLINE bool CountRegistrationSampled(size_t pinned_bytes);
+  // At a miss's start: its start in NowTicks() units if the miss is one
+  // of the sample put in miss_ns, get_bytes and register_ns
+  // (log2_histogram.h, kHistogramSampleEvery), else 0 (no clock read).
+  MRCACHE_MISS_INLINE uint64_t StartMissTiming() const;
+  // A get that missed and was served by a bypass or another thread's
+  // region: if sampled (`t0`, StartMissTiming, is not 0), its requested
+  // bytes and its latency since t0, into histograms_.
+  void CountServedMiss(uint64_t t0, size_t requested);
+  // A miss that installed `attempt`'s region: if sampled (t0 not 0), its
+  // requested bytes, its latency since t0 and its registration's time,
+  // into locked_histograms_ (plain adds: the miss holds mu_ anyway).
+  MRCACHE_MISS_INLINE void CountInstalledMissLocked(const Attempt& attempt, uint64_t t0,
+                                                    size_t requested)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The sampled cases' recording, out of line and cold: the misses and
+  // registrations that are not sampled carry none of its code.
+  __attribute__((noinline, cold)) void CountSampledInstallLocked(const Attempt& attempt,
+                                                                 uint64_t t0, size_t requested)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  __attribute__((noinline, cold)) void CountRegionBytes(size_t bytes);
+  __attribute__((noinline, cold)) void CountRegionBytesLocked(size_t bytes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  __attribute__((noinline, cold)) void CountDeregistrationNs(uint64_t ticks);
+  // Nanoseconds since t0 (NowTicks() units), 0 if the counter reads behind.
+  uint64_t SampledMissNs(uint64_t t0) const;
+  // Nanoseconds in `ticks` at ns_per_tick_: TicksToNs without finding the
+  // process's TickClock (a sampled figure's conversion).
+  uint64_t SampledTicksToNs(uint64_t ticks) const;
 
   const Config config_;
   std::unique_ptr<Registrar> registrar_;
@@ -550,6 +573,9 @@ class CacheImpl : public MemoryEventListener,
   const uint64_t fork_generation_;
   // Registrar time is counted in TSC ticks (cache_impl.cc, TickClock).
   const bool tsc_ticks_;
+  // Nanoseconds per NowTicks() tick (TickClock's rate; 1 when ticks are
+  // steady_clock's nanoseconds).
+  const double ns_per_tick_;
   bool listening_ = false;
   OdpMode odp_ = OdpMode::kOff;
   bool bridging_safe_ = false;       // see PlanMissLocked
