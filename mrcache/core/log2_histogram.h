@@ -66,10 +66,12 @@ class PlainLog2Histogram {
 // sampled deregistration its time. A histogram's count and sum are the
 // sample's; its distribution and mean estimate the whole, and the count
 // times kHistogramSampleEvery estimates the events (the exact totals are the
-// cache's counters: misses, registrations, deregistrations). Counting every
-// miss (clock reads, conversions, the size buckets, the histogram lines)
-// cost the null-registrar miss a sixth of its time, and counting sizes alone
-// for every miss still about 5% (bench/RESULTS.md).
+// cache's counters: misses, registrations, deregistrations). Timing every
+// miss (clock reads, conversions, the histogram lines) cost the
+// null-registrar miss a sixth of its time; with the latencies sampled, the
+// size buckets of every miss and the sampled recording inline still cost it
+// 77 instructions, and 18 with everything sampled and recorded out of line
+// (bench/RESULTS.md, "The miss's histograms: every one sampled").
 constexpr uint64_t kHistogramSampleEvery = 16;
 
 // A cache's distributions, copied (CacheImpl::ReadHistograms), each a
