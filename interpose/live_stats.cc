@@ -66,15 +66,17 @@ std::string HistogramLine(const uint64_t* counts, bool ns) {
   return out.empty() ? "-" : out;
 }
 
-// What of its events histogram `h` counts, where not each one.
+// Which of its events histogram `h` counts: a sample of each kind.
 std::string SampleNote(int h) {
-  const uint64_t every = mrcache::kLatencySampleEvery;
-  if (h == mrcache::kHistMissNs) return absl::StrCat("   (one miss in ", every, " timed)");
-  if (h == mrcache::kHistDeregisterNs) return absl::StrCat("   (one in ", every, " timed)");
+  const uint64_t every = mrcache::kHistogramSampleEvery;
+  if (h == mrcache::kHistRegionBytes) return absl::StrCat("   (one registration in ", every, ")");
+  if (h == mrcache::kHistMissNs || h == mrcache::kHistGetBytes) {
+    return absl::StrCat("   (one miss in ", every, ")");
+  }
   if (h == mrcache::kHistRegisterNs) {
     return absl::StrCat("   (misses' registrations: one in ", every, " timed)");
   }
-  return "";
+  return absl::StrCat("   (one in ", every, " timed)");
 }
 
 std::string Labels(pid_t pid, const CacheSnapshot& c) {

@@ -65,15 +65,19 @@ const StatsCounterInfo kStatsRailCounterInfo[kStatRailCounters] = {
      "Time spent in the rail's registrar."},
 };
 
+// The help texts name the sample rate.
+static_assert(kHistogramSampleEvery == 16, "say the sample rate in kStatsHistogramInfo's help");
 const StatsHistogramInfo kStatsHistogramInfo[kStatHistograms] = {
-    {"region_bytes", "region_size_bytes", false, "Size of each registration the cache made."},
+    {"region_bytes", "region_size_bytes", false,
+     "Size of the registrations the cache made: one in 16 counted."},
     {"miss_ns", "miss_duration_seconds", true,
-     "Latency of the gets that missed, registration included: one in 8 timed."},
+     "Latency of the gets that missed, registration included: one in 16 timed."},
     {"register_ns", "registration_duration_seconds", true,
-     "Latency of registrar registrations: a miss's in one miss in 8, every other."},
+     "Latency of registrar registrations: a miss's in one miss in 16, every other."},
     {"deregister_ns", "deregistration_duration_seconds", true,
-     "Latency of the registrar deregistrations: one in 8 timed."},
-    {"get_bytes", "get_size_bytes", false, "Requested length of each get that missed."},
+     "Latency of the registrar deregistrations: one in 16 timed."},
+    {"get_bytes", "get_size_bytes", false,
+     "Requested length of the gets that missed: one in 16 counted (those of miss_ns)."},
 };
 
 std::string StatsPagePath(uid_t uid, pid_t pid) {

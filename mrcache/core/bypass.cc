@@ -30,7 +30,6 @@ Region* Bypass::Adopt(uintptr_t start, uintptr_t end, const Registration& reg, K
   r->locked_refs = 1;
   (kind == Kind::kRemotePrivate ? remote_private_ : bypassed_)
       .fetch_add(1, std::memory_order_relaxed);
-  setup_.region_bytes->Add(end - start);
   setup_.registrar->CountRegistration(end - start);
   return r;
 }

@@ -123,8 +123,6 @@ class Bypass {
     TimedRegistrar* registrar = nullptr;
     // The cache whose Regions these are (Region::cache).
     CacheImpl* cache = nullptr;
-    // The cache's histogram of registered bytes.
-    Log2Histogram* region_bytes = nullptr;
   };
 
   // Once, before any other call.

@@ -227,7 +227,6 @@ absl::StatusOr<Region*> CacheImpl::AcquireSlow(ThreadCache* tc, uintptr_t start,
     if (raced != nullptr) HandOutLocked(tc, raced, miss);
     lock.Unlock();
     histograms_.register_ns.Add(TicksToNs(attempt.register_ticks));
-    histograms_.region_bytes.Add(attempt.reg->length);
     timed_.CountRegistration(attempt.reg->length);
     timed_.Deregister(*attempt.reg);
     if (watch_ranges_) monitor_->Unwatch(reinterpret_cast<void*>(attempt.start), attempt.length());
@@ -358,7 +357,7 @@ Region* CacheImpl::InstallLocked(ThreadCache* tc, const Miss& miss, const Attemp
   if (__builtin_expect(index_.size() >= CoveringHints::RegionsToOutgrow(hint_lines), 0)) {
     wanted_hint_lines_.store(CoveringHints::LinesFor(index_.size()), std::memory_order_relaxed);
   }
-  timed_.CountRegistration(r->length());
+  if (timed_.CountRegistrationSampled(r->length())) CountRegionBytesLocked(r->length());
   // Without may_contain no indexed region overlaps r (InstallLocked's
   // contract), so r cannot overlap one it does not replace.
   bool overlaps_others = false;
@@ -742,27 +741,33 @@ bool CacheImpl::NotAdmittedByPolicyLocked(const Miss& miss, const MissPlan& plan
 
 uint64_t CacheImpl::StartMissTiming() const {
   // Threads that miss at once may read the same count: a few more or fewer
-  // misses are timed then, still none chosen by what they ask for.
-  if (misses_.load(std::memory_order_relaxed) % kLatencySampleEvery != 0) return 0;
+  // misses are sampled then, still none chosen by what they ask for.
+  if (misses_.load(std::memory_order_relaxed) % kHistogramSampleEvery != 0) return 0;
   return NowTicks(tsc_ticks_);
 }
 
-void CacheImpl::CountServedMiss(uint64_t t0, size_t requested) {
-  histograms_.get_bytes.Add(requested);
-  if (t0 == 0) return;
+uint64_t CacheImpl::SampledMissNs(uint64_t t0) const {
   const uint64_t t1 = NowTicks(tsc_ticks_);
-  histograms_.miss_ns.Add(t1 > t0 ? TicksToNs(t1 - t0) : 0);
+  return t1 > t0 ? TicksToNsAt(t1 - t0, ns_per_tick_) : 0;
+}
+
+void CacheImpl::CountServedMiss(uint64_t t0, size_t requested) {
+  if (t0 == 0) return;
+  histograms_.get_bytes.Add(requested);
+  histograms_.miss_ns.Add(SampledMissNs(t0));
 }
 
 void CacheImpl::CountInstalledMissLocked(const Attempt& attempt, uint64_t t0, size_t requested) {
-  if (__builtin_expect(t0 != 0, 0)) {
-    const uint64_t t1 = NowTicks(tsc_ticks_);
-    locked_histograms_.miss_ns.Add(t1 > t0 ? TicksToNs(t1 - t0) : 0);
-    locked_histograms_.register_ns.Add(TicksToNs(attempt.register_ticks));
-  }
-  locked_histograms_.get_bytes.Add(requested);
-  locked_histograms_.region_bytes.Add(attempt.length());
+  if (__builtin_expect(t0 != 0, 0)) CountSampledInstallLocked(attempt, t0, requested);
 }
+
+void CacheImpl::CountSampledInstallLocked(const Attempt& attempt, uint64_t t0, size_t requested) {
+  locked_histograms_.miss_ns.Add(SampledMissNs(t0));
+  locked_histograms_.register_ns.Add(TicksToNsAt(attempt.register_ticks, ns_per_tick_));
+  locked_histograms_.get_bytes.Add(requested);
+}
+
+void CacheImpl::CountRegionBytesLocked(size_t bytes) { locked_histograms_.region_bytes.Add(bytes); }
 
 void CacheImpl::ReadHistograms(CacheHistogramCounts* out) {
   histograms_.region_bytes.Read(out->region_bytes, &out->sums[0]);

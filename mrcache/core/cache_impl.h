@@ -464,19 +464,28 @@ class CacheImpl : public MemoryEventListener,
   // What dereg_ uses, with `lane` (null: async_dereg off).
   Deregistration::Setup DeregistrationSetup(DeregistrationQueue::Lane* lane);
   // At a miss's start: its start in NowTicks() units if the miss is one
-  // of the sample timed into miss_ns (log2_histogram.h,
-  // kLatencySampleEvery), else 0 (not timed: no clock read).
-  uint64_t StartMissTiming() const;
+  // of the sample put in miss_ns, get_bytes and register_ns
+  // (log2_histogram.h, kHistogramSampleEvery), else 0 (no clock read).
+  MRCACHE_MISS_INLINE uint64_t StartMissTiming() const;
   // A get that missed and was served by a bypass or another thread's
-  // region: its requested bytes and, if timed (`t0`, StartMissTiming, is
-  // not 0), its latency since t0, into histograms_.
+  // region: if sampled (`t0`, StartMissTiming, is not 0), its requested
+  // bytes and its latency since t0, into histograms_.
   void CountServedMiss(uint64_t t0, size_t requested);
-  // A miss that installed `attempt`'s region: its requested bytes, its
-  // registration's size and, if timed (t0 not 0), its latency since t0 and
-  // its registration's time, into locked_histograms_ (plain adds: the miss
-  // holds mu_ anyway).
-  void CountInstalledMissLocked(const Attempt& attempt, uint64_t t0, size_t requested)
+  // A miss that installed `attempt`'s region: if sampled (t0 not 0), its
+  // requested bytes, its latency since t0 and its registration's time,
+  // into locked_histograms_ (plain adds: the miss holds mu_ anyway).
+  MRCACHE_MISS_INLINE void CountInstalledMissLocked(const Attempt& attempt, uint64_t t0,
+                                                    size_t requested)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The sampled cases' recording, out of line and cold: the misses and
+  // registrations that are not sampled carry none of its code.
+  __attribute__((noinline, cold)) void CountSampledInstallLocked(const Attempt& attempt,
+                                                                 uint64_t t0, size_t requested)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  __attribute__((noinline, cold)) void CountRegionBytesLocked(size_t bytes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Nanoseconds since t0 (NowTicks() units), 0 if the counter reads behind.
+  uint64_t SampledMissNs(uint64_t t0) const;
 
   const Config config_;
   std::unique_ptr<Registrar> registrar_;
@@ -490,6 +499,8 @@ class CacheImpl : public MemoryEventListener,
   const uint64_t fork_generation_;
   // Whether registrar time is counted in TSC ticks (tick_clock.h).
   const bool tsc_ticks_;
+  // Nanoseconds per NowTicks() tick (NsPerTick), for the sampled figures.
+  const double ns_per_tick_;
   bool listening_ = false;
   OdpMode odp_ = OdpMode::kOff;
   bool watch_ranges_ = false;        // monitor_->watches_ranges(): Watch/Unwatch do something

@@ -36,13 +36,14 @@ CacheImpl::CacheImpl(const Config& config, std::unique_ptr<Registrar> registrar,
       pid_(getpid()),
       fork_generation_(ForkGeneration()),
       tsc_ticks_(TickClockIsTsc()),
+      ns_per_tick_(NsPerTick()),
       eviction_(eviction != nullptr ? std::move(eviction)
                                     : MakeDefaultEvictionPolicy(config.max_regions)),
       clock_(dynamic_cast<ClockEviction*>(eviction_.get())) {
   // Until Create knows the rest (the monitor, the budget, the queue's lane).
   timed_.Configure(TimedRegistrarSetup());
   dereg_.Configure(DeregistrationSetup(nullptr));
-  bypass_.Configure(Bypass::Setup{&timed_, this, &histograms_.region_bytes});
+  bypass_.Configure(Bypass::Setup{&timed_, this});
 }
 
 TimedRegistrar::Setup CacheImpl::TimedRegistrarSetup() {
@@ -52,6 +53,8 @@ TimedRegistrar::Setup CacheImpl::TimedRegistrarSetup() {
   setup.tsc_ticks = tsc_ticks_;
   setup.register_ns = &histograms_.register_ns;
   setup.deregister_ns = &histograms_.deregister_ns;
+  setup.region_bytes = &histograms_.region_bytes;
+  setup.ns_per_tick = ns_per_tick_;
   return setup;
 }
 

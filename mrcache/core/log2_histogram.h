@@ -57,28 +57,36 @@ class PlainLog2Histogram {
   uint64_t sum_ = 0;
 };
 
-// Latencies are sampled, sizes are not. One miss in kLatencySampleEvery is
-// timed into miss_ns, and its registration's time into register_ns; one
-// deregistration in kLatencySampleEvery into deregister_ns. Timing every
-// one (clock reads, tick conversions, the histogram lines) cost the
-// null-registrar miss about a sixth of its time (bench/RESULTS.md). The
-// sample is taken by the cache's running count (the misses before a miss,
-// the deregistrations before a deregistration), so it follows no pattern of
-// sizes or addresses; a sampled histogram's count and sum are the sample's,
-// its distribution and mean estimate the whole.
-constexpr uint64_t kLatencySampleEvery = 8;
+// Every histogram is a sample: one in kHistogramSampleEvery of what it
+// counts, chosen by the cache's running count (the misses before a miss, the
+// registrations before a registration, the deregistrations before a
+// deregistration), so it follows no pattern of sizes or addresses. A sampled
+// miss records its latency, its requested bytes and, if it installed a
+// region, its registration's time; a sampled registration its size; a
+// sampled deregistration its time. A histogram's count and sum are the
+// sample's; its distribution and mean estimate the whole, and the count
+// times kHistogramSampleEvery estimates the events (the exact totals are the
+// cache's counters: misses, registrations, deregistrations). Timing every
+// miss (clock reads, conversions, the histogram lines) cost the
+// null-registrar miss a sixth of its time; with the latencies sampled, the
+// size buckets of every miss and the sampled recording inline still cost it
+// 77 instructions, and 18 with everything sampled and recorded out of line
+// (bench/RESULTS.md, "The miss's histograms: every one sampled").
+constexpr uint64_t kHistogramSampleEvery = 16;
 
-// A cache's distributions, copied (CacheImpl::ReadHistograms):
-//  region_bytes   the size of each registration the cache made;
-//  miss_ns        a sample of the gets that missed (kLatencySampleEvery), each
-//                 from its slow path's start to its return with a region
-//                 (registration included);
+// A cache's distributions, copied (CacheImpl::ReadHistograms), each a
+// sample (kHistogramSampleEvery):
+//  region_bytes   the size of the registrations the cache made (the
+//                 implicit ODP region, which covers no range, left out);
+//  miss_ns        the gets that missed, each from its slow path's start to
+//                 its return with a region (registration included);
 //  register_ns    the registrar Register calls of the sampled misses that
 //                 installed a region, and every other Register call (a
 //                 bypass's, a refused one, one whose region was discarded);
-//  deregister_ns  a sample of the Deregister calls (kLatencySampleEvery);
-//  get_bytes      the requested length of each get that missed (lock-free
-//                 hits are not sized: they stay free of shared writes).
+//  deregister_ns  the Deregister calls;
+//  get_bytes      the requested length of the gets that missed (the
+//                 sampled misses of miss_ns; lock-free hits are not sized:
+//                 they stay free of shared writes).
 struct CacheHistogramCounts {
   uint64_t region_bytes[Log2Histogram::kBuckets] = {};
   uint64_t miss_ns[Log2Histogram::kBuckets] = {};

@@ -63,6 +63,11 @@ const TickRate& Rate() {
 
 bool TickClockIsTsc() { return Rate().tsc; }
 
+double NsPerTick() {
+  const TickRate& rate = Rate();
+  return rate.tsc ? rate.ns_per_tick : 1.0;
+}
+
 uint64_t TicksToNs(uint64_t ticks) {
   const TickRate& rate = Rate();
   if (!rate.tsc) return ticks;

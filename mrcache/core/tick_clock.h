@@ -63,6 +63,18 @@ inline uint64_t AddTicksSince(std::atomic<uint64_t>& sum, uint64_t t0, bool tsc)
 // Nanoseconds in `ticks` of NowTicks().
 uint64_t TicksToNs(uint64_t ticks);
 
+// Nanoseconds per NowTicks() tick (1 when ticks are steady_clock's
+// nanoseconds): kept by a caller that converts on a hot path, where
+// TicksToNs's look-up of the process's rate would cost a call.
+double NsPerTick();
+
+// TicksToNs at a rate the caller kept (NsPerTick). Signed conversions are one
+// instruction each; a latency is far below 2^63 ticks or nanoseconds.
+inline uint64_t TicksToNsAt(uint64_t ticks, double ns_per_tick) {
+  return static_cast<uint64_t>(
+      static_cast<int64_t>(static_cast<double>(static_cast<int64_t>(ticks)) * ns_per_tick));
+}
+
 }  // namespace mrcache
 
 #endif  // MRCACHE_CORE_TICK_CLOCK_H_

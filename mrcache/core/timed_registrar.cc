@@ -6,16 +6,6 @@
 #include "mrcache/internal/log.h"
 
 namespace mrcache {
-namespace {
-
-void AtomicMax(std::atomic<uint64_t>& a, uint64_t v) {
-  uint64_t cur = a.load(std::memory_order_relaxed);
-  while (cur < v && !a.compare_exchange_weak(cur, v, std::memory_order_relaxed)) {
-  }
-}
-
-}  // namespace
-
 absl::StatusOr<Registration> TimedRegistrar::RegisterImplicit(int access) {
   const uint64_t t0 = NowTicks(setup_.tsc_ticks);
   auto reg = RegisterImplicitOdp(*setup_.registrar, access);
@@ -24,10 +14,10 @@ absl::StatusOr<Registration> TimedRegistrar::RegisterImplicit(int access) {
   return reg;
 }
 
-void TimedRegistrar::CountRegistration(size_t pinned) {
-  registrations_.fetch_add(1, std::memory_order_relaxed);
-  AtomicMax(peak_pinned_bytes_,
-            pinned_bytes_.fetch_add(pinned, std::memory_order_relaxed) + pinned);
+void TimedRegistrar::CountRegionBytes(size_t bytes) { setup_.region_bytes->Add(bytes); }
+
+void TimedRegistrar::CountDeregistrationNs(uint64_t ticks) {
+  setup_.deregister_ns->Add(TicksToNsAt(ticks, setup_.ns_per_tick));
 }
 
 void TimedRegistrar::LogFailedDeregistration(const absl::Status& failure) const {

@@ -38,7 +38,14 @@ class TimedRegistrar {
     bool tsc_ticks = false;  // TickClockIsTsc()
     // The cache's latency histograms (histograms_ in cache_impl.h).
     Log2Histogram* register_ns = nullptr;
-    Log2Histogram* deregister_ns = nullptr;  // one call in kLatencySampleEvery
+    // One deregistration in kHistogramSampleEvery (log2_histogram.h), by
+    // the count of deregistrations before it.
+    Log2Histogram* deregister_ns = nullptr;
+    // One registration in kHistogramSampleEvery, by the count of
+    // registrations before it, unless its caller records the size itself
+    // (CountRegistrationSampled).
+    Log2Histogram* region_bytes = nullptr;
+    double ns_per_tick = 1.0;  // NsPerTick()
   };
 
   // Before any other call; again when the setup grows (the cache's creation
@@ -81,9 +88,9 @@ class TimedRegistrar {
     absl::Status s = setup_.registrar->Deregister(reg);
     const uint64_t took = AddTicksSince(registrar_ticks_, t0, setup_.tsc_ticks);
     if (__builtin_expect(
-            deregistrations_.fetch_add(1, std::memory_order_relaxed) % kLatencySampleEvery == 0,
+            deregistrations_.fetch_add(1, std::memory_order_relaxed) % kHistogramSampleEvery == 0,
             0)) {
-      setup_.deregister_ns->Add(TicksToNs(took));
+      CountDeregistrationNs(took);
     }
     const bool implicit = IsImplicitOdp(reg);
     pinned_bytes_.fetch_sub(implicit ? 0 : reg.length, std::memory_order_relaxed);
@@ -93,8 +100,21 @@ class TimedRegistrar {
     if (!s.ok()) LogFailedDeregistration(s);
   }
   // A registration that became a Region (or was discarded after a miss was
-  // spoiled or raced): counted, `pinned_bytes` more pinned.
-  void CountRegistration(size_t pinned_bytes);
+  // spoiled or raced): counted, `pinned_bytes` more pinned (0: the implicit
+  // ODP region, which covers no range and has no size); if it is one of the
+  // sample, its size goes in region_bytes.
+  void CountRegistration(size_t pinned_bytes) {
+    if (CountRegistrationSampled(pinned_bytes)) CountRegionBytes(pinned_bytes);
+  }
+  // CountRegistration for a caller that records the size itself (the miss,
+  // under the cache's lock, in its plain histograms): true if it is one of
+  // the sample.
+  inline __attribute__((always_inline)) bool CountRegistrationSampled(size_t pinned_bytes) {
+    const uint64_t before = registrations_.fetch_add(1, std::memory_order_relaxed);
+    AtomicMax(peak_pinned_bytes_,
+              pinned_bytes_.fetch_add(pinned_bytes, std::memory_order_relaxed) + pinned_bytes);
+    return __builtin_expect(before % kHistogramSampleEvery == 0, 0) && pinned_bytes != 0;
+  }
 
   uint64_t registrations() const { return registrations_.load(); }
   uint64_t deregistrations() const { return deregistrations_.load(); }
@@ -104,7 +124,16 @@ class TimedRegistrar {
   uint64_t registrar_ticks() const { return registrar_ticks_.load(); }
 
  private:
+  static void AtomicMax(std::atomic<uint64_t>& a, uint64_t v) {
+    uint64_t cur = a.load(std::memory_order_relaxed);
+    while (cur < v && !a.compare_exchange_weak(cur, v, std::memory_order_relaxed)) {
+    }
+  }
   __attribute__((cold, noinline)) void LogFailedDeregistration(const absl::Status& failure) const;
+  // The sampled recordings, out of line: a registration or deregistration
+  // that is not sampled carries none of their code.
+  __attribute__((cold, noinline)) void CountRegionBytes(size_t bytes);
+  __attribute__((cold, noinline)) void CountDeregistrationNs(uint64_t ticks);
 
   Setup setup_;
   std::atomic<uint64_t> registrations_{0}, deregistrations_{0}, pinned_bytes_{0},

@@ -122,31 +122,38 @@ TEST_F(StatsPageTest, AReadingGetsFiguresTakenAfterItAskedAndNoTimerRefreshes) {
   EXPECT_EQ(s->caches[0].counters[kStatHits], 10u);
 }
 
-TEST_F(StatsPageTest, OneMissAndOneDeregistrationInEightAreTimedAndEverySizeCounted) {
+TEST_F(StatsPageTest, HistogramsCountTheFirstMissRegistrationAndDeregistrationOfEachSample) {
   config_.max_regions = 1;      // each miss evicts the region before it
   config_.max_merge_bytes = 0;  // no merging: each miss registers its own buffer
   auto cache = MakeCache();
   std::vector<std::vector<char>> bufs;
-  for (int i = 0; i < 21; ++i) bufs.emplace_back(1 << 16, 1);
+  for (uint64_t i = 0; i < 2 * kHistogramSampleEvery + 5; ++i) bufs.emplace_back(1 << 16, 1);
   for (auto& b : bufs) ASSERT_TRUE(cache->Get(b.data(), b.size(), kAccessLocalWrite).ok());
   absl::StatusOr<ProcessSnapshot> s = ReadStatsPage(getpid());
   ASSERT_TRUE(s.ok()) << s.status();
   ASSERT_EQ(s->caches.size(), 1u);
   const CacheSnapshot& c = s->caches[0];
   const uint64_t misses = c.counters[kStatMisses];
+  const uint64_t registrations = c.counters[kStatRegistrations];
   const uint64_t deregistrations = c.counters[kStatDeregistrations];
-  ASSERT_GE(misses, 17u);
-  ASSERT_GE(deregistrations, 16u);
-  // The first of every kLatencySampleEvery, counted from the first.
-  EXPECT_EQ(CountOf(c.histograms[kHistMissNs]),
-            (misses + kLatencySampleEvery - 1) / kLatencySampleEvery);
-  EXPECT_EQ(CountOf(c.histograms[kHistDeregisterNs]),
-            (deregistrations + kLatencySampleEvery - 1) / kLatencySampleEvery);
+  ASSERT_GE(misses, 2 * kHistogramSampleEvery + 1);
+  ASSERT_GE(deregistrations, 2 * kHistogramSampleEvery);
+  // The first of every kHistogramSampleEvery, counted from the first.
+  auto sampled = [](uint64_t events) {
+    return (events + kHistogramSampleEvery - 1) / kHistogramSampleEvery;
+  };
+  EXPECT_EQ(CountOf(c.histograms[kHistMissNs]), sampled(misses));
+  EXPECT_EQ(CountOf(c.histograms[kHistGetBytes]), sampled(misses));
+  EXPECT_EQ(CountOf(c.histograms[kHistRegionBytes]), sampled(registrations));
+  EXPECT_EQ(CountOf(c.histograms[kHistDeregisterNs]), sampled(deregistrations));
   // Each registration here is an installing miss's: timed with its miss.
   EXPECT_EQ(CountOf(c.histograms[kHistRegisterNs]), CountOf(c.histograms[kHistMissNs]));
-  // Sizes are not sampled.
-  EXPECT_EQ(CountOf(c.histograms[kHistGetBytes]), misses);
-  EXPECT_EQ(CountOf(c.histograms[kHistRegionBytes]), c.counters[kStatRegistrations]);
+  // Every get asked for 64 KiB, and every region is one buffer's pages.
+  EXPECT_EQ(c.histograms[kHistGetBytes][Log2Histogram::BucketOf(1 << 16)], sampled(misses));
+  EXPECT_EQ(c.histogram_sums[kHistGetBytes], sampled(misses) << 16);
+  EXPECT_EQ(CountOf(c.histograms[kHistRegionBytes]),
+            c.histograms[kHistRegionBytes][Log2Histogram::BucketOf(1 << 16)] +
+                c.histograms[kHistRegionBytes][Log2Histogram::BucketOf((1 << 16) + 4096)]);
 }
 
 TEST_F(StatsPageTest, SixtyFourCachesShareOnePageEachInItsOwnSlot) {
