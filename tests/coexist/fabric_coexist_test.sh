@@ -45,6 +45,20 @@ for monitor in memhooks userfaultfd; do
       "linked process in four, even with no mrcache cache (a thread blocked in munmap)"
     continue
   fi
+  # Under TSan, libfabric's memhooks crashes (SIGSEGV) in the verbs probe
+  # with no mrcache in the process at all, though often only after more than
+  # mode_check's 10 rounds: so there, libfabric runs alone first (no shim
+  # preloaded) for as many rounds as the cells, and a failure is libfabric's.
+  if [ "$view" = shim ] && [ -n "${TSAN_OPTIONS:-}" ]; then
+    alone=$(env "${env[@]}" timeout -k 5 120 tests/coexist/fabric_coexist_verbs \
+      mrcache_idle munmap "$rounds" 2>&1)
+    rc=$?
+    if [ $rc -ne 0 ] || [ "$(field "$alone" fabric_stale)" != 0 ]; then
+      echo "SKIP $monitor: under TSan libfabric 1.17's cache fails with it with no mrcache in the" \
+        "process ($rounds rounds, exit $rc): $(why_failed "$alone")"
+      continue
+    fi
+  fi
   # Does libfabric's cache work with this monitor at all, mrcache idle?
   check=$(mode_check "$idle" 30 "${env[@]}")
   rc=$?
