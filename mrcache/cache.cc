@@ -7,6 +7,7 @@
 #include "mrcache/core/cache_impl.h"
 #include "mrcache/core/region.h"
 #include "mrcache/errno_status.h"
+#include "mrcache/rails_stats.h"
 #include "mrcache/stats_publisher.h"
 
 namespace mrcache {
@@ -164,19 +165,7 @@ absl::Status Cache::DeviceWrite(Region* region, size_t offset, const void* src, 
 }
 CacheStats Cache::stats() const {
   CacheStats s = impl_->stats();
-  if (rails_ == nullptr) return s;
-  // Each rail's registration pins: registrations, deregistrations and pinned
-  // bytes count a region once per rail it is on (regions, once).
-  s.registrations = s.deregistrations = s.registrar_ns = 0;
-  for (int rail = 0; rail < rails_->rail_count(); ++rail) {
-    const RailStats r = rails_->stats(rail);
-    s.registrations += r.registrations;
-    s.deregistrations += r.deregistrations;
-    s.registrar_ns += r.registrar_ns;
-  }
-  s.pinned_bytes = rails_->registered_bytes();
-  s.peak_pinned_bytes = rails_->peak_registered_bytes();
-  return s;
+  return rails_ == nullptr ? s : CountedOnEachRail(s, *rails_);
 }
 void Cache::SetRetireCallback(RetireCallback callback) {
   impl_->SetRetireCallback(std::move(callback));

@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "mrcache/core/cache_impl.h"
 #include "mrcache/internal/log.h"
+#include "mrcache/rails_stats.h"
 #include "mrcache/registrars/rails_registrar.h"
 #include "mrcache/stats_page.h"
 
@@ -217,7 +218,8 @@ void ClearSlot(StatsSlot* slot) {
 // does not keep readers from a consistent copy.
 void RefreshLocked(Publisher& p, int i) {
   const Entry& e = p.entries[i];
-  const CacheStats s = e.cache->stats();
+  const CacheStats s =
+      e.rails == nullptr ? e.cache->stats() : CountedOnEachRail(e.cache->stats(), *e.rails);
   CacheHistogramCounts h;
   e.cache->ReadHistograms(&h);
   WriteSlot(p.base, i, [&](StatsSlot* slot) { WriteFigures(slot, e, s, h); });

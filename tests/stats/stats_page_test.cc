@@ -218,6 +218,34 @@ TEST_F(StatsPageTest, ARailsCachePublishesEachRailsRegistrations) {
   }
 }
 
+TEST_F(StatsPageTest, ARailsCachesTotalsCountEachRailAsItsStatsDo) {
+  config_.max_merge_bytes = 0;  // each get registers its own buffer
+  std::vector<std::unique_ptr<Registrar>> rails;
+  for (int r = 0; r < 4; ++r) rails.push_back(MakeSimRegistrar(config_));
+  auto cache = Cache::CreateRails(config_, std::move(rails));
+  ASSERT_TRUE(cache.ok()) << cache.status();
+  // Two regions: one on all four rails, one on rail 2 alone.
+  std::vector<char> a(1 << 16, 1), b(1 << 16, 1);
+  ASSERT_TRUE((*cache)->GetRails(a.data(), a.size(), kAccessLocalWrite, 0xf).ok());
+  ASSERT_TRUE((*cache)->GetRails(b.data(), b.size(), kAccessLocalWrite, 0x4).ok());
+  const CacheStats stats = (*cache)->stats();
+  EXPECT_EQ(stats.registrations, 5u);
+  EXPECT_EQ(stats.regions, 2u);
+  absl::StatusOr<ProcessSnapshot> s = ReadStatsPage(getpid());
+  ASSERT_TRUE(s.ok()) << s.status();
+  ASSERT_EQ(s->caches.size(), 1u);
+  const uint64_t* c = s->caches[0].counters;
+  EXPECT_EQ(c[kStatRegistrations], stats.registrations);
+  EXPECT_EQ(c[kStatRegions], stats.regions);
+  EXPECT_EQ(c[kStatPinnedBytes], stats.pinned_bytes);
+  EXPECT_EQ(c[kStatPeakPinnedBytes], stats.peak_pinned_bytes);
+  ASSERT_TRUE((*cache)->Flush().ok());
+  s = ReadStatsPage(getpid());
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->caches[0].counters[kStatDeregistrations], 5u);
+  EXPECT_EQ(s->caches[0].counters[kStatPinnedBytes], 0u);
+}
+
 TEST_F(StatsPageTest, ACacheWithoutRailsPublishesNoRails) {
   auto cache = MakeCache();
   absl::StatusOr<ProcessSnapshot> s = ReadStatsPage(getpid());
