@@ -47,6 +47,15 @@ class StatsPageTest : public ::testing::Test {
     EXPECT_TRUE(cache.ok()) << cache.status();
     return cache.ok() ? std::move(*cache) : nullptr;
   }
+  // A cache over `rails` sim registrars, each get registering its own buffer.
+  std::unique_ptr<Cache> MakeRailsCache(int rails) {
+    config_.max_merge_bytes = 0;
+    std::vector<std::unique_ptr<Registrar>> registrars;
+    for (int r = 0; r < rails; ++r) registrars.push_back(MakeSimRegistrar(config_));
+    auto cache = Cache::CreateRails(config_, std::move(registrars));
+    EXPECT_TRUE(cache.ok()) << cache.status();
+    return cache.ok() ? std::move(*cache) : nullptr;
+  }
   // The own page as it is, read without asking for a refresh.
   static ProcessSnapshot ReadUnrequested() {
     std::ifstream in(OwnPage(), std::ios::binary);
@@ -199,21 +208,17 @@ TEST_F(StatsPageTest, SixtyFourCachesShareOnePageEachInItsOwnSlot) {
 }
 
 TEST_F(StatsPageTest, ARailsCachePublishesEachRailsRegistrations) {
-  config_.max_merge_bytes = 0;  // each get registers its own buffer
-  std::vector<std::unique_ptr<Registrar>> rails;
-  for (int r = 0; r < 4; ++r) rails.push_back(MakeSimRegistrar(config_));
-  auto cache = Cache::CreateRails(config_, std::move(rails));
-  ASSERT_TRUE(cache.ok()) << cache.status();
+  std::unique_ptr<Cache> cache = MakeRailsCache(4);
+  ASSERT_NE(cache, nullptr);
   // Rail r gets r + 1 buffers of its own; buffer 0 is on every rail.
   std::vector<std::vector<char>> bufs;
   for (int i = 0; i < 10; ++i) bufs.emplace_back(1 << 16, 1);
-  ASSERT_TRUE((*cache)->GetRails(bufs[0].data(), bufs[0].size(), kAccessLocalWrite, 0xf).ok());
+  ASSERT_TRUE(cache->GetRails(bufs[0].data(), bufs[0].size(), kAccessLocalWrite, 0xf).ok());
   int next = 1;
   for (int r = 1; r < 4; ++r) {
     for (int i = 0; i < r; ++i, ++next) {
       ASSERT_TRUE(
-          (*cache)
-              ->GetRails(bufs[next].data(), bufs[next].size(), kAccessLocalWrite, uint64_t{1} << r)
+          cache->GetRails(bufs[next].data(), bufs[next].size(), kAccessLocalWrite, uint64_t{1} << r)
               .ok());
     }
   }
@@ -230,7 +235,7 @@ TEST_F(StatsPageTest, ARailsCachePublishesEachRailsRegistrations) {
     EXPECT_EQ(c.rails[r].counters[kRailRegions], static_cast<uint64_t>(r + 1));
     EXPECT_GE(c.rails[r].counters[kRailRegisteredBytes], (r + 1) * bufs[0].size());
   }
-  ASSERT_TRUE((*cache)->Flush().ok());
+  ASSERT_TRUE(cache->Flush().ok());
   s = ReadStatsPage(getpid());
   ASSERT_TRUE(s.ok()) << s.status();
   for (int r = 0; r < 4; ++r) {
@@ -241,16 +246,13 @@ TEST_F(StatsPageTest, ARailsCachePublishesEachRailsRegistrations) {
 }
 
 TEST_F(StatsPageTest, ARailsCachesTotalsCountEachRailAsItsStatsDo) {
-  config_.max_merge_bytes = 0;  // each get registers its own buffer
-  std::vector<std::unique_ptr<Registrar>> rails;
-  for (int r = 0; r < 4; ++r) rails.push_back(MakeSimRegistrar(config_));
-  auto cache = Cache::CreateRails(config_, std::move(rails));
-  ASSERT_TRUE(cache.ok()) << cache.status();
+  std::unique_ptr<Cache> cache = MakeRailsCache(4);
+  ASSERT_NE(cache, nullptr);
   // Two regions: one on all four rails, one on rail 2 alone.
   std::vector<char> a(1 << 16, 1), b(1 << 16, 1);
-  ASSERT_TRUE((*cache)->GetRails(a.data(), a.size(), kAccessLocalWrite, 0xf).ok());
-  ASSERT_TRUE((*cache)->GetRails(b.data(), b.size(), kAccessLocalWrite, 0x4).ok());
-  const CacheStats stats = (*cache)->stats();
+  ASSERT_TRUE(cache->GetRails(a.data(), a.size(), kAccessLocalWrite, 0xf).ok());
+  ASSERT_TRUE(cache->GetRails(b.data(), b.size(), kAccessLocalWrite, 0x4).ok());
+  const CacheStats stats = cache->stats();
   EXPECT_EQ(stats.registrations, 5u);
   EXPECT_EQ(stats.regions, 2u);
   absl::StatusOr<ProcessSnapshot> s = ReadStatsPage(getpid());
@@ -261,7 +263,7 @@ TEST_F(StatsPageTest, ARailsCachesTotalsCountEachRailAsItsStatsDo) {
   EXPECT_EQ(c[kStatRegions], stats.regions);
   EXPECT_EQ(c[kStatPinnedBytes], stats.pinned_bytes);
   EXPECT_EQ(c[kStatPeakPinnedBytes], stats.peak_pinned_bytes);
-  ASSERT_TRUE((*cache)->Flush().ok());
+  ASSERT_TRUE(cache->Flush().ok());
   s = ReadStatsPage(getpid());
   ASSERT_TRUE(s.ok()) << s.status();
   EXPECT_EQ(s->caches[0].counters[kStatDeregistrations], 5u);
