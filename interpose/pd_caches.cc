@@ -43,6 +43,12 @@ void AddStats(mrcache::CacheStats* a, const mrcache::CacheStats& b) {
   a->background_dereg_ns += b.background_dereg_ns;
 }
 
+mrcache::CacheStats SumOverRails(const std::vector<RailTotals>& rails) {
+  mrcache::CacheStats total;
+  for (const RailTotals& rail : rails) AddStats(&total, rail.stats);
+  return total;
+}
+
 void PdCaches::Adopt(ibv_pd* pd, ibv_context* context) {
   std::lock_guard<std::mutex> lock(mu_);
   adopted_[pd] = context;
@@ -69,6 +75,7 @@ absl::StatusOr<PdCache*> PdCaches::ForPd(ibv_pd* pd) {
   // Build outside the lock: this queries the device and installs monitors.
   auto registrar = mrcache::MakeVerbsRegistrar(pd, config_);
   if (!registrar.ok()) return registrar.status();
+  std::string rail = (*registrar)->rail();
   auto cache = mrcache::Cache::Create(
       config_, std::make_unique<TimedRegistrar>(
                    mrcache::WithPrefault(std::move(*registrar), config_), &costs_));
@@ -76,6 +83,7 @@ absl::StatusOr<PdCache*> PdCaches::ForPd(ibv_pd* pd) {
   auto fresh = std::make_unique<PdCache>();
   fresh->pd = pd;
   fresh->context = context;
+  fresh->rail = std::move(rail);
   fresh->cache = std::move(*cache);
   std::unique_ptr<PdCache> loser;
   PdCache* result = nullptr;
@@ -84,6 +92,9 @@ absl::StatusOr<PdCache*> PdCaches::ForPd(ibv_pd* pd) {
     auto& slot = caches_[pd];
     if (slot == nullptr) {
       monitor_name_ = fresh->cache->monitor_name();
+      RailTotals& on_rail = rails_[fresh->rail];
+      on_rail.name = fresh->rail;
+      ++on_rail.pd_caches;
       slot = std::move(fresh);
       created_.fetch_add(1, std::memory_order_relaxed);
     } else {
@@ -140,17 +151,19 @@ void PdCaches::Retire(std::unique_ptr<PdCache> cache) {
   last.regions = 0;
   last.pinned_bytes = 0;
   std::lock_guard<std::mutex> lock(mu_);
-  AddStats(&retired_, last);
+  AddStats(&rails_[cache->rail].stats, last);
 }
 
-mrcache::CacheStats PdCaches::Totals() const {
-  mrcache::CacheStats total;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    total = retired_;
-    for (const auto& entry : caches_) AddStats(&total, entry.second->cache->stats());
+std::vector<RailTotals> PdCaches::Rails() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::map<std::string, RailTotals> rails = rails_;
+  for (const auto& entry : caches_) {
+    AddStats(&rails[entry.second->rail].stats, entry.second->cache->stats());
   }
-  return total;
+  std::vector<RailTotals> sorted;
+  sorted.reserve(rails.size());
+  for (auto& entry : rails) sorted.push_back(std::move(entry.second));
+  return sorted;
 }
 
 std::string PdCaches::monitor_name() const {

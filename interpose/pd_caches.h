@@ -18,10 +18,14 @@
 //    alias's PdCache* stays valid for as long as the alias is registered.
 //  - The map lock is never held across Cache::Create, a cache call or a
 //    cache's destruction (those reach the registrar, malloc and the monitors).
-//  - Stats of destroyed caches are folded into `retired_`, so Totals() covers
-//    the whole run.
+//  - Stats of destroyed caches are folded into their device's entry of
+//    `rails_`, so Rails() covers the whole run.
 // Using a PD in one thread while another deallocates it is an application
 // error (it is undefined without the shim too).
+//
+// Rails: the shim makes one one-rail cache per PD, never a rails cache, so
+// the rails it reports are the devices its PDs belong to, each named by
+// ibv_get_device_name (the verbs registrar's rail()).
 #ifndef INTERPOSE_PD_CACHES_H_
 #define INTERPOSE_PD_CACHES_H_
 
@@ -30,9 +34,12 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -42,9 +49,18 @@
 
 namespace mrcache_preload {
 
+// One rail's share of the run: the PD caches made on one device and their
+// stats summed (AddStats), live and destroyed ones.
+struct RailTotals {
+  std::string name;        // the device's name (ibv_get_device_name)
+  uint64_t pd_caches = 0;  // PD caches created on it
+  mrcache::CacheStats stats;
+};
+
 struct PdCache {
   ibv_pd* pd = nullptr;
   ibv_context* context = nullptr;
+  std::string rail;  // the PD's device, as the verbs registrar names it
   std::unique_ptr<mrcache::Cache> cache;
   // Cached aliases handed to the application and not yet deregistered.
   std::atomic<int64_t> aliases{0};
@@ -77,10 +93,11 @@ class PdCaches {
   // caches, calling before_destroy(cache) first (to orphan its aliases).
   void ReleaseContext(ibv_context* context, const std::function<void(PdCache*)>& before_destroy);
 
-  // Stats summed over every cache of the run, live and destroyed (peak
-  // pinned bytes is the sum of the per-PD peaks: an upper bound).
-  mrcache::CacheStats Totals() const;
   uint64_t created() const { return created_.load(std::memory_order_relaxed); }
+  // The stats of every cache of the run, live and destroyed, summed by rail
+  // (device): one entry per device a PD cache was made on, in order of name.
+  // Each cache's stats are read once, all under the map lock.
+  std::vector<RailTotals> Rails() const;
   // The monitor(s) the caches use ("" before the first cache exists).
   std::string monitor_name() const;
   // Registrar times by size class of every cache's registrations, and the
@@ -89,7 +106,7 @@ class PdCaches {
   const RegistrarCosts& costs() const { return costs_; }
 
   // fork() protocol (shim.h "fork()"): LockForFork takes the map lock before
-  // a fork, ahead of the library's cache locks (Totals() holds the map lock
+  // a fork, ahead of the library's cache locks (Rails() holds the map lock
   // while reading each cache's stats under its lock); UnlockAfterFork
   // releases it in the parent and in the child.
   void LockForFork();
@@ -103,13 +120,18 @@ class PdCaches {
   mutable std::mutex mu_;
   std::unordered_map<ibv_pd*, std::unique_ptr<PdCache>> caches_;  // guarded by mu_
   std::unordered_map<ibv_pd*, ibv_context*> adopted_;             // guarded by mu_
-  mrcache::CacheStats retired_;                                   // guarded by mu_
-  std::string monitor_name_;                                      // guarded by mu_
+  // By device name: PD caches created, and the stats of the destroyed ones.
+  std::map<std::string, RailTotals> rails_;  // guarded by mu_
+  std::string monitor_name_;                 // guarded by mu_
   std::atomic<uint64_t> created_{0};
 };
 
 // a += b, field by field.
 void AddStats(mrcache::CacheStats* a, const mrcache::CacheStats& b);
+
+// The stats of `rails` summed (AddStats): the run's totals (peak pinned bytes
+// is then the sum of the per-PD peaks: an upper bound).
+mrcache::CacheStats SumOverRails(const std::vector<RailTotals>& rails);
 
 }  // namespace mrcache_preload
 

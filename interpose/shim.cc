@@ -382,7 +382,8 @@ Report Shim::MakeReport() const {
   r.shim.failed = failed_.load();
   r.shim.direct_failures = direct_failures_.load();
   if (caches_ != nullptr) {
-    r.cache = caches_->Totals();
+    r.rails = caches_->Rails();
+    r.cache = SumOverRails(r.rails);
     r.shim.caches = caches_->created();
     r.monitor = caches_->monitor_name();
     r.uncached = caches_->costs().EstimateUncached();

@@ -59,6 +59,45 @@ std::string Bytes(uint64_t n) {
   return u == 0 ? absl::StrCat(n, " B") : absl::StrFormat("%.1f %s", v, units[u]);
 }
 
+// One line per rail, after a count line, as mrcache-info prints a rails
+// cache's rails.
+std::string RailLines(const std::vector<RailTotals>& rails) {
+  std::string out = absl::StrFormat(
+      "  rails (devices):         %u (each device's PD caches; regions and registered bytes at "
+      "exit)\n",
+      rails.size());
+  for (size_t i = 0; i < rails.size(); ++i) {
+    const RailTotals& rail = rails[i];
+    const mrcache::CacheStats& s = rail.stats;
+    absl::StrAppendFormat(&out,
+                          "    rail %u %s: hits / misses %u / %u, regions %u (registrations %u, "
+                          "deregistrations %u), registered %s (peak %s), registrar time %.3f ms, "
+                          "PD caches %u\n",
+                          i, rail.name, s.hits, s.misses, s.regions, s.registrations,
+                          s.deregistrations, Bytes(s.pinned_bytes), Bytes(s.peak_pinned_bytes),
+                          s.registrar_ns / 1e6, rail.pd_caches);
+  }
+  return out;
+}
+
+// The rails as a JSON array, each rail's keys named as mrcache-info's.
+std::string RailsJson(const std::vector<RailTotals>& rails) {
+  std::string out = "[";
+  for (size_t i = 0; i < rails.size(); ++i) {
+    const RailTotals& rail = rails[i];
+    const mrcache::CacheStats& s = rail.stats;
+    absl::StrAppendFormat(&out,
+                          "%s{\"rail\": %u, \"name\": \"%s\", \"pd_caches\": %u, \"hits\": %u, "
+                          "\"misses\": %u, \"registrations\": %u, \"deregistrations\": %u, "
+                          "\"regions\": %u, \"registered_bytes\": %u, "
+                          "\"peak_registered_bytes\": %u, \"registrar_ns\": %u}",
+                          i ? ", " : "", i, rail.name, rail.pd_caches, s.hits, s.misses,
+                          s.registrations, s.deregistrations, s.regions, s.pinned_bytes,
+                          s.peak_pinned_bytes, s.registrar_ns);
+  }
+  return out + "]";
+}
+
 }  // namespace
 
 bool ReportRequested(const char* spec) {
@@ -141,6 +180,7 @@ std::string FormatText(const Report& r) {
                         "(async_dereg)\n",
                         r.cache.dereg_queue_depth, r.cache.dereg_wait_ns / 1e6,
                         r.cache.background_dereg_ns / 1e6);
+  out += RailLines(r.rails);
   return out;
 }
 
@@ -164,7 +204,8 @@ std::string FormatJson(const Report& r) {
       "\"pin_budget_bytes\": %u, \"memlock_limit_bytes\": %u, "
       "\"watch_failures\": %u, \"watch_enomem\": %u, \"watch_ebusy\": %u, \"watch_eperm\": %u, "
       "\"watch_einval\": %u, \"watch_map_limit\": %u, \"watch_other\": %u, "
-      "\"dereg_queue_depth\": %u, \"dereg_wait_ns\": %u, \"background_dereg_ns\": %u}\n",
+      "\"dereg_queue_depth\": %u, \"dereg_wait_ns\": %u, \"background_dereg_ns\": %u, "
+      "\"rails\": %s}\n",
       r.shim.calls, r.shim.cache_lookups, r.shim.bypassed, r.shim.fallbacks, r.cache.hits,
       r.cache.misses, d.hit_rate, r.shim.failed, r.shim.direct_failures, d.device_registrations,
       r.cache.registrations, d.avoided, r.cache.deregistrations, r.cache.invalidations,
@@ -175,7 +216,7 @@ std::string FormatJson(const Report& r) {
       r.cache.pin_budget_bytes, mrcache::MemlockLimitThatApplies(), r.cache.watch_failures,
       r.cache.watch_enomem, r.cache.watch_ebusy, r.cache.watch_eperm, r.cache.watch_einval,
       r.cache.watch_map_limit, r.cache.watch_other, r.cache.dereg_queue_depth,
-      r.cache.dereg_wait_ns, r.cache.background_dereg_ns);
+      r.cache.dereg_wait_ns, r.cache.background_dereg_ns, RailsJson(r.rails));
 }
 
 absl::Status EmitReport(absl::string_view spec, const Report& report) {

@@ -28,14 +28,23 @@
 //  - pin budget: the bytes the process's caches may pin together
 //    (cache.pin_budget_bytes, README "Pinned-memory budget"; 0 = no limit)
 //    and the RLIMIT_MEMLOCK it comes from.
+//  - rails: the shim's rails are the devices (pd_caches.h): for each device
+//    a PD cache was made on, the sums over its PD caches of hits, misses,
+//    registrations, deregistrations, regions and registered (pinned) bytes
+//    at exit, the sum of their peaks, and their registrar time. Direct
+//    registrations are not in them. Named as mrcache-info names a rails
+//    cache's rails (rail, name, registrations, deregistrations, regions,
+//    registered_bytes, registrar_ns).
 #ifndef INTERPOSE_STATS_REPORT_H_
 #define INTERPOSE_STATS_REPORT_H_
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "interpose/pd_caches.h"
 #include "interpose/registrar_costs.h"
 #include "mrcache/cache.h"
 
@@ -63,6 +72,7 @@ struct Report {
   std::string disabled;               // why the shim passes everything through ("" if it caches)
   std::string remote_keys;            // the remote_keys mode in force ("" while disabled)
   RegistrarCosts::Estimate uncached;  // the requests served, priced without a cache
+  std::vector<RailTotals> rails;      // `cache` by device, in order of name
 };
 
 // True if `spec` (the value of MRCACHE_STATS, or null) asks for a report:
