@@ -26,10 +26,16 @@
 // samples of each cache it prints what the getting thread did meanwhile: its
 // time on a CPU, and how often it was preempted (involuntary context
 // switches: it waited for a CPU) and blocked (voluntary ones: it slept on a
-// lock or in the kernel), so that a tail can be told apart from scheduling.
+// lock or in the kernel), how long it waited runnable for a CPU (schedstat),
+// the CPU it was on before and after, and the background deregistration
+// thread's time on a CPU meanwhile and the CPU it last ran on: so that a tail
+// can be told apart from scheduling, and the background thread's share of it
+// seen.
 //
 // verbs opens the first RDMA device (softverbs with
 // LD_LIBRARY_PATH=bazel-bin/tests/softverbs).
+#include <dirent.h>
+#include <sched.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <time.h>
@@ -85,11 +91,68 @@ void Check(const absl::Status& s, const char* what) {
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
+// One thread's scheduler counters from /proc/self/task/<tid>/schedstat: time
+// on a CPU and time runnable but waiting for one (zero if the file cannot be
+// read: a kernel without schedstats).
+struct SchedStat {
+  double run_ms = 0, wait_ms = 0;
+
+  static SchedStat Of(const std::string& path) {
+    SchedStat s;
+    std::ifstream in(path);
+    unsigned long long run_ns = 0, wait_ns = 0;
+    if (in >> run_ns >> wait_ns) {
+      s.run_ms = static_cast<double>(run_ns) * 1e-6;
+      s.wait_ms = static_cast<double>(wait_ns) * 1e-6;
+    }
+    return s;
+  }
+};
+
+// The CPU a thread last ran on (field 39 of /proc/self/task/<tid>/stat), or -1.
+int LastCpu(const std::string& stat_path) {
+  std::ifstream in(stat_path);
+  std::string line;
+  if (!std::getline(in, line)) return -1;
+  const size_t comm_end = line.rfind(')');  // the command name may hold spaces
+  if (comm_end == std::string::npos) return -1;
+  std::vector<std::string> fields = absl::StrSplit(line.substr(comm_end + 2), ' ');
+  // fields[0] is field 3 (state); field 39 is fields[36].
+  return fields.size() > 36 ? std::atoi(fields[36].c_str()) : -1;
+}
+
+// The process's background deregistration thread (named mrc-dereg by
+// mrcache/core/deregistration_queue.cc), found in /proc/self/task once it
+// exists; 0 until then.
+pid_t DeregistrationThread() {
+  static pid_t found = 0;
+  if (found != 0) return found;
+  DIR* dir = opendir("/proc/self/task");
+  if (dir == nullptr) return 0;
+  while (dirent* e = readdir(dir)) {
+    if (e->d_name[0] == '.') continue;
+    std::ifstream comm(std::string("/proc/self/task/") + e->d_name + "/comm");
+    std::string name;
+    if (std::getline(comm, name) && name == "mrc-dereg") {
+      found = static_cast<pid_t>(std::atoi(e->d_name));
+      break;
+    }
+  }
+  closedir(dir);
+  return found;
+}
+
 // The calling thread's CPU time and context switches (involuntary: it
-// waited for a CPU; voluntary: it slept on a lock or in the kernel).
+// waited for a CPU; voluntary: it slept on a lock or in the kernel), the
+// time it waited runnable for a CPU and the CPU it is on; and the background
+// deregistration thread's time on a CPU and the CPU it last ran on.
 struct ThreadUsage {
   double cpu_s = 0;
   long preempted = 0, blocked = 0;
+  double runnable_wait_ms = 0;
+  int cpu = -1;
+  double worker_run_ms = 0;
+  int worker_cpu = -1;
 
   static ThreadUsage Now() {
     ThreadUsage u;
@@ -100,20 +163,43 @@ struct ThreadUsage {
     u.cpu_s = static_cast<double>(cpu.tv_sec) + static_cast<double>(cpu.tv_nsec) * 1e-9;
     u.preempted = ru.ru_nivcsw;
     u.blocked = ru.ru_nvcsw;
+    u.runnable_wait_ms = SchedStat::Of("/proc/thread-self/schedstat").wait_ms;
+    u.cpu = sched_getcpu();
+    if (const pid_t worker = DeregistrationThread(); worker != 0) {
+      const std::string dir = "/proc/self/task/" + std::to_string(worker);
+      u.worker_run_ms = SchedStat::Of(dir + "/schedstat").run_ms;
+      u.worker_cpu = LastCpu(dir + "/stat");
+    }
     return u;
   }
 };
 
-// One timed operation: its wall milliseconds; the thread's CPU milliseconds
-// and context switches over a span just wider (the readings around it).
+// One timed operation: its wall milliseconds; over a span just wider (the
+// readings around it) the thread's CPU milliseconds, context switches and
+// milliseconds waiting for a CPU, the CPUs it was on at both ends, and the
+// background deregistration thread's milliseconds on a CPU and its CPU at the
+// end.
 struct Sample {
   double wall_ms = 0, cpu_ms = 0;
   long preempted = 0, blocked = 0;
+  double runnable_wait_ms = 0;
+  int cpu_before = -1, cpu_after = -1;
+  double worker_run_ms = 0;
+  int worker_cpu = -1;
 };
 
 Sample Around(double wall_ms, const ThreadUsage& a, const ThreadUsage& b) {
-  return Sample{wall_ms, (b.cpu_s - a.cpu_s) * 1e3, b.preempted - a.preempted,
-                b.blocked - a.blocked};
+  Sample s;
+  s.wall_ms = wall_ms;
+  s.cpu_ms = (b.cpu_s - a.cpu_s) * 1e3;
+  s.preempted = b.preempted - a.preempted;
+  s.blocked = b.blocked - a.blocked;
+  s.runnable_wait_ms = b.runnable_wait_ms - a.runnable_wait_ms;
+  s.cpu_before = a.cpu;
+  s.cpu_after = b.cpu;
+  s.worker_run_ms = b.worker_run_ms - a.worker_run_ms;
+  s.worker_cpu = b.worker_cpu;
+  return s;
 }
 
 double Median(std::vector<double> v) {
@@ -326,10 +412,14 @@ void RunEvict(const Options& opt) {
                 Quantile(v.miss_ms, 1.0), st.evictions, st.dereg_wait_ns / 1e6);
     std::sort(v.samples.begin(), v.samples.end(),
               [](const Sample& a, const Sample& b) { return a.wall_ms > b.wall_ms; });
-    std::printf("  slowest (wall ms / on-CPU ms / preempted / blocked):");
+    std::printf(
+        "  slowest (wall ms / on-CPU ms / preempted / blocked / waited for a CPU ms / "
+        "CPU before>after / background thread on-CPU ms @ its CPU):\n   ");
     for (size_t i = 0; i < v.samples.size() && i < 4; ++i) {
       const Sample& s = v.samples[i];
-      std::printf("  %.2f/%.2f/%ld/%ld", s.wall_ms, s.cpu_ms, s.preempted, s.blocked);
+      std::printf("  %.2f/%.2f/%ld/%ld/%.2f/%d>%d/%.2f@%d", s.wall_ms, s.cpu_ms, s.preempted,
+                  s.blocked, s.runnable_wait_ms, s.cpu_before, s.cpu_after, s.worker_run_ms,
+                  s.worker_cpu);
     }
     std::printf("\n");
   }

@@ -89,7 +89,8 @@ struct CacheStats {
            watch_map_limit = 0, watch_other = 0;
   // async_dereg: this cache's regions waiting in (or being deregistered by)
   // the background deregistration queue now, and the nanoseconds its threads
-  // spent waiting for that queue (ENOMEM, flush, destroy).
+  // spent waiting for that queue, or deregistering its regions themselves
+  // meanwhile (ENOMEM, flush, destroy).
   uint64_t dereg_queue_depth = 0, dereg_wait_ns = 0;
   // async_dereg: the nanoseconds the background thread spent deregistering
   // this cache's regions (retire callbacks included).
@@ -173,7 +174,8 @@ class Cache {
   // ENOENT for a rail at or above rail_count().
   absl::StatusOr<RailStats> rail_stats(int rail) const;
   // Called as mrc_set_retire_callback's function is (mrcache.h): after the
-  // region's deregistration, possibly on the background deregistration thread.
+  // region's deregistration, possibly on the background deregistration thread
+  // or on a thread waiting for its queue.
   void SetRetireCallback(RetireCallback callback);
 
   const Config& config() const;

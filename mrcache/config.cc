@@ -392,9 +392,10 @@ const std::vector<KeyRow>& Rows() {
        kByteCount},
       {{"async_dereg",
         "registrations that leave the cache (evicted, invalidated and unreferenced, flushed, "
-        "merged away) are deregistered by a background thread, off the caller's get or put: `on`, "
-        "`off` (by the thread that took them out), or `auto` (on when regions pin memory: `uring`, "
-        "`verbs` without ODP, `sim` with sim_mlock)",
+        "merged away) are deregistered by a background thread at the lowest priority (nice 19; a "
+        "thread that waits for it deregisters the queued ones itself), off the caller's get or "
+        "put: `on`, `off` (by the thread that took them out), or `auto` (on when regions pin "
+        "memory: `uring`, `verbs` without ODP, `sim` with sim_mlock)",
         "`auto`"},
        "on, off or auto",
        [](Config& c, absl::string_view v) {

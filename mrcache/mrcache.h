@@ -282,7 +282,8 @@ typedef struct {
   /* async_dereg (README): registrations that left the cache and wait for the
    * background deregistration thread now (or are being deregistered by it),
    * still counted in pinned_bytes; and the nanoseconds this cache's callers
-   * spent waiting for that thread (pin budget refusals, mrc_flush, destroy). */
+   * spent waiting for that thread, or deregistering its queued regions
+   * themselves meanwhile (pin budget refusals, mrc_flush, destroy). */
   uint64_t dereg_queue_depth;
   uint64_t dereg_wait_ns;
   /* async_dereg: the nanoseconds the background deregistration thread spent
@@ -324,7 +325,9 @@ void mrc_set_log_callback(mrc_log_cb_t fn, void *arg);
  * destroyed) after its registration is released, never from inside a memory
  * hook and never with a cache lock held. With async_dereg (mrcache(7)) it may
  * run on the process's background deregistration thread, after the get, put
- * or flush that retired the region has returned; mrc_flush and
+ * or flush that retired the region has returned, or on a thread that waits
+ * for that thread's queue (mrc_flush, mrc_cache_destroy, a get short of pin
+ * budget, fork) and deregisters queued regions itself meanwhile; mrc_flush and
  * mrc_cache_destroy return only after it ran for every region they retired.
  * NULL removes the callback. */
 typedef void (*mrc_retire_cb_t)(void *arg, void *addr, size_t length, uint64_t handle);

@@ -4,12 +4,15 @@
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <climits>
 #include <mutex>
+
+#include "mrcache/core/dcheck.h"
 
 namespace mrcache {
 
@@ -31,6 +34,10 @@ struct DeregistrationQueue::Lane {
 namespace {
 
 thread_local bool t_on_worker = false;
+// Set while this thread deregisters queued Regions (the worker, or a waiter
+// helping it): its Drain and DrainAll (a retire callback calling into
+// mrcache) return at once rather than wait for themselves.
+thread_local bool t_deregistering_queued = false;
 std::once_flag g_atfork_once;
 
 void FutexWait(std::atomic<uint32_t>* word, uint32_t seen) {
@@ -51,6 +58,8 @@ DeregistrationQueue& DeregistrationQueue::Process() {
 }
 
 bool DeregistrationQueue::OnWorkerThread() { return t_on_worker; }
+
+bool DeregistrationQueue::DeregisteringQueued() { return t_deregistering_queued; }
 
 DeregistrationQueue::Lane* DeregistrationQueue::Join(Owner* owner) {
   std::call_once(g_atfork_once, [] { pthread_atfork(&ForkPrepare, &ForkParent, &ForkChild); });
@@ -127,21 +136,26 @@ bool DeregistrationQueue::Push(Lane* lane, Region* list, size_t count) {
   return true;
 }
 
+// Drain, DrainAll and ForkPrepare help rather than sleep while a Region they
+// wait for is still waiting: each lane is first in, first out, so while
+// done + in_flight < target the lane's oldest waiting Region was pushed
+// before the call. They sleep only for the worker's Region in flight.
 bool DeregistrationQueue::Drain(Lane* lane) {
-  if (!ever_pushed_.load(std::memory_order_acquire) || OnWorkerThread()) return false;
+  if (!ever_pushed_.load(std::memory_order_acquire) || DeregisteringQueued()) return false;
   MutexLock<Mutex> lock(&mu_);
   const uint64_t target = lane->pushed;
   bool waited = false;
   for (;;) {
     const uint32_t seen = done_signal_.load(std::memory_order_acquire);
     if (lane->done >= target || !running_) return waited;
-    WaitDoneLocked(seen);
+    const bool help = lane->waiting > 0 && lane->done + lane->in_flight < target;
+    HelpOrWaitLocked(help ? lane : nullptr, seen);
     waited = true;
   }
 }
 
 bool DeregistrationQueue::DrainAll(size_t* bytes) {
-  if (!ever_pushed_.load(std::memory_order_acquire) || OnWorkerThread()) return false;
+  if (!ever_pushed_.load(std::memory_order_acquire) || DeregisteringQueued()) return false;
   MutexLock<Mutex> lock(&mu_);
   const uint64_t target = pushed_;
   const uint64_t bytes_before = done_bytes_;
@@ -149,7 +163,7 @@ bool DeregistrationQueue::DrainAll(size_t* bytes) {
   for (;;) {
     const uint32_t seen = done_signal_.load(std::memory_order_acquire);
     if (done_ >= target || !running_) break;
-    WaitDoneLocked(seen);
+    HelpOrWaitLocked(done_ + in_flight_ < target ? NextLaneLocked() : nullptr, seen);
     waited = true;
   }
   *bytes += done_bytes_ - bytes_before;
@@ -176,6 +190,14 @@ DeregistrationQueue::LaneFigures DeregistrationQueue::Figures(const Lane* lane) 
   return figures;
 }
 
+void DeregistrationQueue::HelpOrWaitLocked(Lane* lane, uint32_t seen) {
+  if (lane != nullptr) {
+    DeregisterOneLocked(lane, /*by_worker=*/false);
+  } else {
+    WaitDoneLocked(seen);
+  }
+}
+
 void DeregistrationQueue::WaitDoneLocked(uint32_t seen) {
   ++done_waiters_;
   mu_.unlock();
@@ -190,7 +212,8 @@ bool DeregistrationQueue::StartWorkerLocked() {
   sigset_t all, old;
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &old);
-  const int err = pthread_create(&worker_, nullptr, &WorkerMain, this);
+  const int err = pthread_create(&worker_, nullptr, &WorkerMain,
+                                 reinterpret_cast<void*>(static_cast<uintptr_t>(epoch_)));
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
   if (err != 0) return false;
   pthread_setname_np(worker_, "mrc-dereg");
@@ -198,13 +221,20 @@ bool DeregistrationQueue::StartWorkerLocked() {
   return true;
 }
 
-void* DeregistrationQueue::WorkerMain(void* queue) {
+void* DeregistrationQueue::WorkerMain(void* epoch) {
   // A batch thread: woken by a Push, it does not preempt the thread that
-  // pushed (which is in the middle of a get or put), it runs when that
-  // thread's time slice ends or a CPU is free.
+  // pushed (which is in the middle of a get or put). At nice 19 it does not
+  // take a CPU from the application's threads at their next tick either
+  // (the scheduler gives it 1/68 of a nice-0 thread's share): once running,
+  // its unpinning of a big registration is one system call that the kernel
+  // does not preempt, and a thread it displaced waited for all of it
+  // (bench/RESULTS.md, "the eviction tail"). What the worker is slow to do
+  // under load, a thread that waits for the queue does itself (Drain).
+  // Failing to lower its priority only leaves it at the default.
   sched_param param{};
   pthread_setschedparam(pthread_self(), SCHED_BATCH, &param);
-  static_cast<DeregistrationQueue*>(queue)->Work();
+  (void)setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), kWorkerNice);
+  Process().Work(static_cast<uint64_t>(reinterpret_cast<uintptr_t>(epoch)));
   return nullptr;
 }
 
@@ -222,11 +252,50 @@ DeregistrationQueue::Lane* DeregistrationQueue::NextLaneLocked() {
   return nullptr;
 }
 
+// The caller drops and retakes mu_: beyond the analysis.
+void DeregistrationQueue::DeregisterOneLocked(Lane* lane,
+                                              bool by_worker) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  Region* r = lane->head;
+  MRCACHE_DCHECK(r != nullptr);
+  lane->head = r->next_dead;
+  if (lane->head == nullptr) lane->tail = nullptr;
+  r->next_dead = nullptr;
+  const size_t bytes = r->reg.length;
+  --lane->waiting;
+  lane->waiting_bytes -= bytes;
+  ++lane->in_flight;
+  --waiting_;
+  ++in_flight_;
+  mu_.unlock();
+  const bool nested = t_deregistering_queued;
+  t_deregistering_queued = true;
+  const auto start = std::chrono::steady_clock::now();
+  lane->owner->DeregisterQueued(r);
+  const auto spent = std::chrono::steady_clock::now() - start;
+  t_deregistering_queued = nested;
+  mu_.lock();
+  // A waiter's own time is its wait (the owner counts it), not the worker's.
+  if (by_worker) {
+    lane->background_ns +=
+        static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(spent).count());
+  }
+  --lane->in_flight;
+  ++lane->done;
+  --in_flight_;
+  ++done_;
+  done_bytes_ += bytes;
+  done_signal_.fetch_add(1, std::memory_order_release);
+  if (done_waiters_ > 0) {
+    mu_.unlock();
+    FutexWakeAll(&done_signal_);
+    mu_.lock();
+  }
+}
+
 // The worker drops and retakes mu_ in one loop: beyond the analysis.
-void DeregistrationQueue::Work() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+void DeregistrationQueue::Work(uint64_t mine) ABSL_NO_THREAD_SAFETY_ANALYSIS {
   t_on_worker = true;
   mu_.lock();
-  const uint64_t mine = epoch_;
   while (epoch_ == mine) {
     Lane* lane = NextLaneLocked();
     if (lane == nullptr) {
@@ -238,33 +307,9 @@ void DeregistrationQueue::Work() ABSL_NO_THREAD_SAFETY_ANALYSIS {
       sleeping_ = false;
       continue;
     }
-    Region* list = lane->head;
-    const size_t count = lane->waiting;
-    const size_t bytes = lane->waiting_bytes;
-    lane->head = lane->tail = nullptr;
-    lane->waiting = 0;
-    lane->waiting_bytes = 0;
-    lane->in_flight = count;
-    waiting_ -= count;
-    in_flight_ += count;
-    mu_.unlock();
-    const auto start = std::chrono::steady_clock::now();
-    lane->owner->DeregisterQueued(list);
-    const auto spent = std::chrono::steady_clock::now() - start;
-    mu_.lock();
-    lane->background_ns +=
-        static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(spent).count());
-    lane->in_flight = 0;
-    lane->done += count;
-    in_flight_ -= count;
-    done_ += count;
-    done_bytes_ += bytes;
-    done_signal_.fetch_add(1, std::memory_order_release);
-    if (done_waiters_ > 0) {
-      mu_.unlock();
-      FutexWakeAll(&done_signal_);
-      mu_.lock();
-    }
+    // One Region at a time: a waiter helping meanwhile (Drain) takes the
+    // rest, and waits only for this one.
+    DeregisterOneLocked(lane, /*by_worker=*/true);
   }
   mu_.unlock();
 }
@@ -274,12 +319,12 @@ void DeregistrationQueue::Work() ABSL_NO_THREAD_SAFETY_ANALYSIS {
 void DeregistrationQueue::ForkPrepare() ABSL_NO_THREAD_SAFETY_ANALYSIS {
   DeregistrationQueue& q = Process();
   q.mu_.lock();
-  if (OnWorkerThread()) return;  // a retire callback forks: its own batch stays in flight
-  ++q.forks_waiting_;            // no Push until the queue is empty: the wait is bounded
+  if (DeregisteringQueued()) return;  // a retire callback forks: its Region stays in flight
+  ++q.forks_waiting_;                 // no Push until the queue is empty: the wait is bounded
   for (;;) {
     const uint32_t seen = q.done_signal_.load(std::memory_order_acquire);
     if (q.waiting_ + q.in_flight_ == 0 || !q.running_) break;
-    q.WaitDoneLocked(seen);
+    q.HelpOrWaitLocked(q.NextLaneLocked(), seen);
   }
   --q.forks_waiting_;
 }

@@ -9,8 +9,23 @@
 // async_dereg on pushes such Regions here, and one thread per process hands
 // them back to their cache (Owner::DeregisterQueued), which does what an
 // inline deregistration does (retire callback, deregistration, unwatch,
-// quarantine of the Region). Each owner's Regions are deregistered in the
-// order they were pushed; owners take turns.
+// quarantine of the Region). Each owner's Regions are taken one at a time
+// in the order they were pushed; owners take turns.
+//
+// Priority: the worker runs SCHED_BATCH at nice 19 (kWorkerNice), so that the
+// scheduler does not pick it over an application thread that wants the CPU
+// (it gets about 1/68 of a nice-0 thread's share): once it runs, its
+// unpinning of a big registration is a single system call the kernel does
+// not preempt (a kernel built without full preemption), and a thread that it
+// displaced from a CPU waited for the whole of it -- the tail of a get that
+// evicts 1 GiB (bench/RESULTS.md). The price is that under
+// CPU load the worker may fall behind; whoever must wait for the queue
+// therefore does not sleep while a Region it waits for is still waiting: it
+// deregisters that Region itself, on its own thread and at its own priority
+// (Drain, DrainAll and the fork handler help), and sleeps only for the one
+// Region the worker has in flight. A process cannot raise the worker's
+// priority again without CAP_SYS_NICE or RLIMIT_NICE, so helping rather than
+// boosting.
 //
 // Worth it for big registrations only: a batch of fewer registered bytes
 // than the config key async_dereg_bytes (64 MiB by default) is deregistered
@@ -31,27 +46,28 @@
 //
 // Waiting: Drain(lane) returns once every Region the lane's owner pushed
 // before the call is deregistered; DrainAll() the same for every owner, and
-// returns how many it waited for. Never call them with a lock the worker may
-// need (a cache's mu_: the owner takes it to quarantine). Called on the
-// worker thread itself (a retire callback that calls into mrcache) they
-// return at once.
+// returns how many it waited for. Both deregister waiting Regions on the
+// calling thread (see Priority), so the owner's DeregisterQueued -- and a
+// retire callback -- also runs on threads that wait. Never call them with a
+// lock the worker may need (a cache's mu_: the owner takes it to
+// quarantine). Called on a thread that is deregistering queued Regions (a
+// retire callback that calls into mrcache, on the worker or on a waiter
+// that helps) they return at once.
 //
 // Thread lifetime: a lane per owner (Join, Leave); the thread starts at the
 // first Push and is stopped and joined at the Leave of the last lane (the
 // owner must have drained its lane, or taken it back, before it leaves).
 //
 // fork(): the queue's prepare handler (installed at the first Join, so it
-// runs before fork_guard.h's, which was installed at load time) waits until
-// no Region waits or is in flight, then holds the queue's lock across the
-// fork. So a child inherits no pending deregistration -- the parent's
-// registrations stay the parent's, and a fork-safe registrar's pages
-// (MADV_DONTFORK while registered) of a dead region are the child's again --
-// and no held lock. While the handler waits, Push refuses (its caller
-// deregisters inline), so other threads cannot keep the queue from emptying:
-// a fork waits at most for what was queued when it began. The child has no
-// worker thread; its first Push starts one. The lock is a leaf: nothing
-// waits for another lock while holding it, and no thread waits for it while
-// holding a lock of fork_guard.h's list.
+// runs before fork_guard.h's, which was installed at load time) deregisters
+// the waiting Regions itself and waits for those in flight until none is
+// left, then holds the queue's lock across the fork. So a child inherits no pending deregistration
+// -- the parent's registrations stay the parent's, and a fork-safe registrar's pages (MADV_DONTFORK
+// while registered) of a dead region are the child's again -- and no held lock. While the handler
+// waits, Push refuses (its caller deregisters inline), so other threads cannot keep the queue from
+// emptying: a fork waits at most for what was queued when it began. The child has no worker thread;
+// its first Push starts one. The lock is a leaf: nothing waits for another lock while holding it,
+// and no thread waits for it while holding a lock of fork_guard.h's list.
 #ifndef MRCACHE_DEREGISTRATION_QUEUE_H_
 #define MRCACHE_DEREGISTRATION_QUEUE_H_
 
@@ -71,6 +87,9 @@ class DeregistrationQueue {
  public:
   // At most this many Regions wait over all owners.
   static constexpr size_t kMaxRegions = 4096;
+  // The worker thread's nice value (SCHED_BATCH): the lowest priority of
+  // the normal policies.
+  static constexpr int kWorkerNice = 19;
 
   class Owner {
    public:
@@ -98,7 +117,9 @@ class DeregistrationQueue {
   // waiting for the queue to empty, or no worker thread can be started.
   bool Push(Lane* lane, Region* list, size_t count);
   // Waits until every Region pushed on `lane` before the call is
-  // deregistered; false if there was nothing to wait for.
+  // deregistered, deregistering on this thread those still waiting (the
+  // worker's Region in flight is waited for); false if there was nothing to
+  // wait for.
   bool Drain(Lane* lane);
   // The same for every lane; adds the registered bytes
   // (Registration::length) deregistered meanwhile to *bytes.
@@ -117,15 +138,31 @@ class DeregistrationQueue {
 
  private:
   DeregistrationQueue() = default;
-  static void* WorkerMain(void* queue);
-  void Work();
+  // The worker thread's start: `epoch` is epoch_ when it was created,
+  // passed in so that a worker that starts late (a nice-19 thread on a busy
+  // machine) does not read an epoch_ a stop has raised meanwhile.
+  static void* WorkerMain(void* epoch);
+  // Deregisters what is pushed until epoch_ differs from `mine`.
+  void Work(uint64_t mine);
   // Starts the worker if none runs; false if it cannot be started.
   bool StartWorkerLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The next lane with waiting Regions, turn by turn, or nullptr.
   Lane* NextLaneLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Waits for done_signal_ to change from `seen`, mu_ dropped meanwhile.
   void WaitDoneLocked(uint32_t seen) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Takes the oldest waiting Region of `lane` (which has one) and hands it
+  // to the owner on the calling thread, mu_ dropped meanwhile; counts it
+  // done and wakes the waiters. The worker's time is counted in the lane's
+  // background_ns (`by_worker`), a waiter's is not.
+  void DeregisterOneLocked(Lane* lane, bool by_worker) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A waiter's step (Drain, DrainAll, ForkPrepare): deregisters the oldest
+  // waiting Region of `lane` itself, or, with no lane to help (nullptr), sleeps
+  // until done_signal_ changes from `seen`.
+  void HelpOrWaitLocked(Lane* lane, uint32_t seen) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   static bool OnWorkerThread();
+  // True on a thread inside an owner's DeregisterQueued (the worker, or a
+  // waiter helping it).
+  static bool DeregisteringQueued();
   static void ForkPrepare();
   static void ForkParent();
   static void ForkChild();

@@ -7,7 +7,9 @@
 // that thread is busy. The pin budget test runs uring in an unprivileged
 // child (RLIMIT_MEMLOCK 8 MiB). Every test ends with registrations ==
 // deregistrations.
+#include <sched.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -149,6 +151,35 @@ class AsyncDeregTest : public ::testing::Test {
     const uint64_t handle = GetRegionInfo(*r).handle;
     EXPECT_TRUE(cache().Put(*r).ok());
     return handle;
+  }
+
+  // With the gate closed: page 0's region in flight at the gate (as a
+  // background thread starved of CPU would hold it), pages 2's and 4's
+  // waiting behind it; page 6's region is cached.
+  void QueueTwoBehindOneHeldAtTheGate() {
+    config_.max_regions = 1;
+    state_->Close();
+    Use(0);
+    Use(2);  // page 0's region: in flight, at the gate
+    ASSERT_TRUE(state_->WaitForWaiting(1));
+    Use(4);  // page 2's region: waiting
+    Use(6);  // page 4's region: waiting
+    ASSERT_EQ(cache().stats().dereg_queue_depth, 3u);
+  }
+
+  // A thread that opens the gate once the test's thread has made `n`
+  // deregistrations, or after 10 s whatever happened, so that a test cannot
+  // hang; *made says which.
+  std::thread OpenTheGateOnceTheCallerDeregistered(int n, std::atomic<bool>* made) {
+    return std::thread([this, n, made] {
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (state_->deregistrations_on_caller.load() < n &&
+             std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      *made = state_->deregistrations_on_caller.load() >= n;
+      state_->Open();
+    });
   }
 
   Config config_;
@@ -320,6 +351,34 @@ TEST_F(AsyncDeregTest, RetireCallbackRunsOncePerQueuedRegion) {
   EXPECT_EQ(retired.load(), 2);
 }
 
+TEST_F(AsyncDeregTest, AWaiterDeregistersTheQueuedRegionsItselfAndSleepsOnlyForTheOneInFlight) {
+  // Flush must not sleep behind the held background thread for the two
+  // queued regions: it deregisters them itself, then waits for the one in
+  // flight, which is let through only once that happened.
+  QueueTwoBehindOneHeldAtTheGate();
+  std::atomic<bool> flusher_helped{false};
+  std::thread opener = OpenTheGateOnceTheCallerDeregistered(2, &flusher_helped);
+  EXPECT_TRUE(cache().Flush().ok());
+  opener.join();
+  EXPECT_TRUE(flusher_helped) << "Flush slept while regions it waited for were still queued";
+  EXPECT_EQ(state_->deregistrations_on_caller.load(), 3) << "pages 2, 4 and 6's regions";
+  EXPECT_EQ(state_->registrations.load(), state_->deregistrations.load());
+  EXPECT_EQ(cache().stats().dereg_queue_depth, 0u);
+}
+
+TEST_F(AsyncDeregTest, TheBackgroundThreadRunsAsABatchThreadAtTheLowestPriority) {
+  config_.max_regions = 1;
+  Use(0);
+  Use(2);  // starts the background thread
+  ASSERT_TRUE(testing::WaitForQueuedDeregistrations(cache()));
+  const pid_t worker = testing::ThreadNamed("mrc-dereg");
+  ASSERT_NE(worker, 0) << "no thread named mrc-dereg";
+  EXPECT_EQ(sched_getscheduler(worker), SCHED_BATCH);
+  errno = 0;
+  EXPECT_EQ(getpriority(PRIO_PROCESS, static_cast<id_t>(worker)), DeregistrationQueue::kWorkerNice);
+  EXPECT_EQ(errno, 0);
+}
+
 // Sanitizers and fork (tests/reliability/fork_test.cc says why): GCC's ASan
 // can hang a child that allocates, TSan cannot start a thread in a child.
 constexpr bool kAsan = mrcache::testing::UnderAsan();
@@ -342,6 +401,22 @@ TEST_F(AsyncDeregTest, ForkWaitsForQueuedDeregistrationsAndTheChildInheritsNone)
   int status = 0;
   ASSERT_EQ(waitpid(pid, &status, 0), pid);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
+}
+
+TEST_F(AsyncDeregTest, ForkDeregistersTheQueuedRegionsItselfAndWaitsOnlyForTheOneInFlight) {
+  if (kAsan) GTEST_SKIP() << "ASan's allocator may hang a fork child (fork_test.cc)";
+  QueueTwoBehindOneHeldAtTheGate();
+  std::atomic<bool> forker_helped{false};
+  std::thread opener = OpenTheGateOnceTheCallerDeregistered(2, &forker_helped);
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) _exit(0);
+  opener.join();
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(forker_helped) << "fork() slept while regions it waited for were still queued";
+  EXPECT_EQ(state_->deregistrations_on_caller.load(), 2) << "pages 2 and 4's regions";
+  EXPECT_EQ(state_->deregistrations.load(), 3) << "and page 0's, before fork() returned";
 }
 
 TEST_F(AsyncDeregTest, ANewCacheInAForkChildDeregistersInTheBackground) {

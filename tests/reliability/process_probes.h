@@ -3,9 +3,14 @@
 #ifndef MRCACHE_TESTS_RELIABILITY_PROCESS_PROBES_H_
 #define MRCACHE_TESTS_RELIABILITY_PROCESS_PROBES_H_
 
+#include <dirent.h>
+#include <sys/types.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
 
 namespace mrcache {
 namespace testing {
@@ -18,6 +23,30 @@ inline long ResidentKib() {
   if (std::fscanf(f, "%ld %ld", &size, &resident) != 2) resident = -1;
   std::fclose(f);
   return resident < 0 ? -1 : resident * (sysconf(_SC_PAGESIZE) / 1024);
+}
+
+// The id of a thread of this process named `name` (/proc/self/task/<tid>/comm),
+// or 0 if there is none.
+inline pid_t ThreadNamed(const char* name) {
+  DIR* dir = opendir("/proc/self/task");
+  if (dir == nullptr) return 0;
+  pid_t found = 0;
+  while (dirent* entry = readdir(dir)) {
+    if (entry->d_name[0] == '.') continue;
+    const std::string comm_path = std::string("/proc/self/task/") + entry->d_name + "/comm";
+    FILE* f = std::fopen(comm_path.c_str(), "r");
+    if (f == nullptr) continue;  // the thread ended meanwhile
+    char comm[32] = {};
+    const bool read = std::fgets(comm, sizeof comm, f) != nullptr;
+    std::fclose(f);
+    if (read) comm[std::strcspn(comm, "\n")] = '\0';
+    if (read && std::strcmp(comm, name) == 0) {
+      found = static_cast<pid_t>(std::atoi(entry->d_name));
+      break;
+    }
+  }
+  closedir(dir);
+  return found;
 }
 
 // True when built with AddressSanitizer (GCC's or Clang's).
