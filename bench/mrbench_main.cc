@@ -77,8 +77,9 @@ registrar time) and stale registrations found by --verify.
                        through mrcache (lazy per rail) and `eager` (every region on every
                        rail, as a registrar callback over all NICs); reports
                        registrations, registrar seconds, total seconds in the cache's
-                       calls and wall seconds of the whole replay (medians of
-                       --repeats runs, default 5)
+                       calls, wall seconds of the whole replay and the process's CPU
+                       seconds over it, every thread's (medians of --repeats runs,
+                       default 5)
   --repeats N          runs of each configuration of --rails (default 5)
   --help               this text
 

@@ -10,9 +10,10 @@
 // registrars, alternately, `repeats` times; the report gives the medians of
 // registrations (every rail's), registrar seconds, total seconds (in the
 // cache's calls: registration, deregistration and the cache's own work) and
-// wall seconds (the workload's own mmap, fill and munmap included), and
-// lazy's ratio to eager's; then, timed after them in each run, the rails'
-// registrars alone on the same buffers (rails_registrar_only.h).
+// wall seconds (the workload's own mmap, fill and munmap included), the
+// process's CPU seconds over the replay (every thread's, so work moved to
+// async_dereg's background thread still counts), and lazy's ratio to eager's; then, timed after
+// them in each run, the rails' registrars alone on the same buffers (rails_registrar_only.h).
 #ifndef BENCH_RAILS_WORKLOAD_H_
 #define BENCH_RAILS_WORKLOAD_H_
 

@@ -655,6 +655,7 @@ void CacheImpl::InvalidateRangeLocked(uintptr_t start, uintptr_t end, Region** c
     Region* r = voided;
     voided = r->next_dead;
     invalidations_.fetch_add(1, std::memory_order_relaxed);
+    r->invalidated = true;
     if (r->start < dropped_start) dropped_start = r->start;
     if (r->end > dropped_end) dropped_end = r->end;
     UnindexLocked(r, candidates);

@@ -66,6 +66,7 @@ Deregistration::Setup CacheImpl::DeregistrationSetup(DeregistrationQueue::Lane* 
   setup.budget = budget_;
   setup.lane = lane;
   setup.async_bytes = config_.async_dereg_bytes;
+  setup.async_invalidated_bytes = config_.async_dereg_invalidated_bytes;
   return setup;
 }
 

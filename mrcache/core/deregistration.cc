@@ -16,12 +16,22 @@ void FreeRegions(Region* list) {
   }
 }
 
+bool Deregistration::WorthHandingOver(const DeadList& dead) const {
+  if (dead.bytes >= setup_.async_bytes) return true;
+  if (dead.invalidated_bytes == 0 || dead.invalidated_bytes < setup_.async_invalidated_bytes) {
+    return false;
+  }
+  const size_t budget = setup_.budget != nullptr ? setup_.budget->budget() : 0;
+  return budget == 0 || setup_.budget->pinned() <= budget / 2;
+}
+
 void Deregistration::DeregisterDead(DeadList* dead, EndBatch end_batch) {
-  if (setup_.lane != nullptr && dead->bytes >= setup_.async_bytes &&
+  if (setup_.lane != nullptr && WorthHandingOver(*dead) &&
       DeregistrationQueue::Process().Push(setup_.lane, dead->head, dead->count)) {
     dead->head = nullptr;
     dead->count = 0;
     dead->bytes = 0;
+    dead->invalidated_bytes = 0;
     return;
   }
   // async_dereg off, the queue full, or too few bytes to be worth handing
@@ -110,6 +120,7 @@ void Deregistration::DeregisterEach(DeadList* dead, const Cache::RetireCallback*
   dead->head = nullptr;
   dead->count = 0;
   dead->bytes = 0;
+  dead->invalidated_bytes = 0;
 }
 
 void Deregistration::Quarantine(Region* r, EndBatch end_batch) {

@@ -3,7 +3,8 @@
 // monitor's unwatch, the retire callback, and the quarantine of its Region
 // -- inline on the calling thread or handed to the process's deregistration
 // queue (deregistration_queue.h, config keys async_dereg and
-// async_dereg_bytes); and the waits for the queue.
+// async_dereg_bytes, async_dereg_invalidated_bytes); and the waits for the
+// queue.
 //
 // Contract. The cache decides what dies (reclaim.h: a killed Region is out
 // of the index, referenced by nobody and named by no live slot) and hands
@@ -62,8 +63,13 @@ class Deregistration {
     PinBudget* budget = nullptr;
     // This cache's lane of the queue; null with async_dereg off.
     DeregistrationQueue::Lane* lane = nullptr;
-    // Batches of fewer registered bytes are deregistered by their caller.
+    // Batches of fewer registered bytes are deregistered by their caller,
+    // unless their invalidated Regions hold at least async_invalidated_bytes
+    // and the pin budget (if any) is at most half used: the queue keeps a
+    // registration pinned until it is deregistered, and a miss short of
+    // budget would wait for it.
     size_t async_bytes = 0;
+    size_t async_invalidated_bytes = 0;
   };
   // Called with a batch of deregistered Regions whose quarantine ended
   // (linked through next_dead; possibly null when threads ended batches at
@@ -78,9 +84,9 @@ class Deregistration {
   void Configure(const Setup& setup) { setup_ = setup; }
   DeregistrationQueue::Lane* lane() const { return setup_.lane; }
 
-  // Hands the regions of `dead` to the queue (with a lane, and at least
-  // async_bytes of them) or, if there is none, it is full or they are few,
-  // deregisters, reports and quarantines them now. `dead` is empty on
+  // Hands the regions of `dead` to the queue (with a lane, and worth it:
+  // Setup::async_bytes) or, if there is none, it is full or they are not
+  // worth it, deregisters, reports and quarantines them now. `dead` is empty on
   // return. Inline: most calls find the list empty.
   void Deregister(DeadList* dead, EndBatch end_batch) {
     if (dead->head != nullptr) DeregisterDead(dead, end_batch);
@@ -118,6 +124,8 @@ class Deregistration {
 
  private:
   void DeregisterDead(DeadList* dead, EndBatch end_batch);
+  // Whether `dead` is worth handing to the queue (Setup::async_bytes).
+  bool WorthHandingOver(const DeadList& dead) const;
   void DeregisterDeadNow(DeadList* dead, EndBatch end_batch);
   // DeregisterDeadNow when a retire callback is set: DeregisterEach with a
   // copy of it.

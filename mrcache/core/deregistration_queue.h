@@ -36,7 +36,9 @@
 // deregistration takes microseconds (mrbench's buffers of 4 KiB to 8 MiB ran
 // slower with batches of 1 MiB and more handed over), and far less than it
 // saves when one takes milliseconds (a 1 GiB region: 5 to 150 ms here).
-// Numbers in bench/RESULTS.md.
+// An invalidated registration is such a one from a smaller size: its
+// memory is unmapped, so unpinning frees the pages (config key
+// async_dereg_invalidated_bytes, 256 KiB). Numbers in bench/RESULTS.md.
 //
 // Bounded: at most kMaxRegions Regions wait, over all owners. Push refuses a
 // batch beyond that and its caller deregisters the batch inline (it does not

@@ -28,11 +28,15 @@ struct DeadList {
   Region* head = nullptr;
   size_t count = 0;  // Regions on the list
   size_t bytes = 0;  // their registered bytes
+  // The registered bytes of the Regions an invalidation took out
+  // (Region::invalidated), part of `bytes`.
+  size_t invalidated_bytes = 0;
   void Push(Region* r) {
     r->next_dead = head;
     head = r;
     ++count;
     bytes += r->reg.length;
+    if (r->invalidated) invalidated_bytes += r->reg.length;
   }
 };
 

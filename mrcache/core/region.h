@@ -76,6 +76,9 @@ class Region : public mrc_region {
   // is worth what they were.
   uint16_t parts = 1;
   bool on_retired_list = false;
+  // An invalidation took it out of the index (its memory was unmapped or
+  // remapped): its deregistration frees the pages (DeadList, async_dereg).
+  bool invalidated = false;
   // When it was indexed it overlapped a region it did not replace (other
   // rights); counted in CacheImpl::overlapping_regions_ while indexed.
   bool overlaps_others = false;

@@ -340,6 +340,53 @@ TEST_F(AsyncDeregTest, ABatchSmallerThanAsyncDeregBytesIsDeregisteredByItsCaller
   EXPECT_EQ(state_->deregistrations_on_caller.load(), 1);
 }
 
+TEST_F(AsyncDeregTest, AnInvalidatedBatchOfAsyncDeregInvalidatedBytesIsHandedOver) {
+  config_.async_dereg_bytes = size_t{64} << 20;
+  config_.async_dereg_invalidated_bytes = 2 * kPage;
+  auto r = cache().Acquire(buf_, 2 * kPage, kRW);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_TRUE(cache().Put(*r).ok());
+  ASSERT_TRUE(cache().Invalidate(buf_, 2 * kPage).ok());
+  ASSERT_TRUE(testing::WaitForQueuedDeregistrations(cache()));
+  EXPECT_EQ(state_->deregistrations.load(), 1);
+  EXPECT_EQ(state_->deregistrations_on_caller.load(), 0);
+}
+
+TEST_F(AsyncDeregTest, AnInvalidatedBatchUnderBothThresholdsIsDeregisteredByItsCaller) {
+  config_.async_dereg_bytes = size_t{64} << 20;
+  config_.async_dereg_invalidated_bytes = 2 * kPage;
+  Use(0);
+  ASSERT_TRUE(cache().Invalidate(buf_, kPage).ok());
+  EXPECT_EQ(state_->deregistrations.load(), 1) << "deregistered before Invalidate returned";
+  EXPECT_EQ(state_->deregistrations_on_caller.load(), 1);
+}
+
+TEST_F(AsyncDeregTest, AnEvictedBatchIsNotHandedOverByTheInvalidatedThreshold) {
+  config_.async_dereg_bytes = size_t{64} << 20;
+  config_.async_dereg_invalidated_bytes = kPage;
+  config_.max_regions = 1;
+  auto r = cache().Acquire(buf_, 2 * kPage, kRW);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_TRUE(cache().Put(*r).ok());
+  Use(4);  // evicts the two-page region, which no invalidation touched
+  EXPECT_EQ(state_->deregistrations.load(), 1);
+  EXPECT_EQ(state_->deregistrations_on_caller.load(), 1);
+}
+
+TEST_F(AsyncDeregTest, AHeldInvalidatedRegionOfAsyncDeregInvalidatedBytesIsHandedOverAtItsLastPut) {
+  config_.async_dereg_bytes = size_t{64} << 20;
+  config_.async_dereg_invalidated_bytes = kPage;
+  auto r = cache().Acquire(buf_, kPage, kRW);
+  ASSERT_TRUE(r.ok()) << r.status();
+  const uint64_t handle = GetRegionInfo(*r).handle;
+  ASSERT_TRUE(cache().Invalidate(buf_, kPage).ok());
+  EXPECT_TRUE(state_->Live(handle)) << "a held region keeps its registration";
+  ASSERT_TRUE(cache().Put(*r).ok());
+  ASSERT_TRUE(testing::WaitForQueuedDeregistrations(cache()));
+  EXPECT_FALSE(state_->Live(handle));
+  EXPECT_EQ(state_->deregistrations_on_caller.load(), 0);
+}
+
 TEST_F(AsyncDeregTest, RetireCallbackRunsOncePerQueuedRegion) {
   config_.max_regions = 1;
   std::atomic<int> retired{0};
@@ -547,6 +594,100 @@ TEST(AsyncDeregBudgetTest, UnderAPinBudgetAGetWaitsForQueuedDeregistrationsInste
   ASSERT_GT(out.budget, 0u) << "RLIMIT_MEMLOCK binds in the child";
   EXPECT_EQ(out.gets, 6) << "get failed: " << std::strerror(out.get_errno);
   EXPECT_GT(out.wait_ns, 0u) << "the get past the budget waited for the queue";
+  EXPECT_EQ(out.registrations, out.deregistrations);
+}
+
+struct InvalidatedOutcome {
+  int create_errno = 0;
+  int get_errno = 0;
+  uint64_t budget = 0;
+  uint64_t background_ns = 0;  // the worker's deregistration time, after the invalidation
+  int registrations = 0, deregistrations = 0;  // at the end
+};
+
+// A buffer of a tenth of the pin budget is cached and invalidated, while
+// another buffer of `held_fraction` of the budget is held (none if 0). With
+// async_dereg_bytes far above both, only the invalidated rule can hand the
+// invalidated buffer's registration to the background thread.
+InvalidatedOutcome InvalidateBesideAHeldBuffer(double held_fraction) {
+  InvalidatedOutcome out;
+  Config config;
+  config.monitor = "none";
+  config.max_merge_bytes = 0;
+  config.stats_shm = false;
+  config.prefault_bytes = 0;
+  config.async_dereg = AsyncDereg::kOn;
+  config.async_dereg_bytes = size_t{1} << 30;
+  config.async_dereg_invalidated_bytes = kPage;
+  auto uring = MakeUringRegistrar(config);
+  if (!uring.ok()) {
+    out.create_errno = StatusToErrno(uring.status());
+    return out;
+  }
+  auto cache = Cache::Create(config, std::make_unique<SlowDeregistrar>(std::move(*uring)));
+  if (!cache.ok()) {
+    out.create_errno = StatusToErrno(cache.status());
+    return out;
+  }
+  out.budget = (*cache)->stats().pin_budget_bytes;
+  const size_t small = (out.budget / 10) / kPage * kPage;
+  const size_t held_bytes =
+      static_cast<size_t>(static_cast<double>(out.budget) * held_fraction) / kPage * kPage;
+  const size_t total = small + kPage + held_bytes;
+  char* mem = static_cast<char*>(
+      mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  if (mem == MAP_FAILED || small == 0) {
+    out.create_errno = ENOMEM;
+    return out;
+  }
+  Region* held = nullptr;
+  if (held_bytes != 0) {
+    auto h = (*cache)->Acquire(mem + small + kPage, held_bytes, kRW);
+    if (!h.ok()) out.get_errno = StatusToErrno(h.status());
+    if (h.ok()) held = *h;
+  }
+  auto r = (*cache)->Acquire(mem, small, kRW);
+  if (!r.ok()) {
+    out.get_errno = StatusToErrno(r.status());
+  } else {
+    (void)(*cache)->Put(*r);
+    (void)(*cache)->Invalidate(mem, small);
+    (void)testing::WaitForQueuedDeregistrations(**cache);
+  }
+  out.background_ns = (*cache)->stats().background_dereg_ns;
+  if (held != nullptr) (void)(*cache)->Put(held);
+  cache->reset();
+  out.registrations = g_slow_registrations.load();
+  out.deregistrations = g_slow_deregistrations.load();
+  munmap(mem, total);
+  return out;
+}
+
+TEST(AsyncDeregBudgetTest, AnInvalidatedBatchIsHandedOverWhileAtMostHalfThePinBudgetIsUsed) {
+  auto child = mrcache_test::RunWithLowMemlock<InvalidatedOutcome>(
+      size_t{8} << 20, [] { return InvalidateBesideAHeldBuffer(0.3); });
+  ASSERT_TRUE(child.child_ok);
+  ASSERT_EQ(child.setup_errno, 0) << std::strerror(child.setup_errno);
+  const InvalidatedOutcome& out = child.outcome;
+  if (out.create_errno != 0) {
+    GTEST_SKIP() << "no uring cache in an unprivileged child: " << std::strerror(out.create_errno);
+  }
+  ASSERT_EQ(out.get_errno, 0) << std::strerror(out.get_errno);
+  EXPECT_GT(out.background_ns, 0u) << "the background thread deregistered it";
+  EXPECT_EQ(out.registrations, out.deregistrations);
+}
+
+TEST(AsyncDeregBudgetTest, AnInvalidatedBatchIsDeregisteredByItsCallerOverHalfThePinBudget) {
+  auto child = mrcache_test::RunWithLowMemlock<InvalidatedOutcome>(
+      size_t{8} << 20, [] { return InvalidateBesideAHeldBuffer(0.6); });
+  ASSERT_TRUE(child.child_ok);
+  ASSERT_EQ(child.setup_errno, 0) << std::strerror(child.setup_errno);
+  const InvalidatedOutcome& out = child.outcome;
+  if (out.create_errno != 0) {
+    GTEST_SKIP() << "no uring cache in an unprivileged child: " << std::strerror(out.create_errno);
+  }
+  ASSERT_EQ(out.get_errno, 0) << std::strerror(out.get_errno);
+  EXPECT_EQ(out.background_ns, 0u) << "its caller deregistered it";
   EXPECT_EQ(out.registrations, out.deregistrations);
 }
 
