@@ -392,17 +392,24 @@ ibv_mr* ibv_reg_dmabuf_mr(ibv_pd* pd, uint64_t offset, size_t length, uint64_t i
 SOFTVERBS_DEFAULT_1_1(ibv_dereg_mr);
 int softverbs_ibv_dereg_mr_1_1(ibv_mr* mr) {
   Registry& r = registry();
-  void* addr = nullptr;
-  size_t length = 0;
-  bool on_demand = false;
+  Mr* m = nullptr;
   {
     std::lock_guard<std::mutex> lock(r.mu);
     auto it = r.mrs.find(mr);
     if (it == r.mrs.end()) return EINVAL;
-    addr = it->second->mr.addr;
-    length = it->second->mr.length;
-    on_demand = it->second->odp;
-    r.ForgetMrLocked(it->second);
+    m = it->second;
+    r.DetachMrLocked(m);
+  }
+  // Unlocked, as RegisterMr pins: another thread's registration or
+  // deregistration does not wait for this one's unpinning (the kernel's
+  // ib_dereg_mr takes no lock that ibv_reg_mr of another MR takes).
+  void* const addr = m->mr.addr;
+  const size_t length = m->mr.length;
+  const bool on_demand = m->odp;
+  if (!on_demand) softverbs::UnpinPages(m->pd->ctx, addr, length, m->slots, m->read_only_pin);
+  {
+    std::lock_guard<std::mutex> lock(r.mu);
+    r.ReleaseMrLocked(m);
     ++r.counters.deregistrations;
   }
   if (!on_demand) softverbs::DoForkRange(addr, length);

@@ -23,14 +23,22 @@ Registry& registry() {
 }
 
 void Registry::ForgetMrLocked(Mr* mr) {
+  DetachMrLocked(mr);
   if (!mr->slots.empty()) mr->pd->ctx->pins.Unpin(mr->slots);
   if (mr->read_only_pin) UnpinReadOnly(mr->mr.addr, mr->mr.length);
+  ReleaseMrLocked(mr);
+}
+
+void Registry::DetachMrLocked(Mr* mr) {
+  keys[mr->pd->ctx->device].by_key.erase(mr->mr.lkey);
+  mrs.erase(&mr->mr);
+}
+
+void Registry::ReleaseMrLocked(Mr* mr) {
   counters.bytes_pinned -= mr->pinned_bytes;
   --counters.live_mrs;
   --mr->pd->mrs;
   --mr->pd->ctx->mrs;
-  keys[mr->pd->ctx->device].by_key.erase(mr->mr.lkey);
-  mrs.erase(&mr->mr);
   delete mr;
 }
 

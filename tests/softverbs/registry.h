@@ -102,6 +102,16 @@ struct Registry {
 
   // Releases the MR's pins and forgets it. Caller holds mu.
   void ForgetMrLocked(Mr* mr);
+  // The first half of ForgetMrLocked: the MR leaves the maps, so its keys
+  // stop working and no transfer reaches its pages, but it still counts as
+  // live and pinned, and holds its PD (dealloc is EBUSY) and one of its
+  // context's max_mr, until ReleaseMrLocked. ibv_dereg_mr unpins in
+  // between without mu, as the kernel releases one MR's pages without
+  // stopping other registrations. Caller holds mu.
+  void DetachMrLocked(Mr* mr);
+  // The second half, once the MR's pages are unpinned: counts it gone and
+  // frees it. Caller holds mu.
+  void ReleaseMrLocked(Mr* mr);
   // A fresh key of `device` (never handed out before). Caller holds mu.
   uint32_t NewKeyLocked(unsigned device);
   // The live MR whose key is `key` on `device`, or null. Caller holds mu.
