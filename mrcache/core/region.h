@@ -67,6 +67,11 @@ class Region : public mrc_region {
   // Eviction passes that found it used since it was placed (ClockEviction:
   // frequency of use, aged by evictions).
   uint8_t periods_used = 0;
+  // An invalidation took it out of the index (its memory was unmapped or
+  // remapped, or mrc_invalidate): its deregistration frees the pages
+  // (DeadList, async_dereg_invalidated_bytes). Here, in the byte of padding
+  // before size_class, so that a Region stays 256 bytes.
+  bool invalidated = false;
   // The region's size class in the policy's size-class lists
   // (size_classes.h), -1 if in none.
   int16_t size_class = -1;
@@ -76,9 +81,6 @@ class Region : public mrc_region {
   // is worth what they were.
   uint16_t parts = 1;
   bool on_retired_list = false;
-  // An invalidation took it out of the index (its memory was unmapped or
-  // remapped): its deregistration frees the pages (DeadList, async_dereg).
-  bool invalidated = false;
   // When it was indexed it overlapped a region it did not replace (other
   // rights); counted in CacheImpl::overlapping_regions_ while indexed.
   bool overlaps_others = false;
@@ -122,6 +124,10 @@ class Region : public mrc_region {
   }
   int remote_access() const { return reg.access & kAccessRemoteBits; }
 };
+
+// Four cache lines on LP64: a miss allocates one Region, and the index and
+// the eviction policy walk them; a new field goes into padding or is weighed.
+static_assert(sizeof(void*) != 8 || sizeof(Region) <= 256, "Region outgrew four cache lines");
 
 // True if a region registered with `have` may serve a request for `want`:
 // exactly the same remote rights (an rkey never grants more than asked), and
