@@ -28,10 +28,7 @@ bool Deregistration::WorthHandingOver(const DeadList& dead) const {
 void Deregistration::DeregisterDead(DeadList* dead, EndBatch end_batch) {
   if (setup_.lane != nullptr && WorthHandingOver(*dead) &&
       DeregistrationQueue::Process().Push(setup_.lane, dead->head, dead->count)) {
-    dead->head = nullptr;
-    dead->count = 0;
-    dead->bytes = 0;
-    dead->invalidated_bytes = 0;
+    *dead = DeadList();
     return;
   }
   // async_dereg off, the queue full, or too few bytes to be worth handing
@@ -117,10 +114,7 @@ void Deregistration::DeregisterEach(DeadList* dead, const Cache::RetireCallback*
     Quarantine(r, end_batch);
     r = next;
   } while (__builtin_expect(r != nullptr, 0));
-  dead->head = nullptr;
-  dead->count = 0;
-  dead->bytes = 0;
-  dead->invalidated_bytes = 0;
+  *dead = DeadList();
 }
 
 void Deregistration::Quarantine(Region* r, EndBatch end_batch) {
