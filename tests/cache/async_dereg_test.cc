@@ -24,6 +24,8 @@
 
 #include <gtest/gtest.h>
 
+#include "absl/status/statusor.h"
+
 #include "mrcache/cache.h"
 #include "mrcache/config.h"
 #include "mrcache/core/deregistration_queue.h"
@@ -515,6 +517,25 @@ class SlowDeregistrar : public ForwardingRegistrar {
   }
 };
 
+// The pin budget tests' cache settings: no monitor, merging or prefault,
+// so that each get registers exactly its buffer.
+Config PinningCacheConfig() {
+  Config config;
+  config.monitor = "none";
+  config.max_merge_bytes = 0;
+  config.stats_shm = false;
+  config.prefault_bytes = 0;
+  return config;
+}
+
+// A cache over the uring registrar (which pins under RLIMIT_MEMLOCK) behind
+// SlowDeregistrar, or the error that kept it from being made.
+absl::StatusOr<std::unique_ptr<Cache>> MakePinningCache(const Config& config) {
+  auto uring = MakeUringRegistrar(config);
+  if (!uring.ok()) return uring.status();
+  return Cache::Create(config, std::make_unique<SlowDeregistrar>(std::move(*uring)));
+}
+
 struct BudgetOutcome {
   int create_errno = 0;
   int get_errno = 0;  // of the first get that failed
@@ -529,18 +550,9 @@ struct BudgetOutcome {
 // the queue, as nothing of its own cache can be evicted for it.
 BudgetOutcome FillTheBudgetWithQueuedDeregistrations() {
   BudgetOutcome out;
-  Config config;
-  config.monitor = "none";
-  config.max_merge_bytes = 0;
-  config.stats_shm = false;
-  config.prefault_bytes = 0;
+  Config config = PinningCacheConfig();
   config.async_dereg_bytes = 0;
-  auto uring = MakeUringRegistrar(config);
-  if (!uring.ok()) {
-    out.create_errno = StatusToErrno(uring.status());
-    return out;
-  }
-  auto cache = Cache::Create(config, std::make_unique<SlowDeregistrar>(std::move(*uring)));
+  absl::StatusOr<std::unique_ptr<Cache>> cache = MakePinningCache(config);
   if (!cache.ok()) {
     out.create_errno = StatusToErrno(cache.status());
     return out;
@@ -611,20 +623,11 @@ struct InvalidatedOutcome {
 // invalidated buffer's registration to the background thread.
 InvalidatedOutcome InvalidateBesideAHeldBuffer(double held_fraction) {
   InvalidatedOutcome out;
-  Config config;
-  config.monitor = "none";
-  config.max_merge_bytes = 0;
-  config.stats_shm = false;
-  config.prefault_bytes = 0;
+  Config config = PinningCacheConfig();
   config.async_dereg = AsyncDereg::kOn;
   config.async_dereg_bytes = size_t{1} << 30;
   config.async_dereg_invalidated_bytes = kPage;
-  auto uring = MakeUringRegistrar(config);
-  if (!uring.ok()) {
-    out.create_errno = StatusToErrno(uring.status());
-    return out;
-  }
-  auto cache = Cache::Create(config, std::make_unique<SlowDeregistrar>(std::move(*uring)));
+  absl::StatusOr<std::unique_ptr<Cache>> cache = MakePinningCache(config);
   if (!cache.ok()) {
     out.create_errno = StatusToErrno(cache.status());
     return out;
