@@ -33,6 +33,8 @@ void Fill(const ReplayResult& r, bool verified, Row* row) {
   row->registrations = r.registrations;
   row->registered_bytes = r.registered_bytes;
   row->registrar_seconds = double(r.registrar_ns) / 1e9;
+  row->background_deregistrations = r.background_deregistrations;
+  row->background_registrar_seconds = double(r.background_registrar_ns) / 1e9;
   row->peak_pinned_bytes = r.peak_pinned_bytes;
   row->ns_per_op = r.transfers ? double(r.cache_ns) / double(r.transfers) : 0;
   row->stale = r.stale;
@@ -131,8 +133,8 @@ namespace {
 // A Row's results as bytes (the child is the same binary as the parent).
 struct RowMessage {
   uint64_t transfers = 0, hits = 0, registrations = 0, registered_bytes = 0, peak_pinned_bytes = 0,
-           stale = 0;
-  double registrar_seconds = 0, ns_per_op = 0;
+           stale = 0, background_deregistrations = 0;
+  double registrar_seconds = 0, background_registrar_seconds = 0, ns_per_op = 0;
   bool timed = true, verified = false;
   char error[kRowErrorCapacity] = {};
 };
@@ -155,6 +157,8 @@ void RunConfigIntoMessage(void* context, void* buffer) {
   m.peak_pinned_bytes = row.peak_pinned_bytes;
   m.stale = row.stale;
   m.registrar_seconds = row.registrar_seconds;
+  m.background_deregistrations = row.background_deregistrations;
+  m.background_registrar_seconds = row.background_registrar_seconds;
   m.ns_per_op = row.ns_per_op;
   m.timed = row.timed;
   m.verified = row.verified;
@@ -178,6 +182,8 @@ void RunConfigInChild(const Trace& trace, const BenchOptions& options, Row* row)
   row->peak_pinned_bytes = m.peak_pinned_bytes;
   row->stale = m.stale;
   row->registrar_seconds = m.registrar_seconds;
+  row->background_deregistrations = m.background_deregistrations;
+  row->background_registrar_seconds = m.background_registrar_seconds;
   row->ns_per_op = m.ns_per_op;
   row->timed = m.timed;
   row->verified = m.verified;

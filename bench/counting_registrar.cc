@@ -37,6 +37,9 @@ absl::Status CountingRegistrar::Deregister(const mrcache::Registration& reg) {
   const uint64_t start = NowNs();
   absl::Status status = inner().Deregister(reg);
   CountTime(start);
+  if (std::this_thread::get_id() != workload_thread_) {
+    counters_->background_deregistrations.fetch_add(1, std::memory_order_relaxed);
+  }
   // The contract: resources are released even when Deregister reports an error.
   counters_->deregistrations.fetch_add(1, std::memory_order_relaxed);
   counters_->pinned_bytes.fetch_sub(reg.length, std::memory_order_relaxed);

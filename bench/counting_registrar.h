@@ -8,7 +8,8 @@
 // Registrar time is split by thread: registrar_ns is what the workload's
 // thread (the one that made the wrapper) spent in the registrar, on the
 // application's path; background_registrar_ns what other threads spent
-// (mrcache's deregistration thread, async_dereg), off it.
+// (mrcache's deregistration thread, async_dereg), off it;
+// background_deregistrations counts the deregistrations those threads made.
 //
 // Invariants: pinned_bytes == sum of lengths registered and not yet
 // deregistered; peak_pinned_bytes >= pinned_bytes at every moment; the
@@ -33,7 +34,8 @@ struct RegistrarCounters {
   std::atomic<uint64_t> deregistrations{0};
   std::atomic<uint64_t> registered_bytes{0};  // total over all registrations
   std::atomic<uint64_t> registrar_ns{0};  // time inside Register and Deregister, workload thread
-  std::atomic<uint64_t> background_registrar_ns{0};  // the same, other threads
+  std::atomic<uint64_t> background_registrar_ns{0};     // the same, other threads
+  std::atomic<uint64_t> background_deregistrations{0};  // deregistrations made by other threads
   std::atomic<uint64_t> pinned_bytes{0};
   std::atomic<uint64_t> peak_pinned_bytes{0};
 };

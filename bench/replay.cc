@@ -97,6 +97,8 @@ absl::StatusOr<ReplayResult> Conclude(ReplayResult result, const CallTimer& time
   result.registrations = counters.registrations.load();
   result.registered_bytes = counters.registered_bytes.load();
   result.registrar_ns = counters.registrar_ns.load();
+  result.background_deregistrations = counters.background_deregistrations.load();
+  result.background_registrar_ns = counters.background_registrar_ns.load();
   result.peak_pinned_bytes = counters.peak_pinned_bytes.load();
   if (counters.deregistrations.load() != result.registrations) {
     return ErrnoStatus(EIO, absl::StrCat("leak: ", result.registrations, " registrations but ",

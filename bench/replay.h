@@ -66,7 +66,11 @@ struct ReplayResult {
   uint64_t hits = 0;
   uint64_t registrations = 0;
   uint64_t registered_bytes = 0;
-  uint64_t registrar_ns = 0;
+  uint64_t registrar_ns = 0;  // on the workload's thread
+  // Deregistrations other threads made (async_dereg's background thread), and
+  // their time in the registrar: work off the workload's path.
+  uint64_t background_deregistrations = 0;
+  uint64_t background_registrar_ns = 0;
   uint64_t peak_pinned_bytes = 0;
   uint64_t cache_ns = 0;  // inside the driver, registrar time excluded
   uint64_t stale = 0;

@@ -102,7 +102,10 @@ std::string ToJson(const std::vector<Row>& rows) {
         ", \"registrar_seconds\": ", timed(r.registrar_seconds),
         ", \"peak_pinned_bytes\": ", count(r.peak_pinned_bytes),
         ", \"ns_per_op\": ", timed(r.ns_per_op), ", \"total_seconds\": ", timed(r.total_seconds()),
-        ", \"stale\": ", ok && r.timed && r.verified ? absl::StrCat(r.stale) : "null");
+        ", \"stale\": ", ok && r.timed && r.verified ? absl::StrCat(r.stale) : "null",
+        ", \"background_deregistrations\": ",
+        r.timed ? count(r.background_deregistrations) : "null",
+        ", \"background_registrar_seconds\": ", timed(r.background_registrar_seconds));
     if (!ok) absl::StrAppend(&out, ", \"error\": ", JsonString(r.error));
     absl::StrAppend(&out, i + 1 == rows.size() ? "}\n" : "},\n");
   }

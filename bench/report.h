@@ -32,6 +32,11 @@ struct Row {
   uint64_t registered_bytes = 0;
   uint64_t peak_pinned_bytes = 0;
   double registrar_seconds = 0;
+  // Deregistrations made off the workload's thread (async_dereg's background
+  // thread) and their registrar time, in neither registrar_seconds nor
+  // total_seconds: what async_dereg moved off the application's path.
+  uint64_t background_deregistrations = 0;
+  double background_registrar_seconds = 0;
   double ns_per_op = 0;
   uint64_t stale = 0;
   bool timed = true;      // false: registrar_seconds, ns_per_op and stale do not apply

@@ -203,6 +203,31 @@ TEST(Mrbench, TraceFileIsReplayed) {
   EXPECT_NE(o.output.find(trace), std::string::npos) << o.output;
 }
 
+// A 1 MiB buffer transferred once, then freed: freeing it invalidates its
+// registration, which async_dereg hands to its background thread (the batch
+// holds at least async_dereg_invalidated_bytes of invalidated registrations).
+std::string BackgroundDeregistrations(const std::string& async_dereg) {
+  const std::string trace = ::testing::TempDir() + "/freed_buffer.txt";
+  const std::string json = ::testing::TempDir() + "/freed_buffer_" + async_dereg + ".json";
+  std::ofstream(trace) << "alloc 1 1048576\nxfer 1 0 1048576\nfree 1\n";
+  Outcome o = RunMrbench("--registrar uring --configs mrcache --trace " + trace + " --json " + json,
+                         "MRCACHE_ASYNC_DEREG=" + async_dereg);
+  EXPECT_EQ(o.exit_code, 0) << o.output;
+  const std::string line = ReadFile(json);
+  EXPECT_EQ(Field(line, "registrations"), "1") << line;
+  EXPECT_NE(Field(line, "background_registrar_seconds"), "null") << line;
+  return Field(line, "background_deregistrations");
+}
+
+TEST(Mrbench, BackgroundDeregistrationsAreReportedAndNoneWithoutAsyncDereg) {
+  if (!mrcache::UringAvailable()) GTEST_SKIP() << "io_uring is not available here";
+  EXPECT_EQ(BackgroundDeregistrations("off"), "0");
+  // On, the background thread deregisters the buffer unless the cache's
+  // destruction, which deregisters what is still queued itself, comes first.
+  const std::string on = BackgroundDeregistrations("on");
+  EXPECT_TRUE(on == "0" || on == "1") << on;
+}
+
 // A recording (mrcache-run --record): three registrations of one buffer, the
 // last after a release of it.
 const char kRecording[] =

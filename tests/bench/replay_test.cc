@@ -3,6 +3,7 @@
 #include "bench/replay.h"
 
 #include <memory>
+#include <thread>
 
 #include "bench/none_driver.h"
 #include "bench/ucx_peer.h"
@@ -51,6 +52,22 @@ TEST(ReplayNone, RegistersEveryTransferAndNeverHits) {
   EXPECT_EQ(raw->live(), 0u);
   EXPECT_GE(r->peak_pinned_bytes, 100000u);
   EXPECT_LT(r->peak_pinned_bytes, 100000u + 2 * 4096);
+}
+
+TEST(CountingRegistrar, DeregistrationsOnOtherThreadsCountAsBackgroundWork) {
+  auto counters = std::make_shared<RegistrarCounters>();
+  CountingRegistrar registrar(std::make_unique<TestRegistrar>(), counters);
+  char buffer[2][4096];
+  absl::StatusOr<mrcache::Registration> here = registrar.Register(buffer[0], 4096, 0);
+  absl::StatusOr<mrcache::Registration> there = registrar.Register(buffer[1], 4096, 0);
+  ASSERT_TRUE(here.ok() && there.ok());
+  EXPECT_TRUE(registrar.Deregister(*here).ok());
+  EXPECT_EQ(counters->background_deregistrations.load(), 0u);
+  const uint64_t workload_ns = counters->registrar_ns.load();
+  std::thread([&] { EXPECT_TRUE(registrar.Deregister(*there).ok()); }).join();
+  EXPECT_EQ(counters->deregistrations.load(), 2u);
+  EXPECT_EQ(counters->background_deregistrations.load(), 1u);
+  EXPECT_EQ(counters->registrar_ns.load(), workload_ns);  // not the workload thread's time
 }
 
 TEST(ReplayNone, VerifyCountsStaleRegistrations) {

@@ -44,9 +44,9 @@ std::vector<Row> SampleRows() {
 
 TEST(ReportJson, EveryObjectHasTheIssueKeys) {
   const std::string json = ToJson(SampleRows());
-  for (const char* key :
-       {"config", "workload", "hit_rate", "registrations", "registered_bytes", "registrar_seconds",
-        "peak_pinned_bytes", "ns_per_op", "total_seconds", "stale"}) {
+  for (const char* key : {"config", "workload", "hit_rate", "registrations", "registered_bytes",
+                          "registrar_seconds", "peak_pinned_bytes", "ns_per_op", "total_seconds",
+                          "stale", "background_deregistrations", "background_registrar_seconds"}) {
     size_t count = 0;
     for (size_t pos = json.find(std::string("\"") + key + "\":"); pos != std::string::npos;
          pos = json.find(std::string("\"") + key + "\":", pos + 1)) {
@@ -61,6 +61,9 @@ TEST(ReportJson, ValuesAndNulls) {
   EXPECT_NE(json.find("\"config\": \"mrcache\", \"workload\": \"zipf\""), std::string::npos);
   EXPECT_NE(json.find("\"hit_rate\": 0.9,"), std::string::npos);
   // belady-nomerge is computed, not run: no registrar time, ns per op or stale count.
+  EXPECT_NE(
+      json.find("\"background_deregistrations\": null, \"background_registrar_seconds\": null"),
+      std::string::npos);
   EXPECT_NE(
       json.find("\"registrar_seconds\": null, \"peak_pinned_bytes\": 4096, \"ns_per_op\": null, "
                 "\"total_seconds\": null, \"stale\": null"),
