@@ -423,13 +423,13 @@ const std::vector<KeyRow>& Rows() {
        [](const Config& c) { return Num(c.async_dereg_bytes); },
        kByteCount},
       {{"async_dereg_invalidated_bytes",
-        "with `async_dereg`, a batch is also handed to the background thread when its "
-        "invalidated regions (by an `munmap`, a remap or `mrc_invalidate`) hold at least this "
-        "many registered bytes: their deregistration frees the pages, tens of times the cost of "
-        "unpinning mapped ones; skipped while the pin budget is more than half used; 0 = every "
-        "batch with an invalidated region",
+        "with `async_dereg`, a batch is also handed to the background thread when its regions "
+        "whose memory was unmapped or remapped hold at least this many registered bytes: their "
+        "deregistration frees the pages, tens of times the cost of unpinning mapped ones; "
+        "skipped while the pin budget is more than half used; 0 = every batch with such a region "
+        "(what `mrc_invalidate` takes out is always deregistered before it returns)",
         "256K"},
-       "a size, 0 = every batch with an invalidated region",
+       "a size, 0 = every batch with a region whose memory is gone",
        [](Config& c, absl::string_view v) { return SetSize(&c.async_dereg_invalidated_bytes, v); },
        [](const Config& c) { return Num(c.async_dereg_invalidated_bytes); },
        kByteCount},

@@ -105,10 +105,11 @@ struct Config {
   // background thread for; smaller ones cost about what handing them over
   // costs, and their caller deregisters them. 0 = every batch.
   size_t async_dereg_bytes = size_t{64} << 20;
-  // The same threshold for a batch whose invalidated regions (their memory
-  // unmapped or remapped, or mrc_invalidate) hold at least this
-  // many registered bytes: deregistering those frees their pages, which
-  // costs tens of times what unpinning mapped pages costs. 0 = every batch.
+  // The same threshold for a batch whose regions with their memory unmapped
+  // or remapped hold at least this many registered bytes: deregistering
+  // those frees their pages, which costs tens of times what unpinning mapped
+  // pages costs. 0 = every batch with such a region. Regions mrc_invalidate
+  // takes out are never handed over (Invalidation::kByCaller).
   size_t async_dereg_invalidated_bytes = size_t{256} << 10;
 
   // Sets one key from its string form. EINVAL (with a message) for an unknown

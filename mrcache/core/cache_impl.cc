@@ -482,7 +482,7 @@ absl::Status CacheImpl::Invalidate(void* addr, size_t length) {
     MutexLock lock(&mu_);
     MaintainLocked(&dead);
     Region* candidates = nullptr;
-    InvalidateRangeLocked(start, start + length, &candidates);
+    InvalidateRangeLocked(start, start + length, Invalidation::kByCaller, &candidates);
     SpoilPendingLocked(start, start + length);
     if (candidates != nullptr) SettleLocked(candidates, &dead);
   }
@@ -546,7 +546,7 @@ void CacheImpl::MaintainSlowLocked(DeadList* dead) {
   // (invalidation_ring.h): releases are never lost, only coarsened.
   ring_.Drain([&drain](uintptr_t s, uintptr_t e) {
     drain.self->mu_.AssertHeld();  // drained under mu_ (this function requires it)
-    drain.self->InvalidateRangeLocked(s, e, drain.candidates);
+    drain.self->InvalidateRangeLocked(s, e, Invalidation::kMemoryGone, drain.candidates);
     drain.self->SpoilPendingLocked(s, e);
   });
   threads_.FoldOrphans(region_frees_);
@@ -647,7 +647,8 @@ bool CacheImpl::IndexAgreesLocked() const {
          sum.overlapping == overlapping_regions_;
 }
 
-void CacheImpl::InvalidateRangeLocked(uintptr_t start, uintptr_t end, Region** candidates) {
+void CacheImpl::InvalidateRangeLocked(uintptr_t start, uintptr_t end, Invalidation why,
+                                      Region** candidates) {
   // voided_regions.h says which.
   Region* voided = RegionsVoidedBy(index_, start, end, align_, page_);
   uintptr_t dropped_start = UINTPTR_MAX, dropped_end = 0;
@@ -655,7 +656,7 @@ void CacheImpl::InvalidateRangeLocked(uintptr_t start, uintptr_t end, Region** c
     Region* r = voided;
     voided = r->next_dead;
     invalidations_.fetch_add(1, std::memory_order_relaxed);
-    r->invalidated = true;
+    r->invalidated = why;
     if (r->start < dropped_start) dropped_start = r->start;
     if (r->end > dropped_end) dropped_end = r->end;
     UnindexLocked(r, candidates);

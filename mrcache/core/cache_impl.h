@@ -417,7 +417,9 @@ class CacheImpl : public MemoryEventListener,
   void RecheckRetiredLocked(DeadList* dead) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     reclaim_.RecheckRetired(dead);
   }
-  void InvalidateRangeLocked(uintptr_t start, uintptr_t end, Region** candidates)
+  // Takes the regions [start, end) voids out of the index (onto
+  // *candidates), marked with `why`.
+  void InvalidateRangeLocked(uintptr_t start, uintptr_t end, Invalidation why, Region** candidates)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SpoilPendingLocked(uintptr_t start, uintptr_t end) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Evicts the unused regions eviction_ names while `over()` holds (or

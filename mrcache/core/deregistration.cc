@@ -17,6 +17,7 @@ void FreeRegions(Region* list) {
 }
 
 bool Deregistration::WorthHandingOver(const DeadList& dead) const {
+  if (dead.invalidated_by_caller) return false;
   if (dead.bytes >= setup_.async_bytes) return true;
   if (dead.invalidated_bytes == 0 || dead.invalidated_bytes < setup_.async_invalidated_bytes) {
     return false;

@@ -64,10 +64,12 @@ class Deregistration {
     // This cache's lane of the queue; null with async_dereg off.
     DeregistrationQueue::Lane* lane = nullptr;
     // Batches of fewer registered bytes are deregistered by their caller,
-    // unless their invalidated Regions hold at least async_invalidated_bytes
-    // and the pin budget (if any) is at most half used: the queue keeps a
-    // registration pinned until it is deregistered, and a miss short of
-    // budget would wait for it.
+    // unless their Regions whose memory is gone hold at least
+    // async_invalidated_bytes and the pin budget (if any) is at most half
+    // used: the queue keeps a registration pinned until it is deregistered,
+    // and a miss short of budget would wait for it. A batch holding a Region
+    // that mrc_invalidate took out is always deregistered by its caller
+    // (Invalidation::kByCaller).
     size_t async_bytes = 0;
     size_t async_invalidated_bytes = 0;
   };

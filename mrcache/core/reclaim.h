@@ -28,15 +28,19 @@ struct DeadList {
   Region* head = nullptr;
   size_t count = 0;  // Regions on the list
   size_t bytes = 0;  // their registered bytes
-  // The registered bytes of the Regions an invalidation took out
-  // (Region::invalidated), part of `bytes`.
+  // The registered bytes of the Regions whose memory is gone
+  // (Invalidation::kMemoryGone), part of `bytes`.
   size_t invalidated_bytes = 0;
+  // A Region that mrc_invalidate took out is on the list
+  // (Invalidation::kByCaller): the list is deregistered by its caller.
+  bool invalidated_by_caller = false;
   void Push(Region* r) {
     r->next_dead = head;
     head = r;
     ++count;
     bytes += r->reg.length;
-    if (r->invalidated) invalidated_bytes += r->reg.length;
+    if (r->invalidated == Invalidation::kMemoryGone) invalidated_bytes += r->reg.length;
+    if (r->invalidated == Invalidation::kByCaller) invalidated_by_caller = true;
   }
 };
 

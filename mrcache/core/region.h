@@ -40,6 +40,22 @@ enum class RegionState {
   kDead,     // deregistration pending or done
 };
 
+// What took a region out of the index by invalidating its range, which
+// decides where it may be deregistered (Deregistration::WorthHandingOver).
+enum class Invalidation : uint8_t {
+  kNone,  // no invalidation (still cached, or evicted, merged or flushed)
+  // Its memory was unmapped or remapped (the monitor's release ring): the
+  // registration pins pages the application no longer has, and unpinning
+  // them frees them, so it is worth handing to the background thread from
+  // a smaller size (async_dereg_invalidated_bytes).
+  kMemoryGone,
+  // mrc_invalidate: its caller is promised the deregistration before the
+  // call returns, or at the region's last put if it is held (mrcache.h), so
+  // it is never handed over: a peer's key to that memory is dead when the
+  // call returns.
+  kByCaller,
+};
+
 class Region : public mrc_region {
  public:
   // [immutable] once published.
@@ -67,11 +83,10 @@ class Region : public mrc_region {
   // Eviction passes that found it used since it was placed (ClockEviction:
   // frequency of use, aged by evictions).
   uint8_t periods_used = 0;
-  // An invalidation took it out of the index (its memory was unmapped or
-  // remapped, or mrc_invalidate): its deregistration frees the pages
-  // (DeadList, async_dereg_invalidated_bytes). Here, in the byte of padding
-  // before size_class, so that a Region stays 256 bytes.
-  bool invalidated = false;
+  // Whether, and by what, an invalidation took it out of the index
+  // (DeadList). Here, in the byte of padding before size_class, so that a
+  // Region stays 256 bytes.
+  Invalidation invalidated = Invalidation::kNone;
   // The region's size class in the policy's size-class lists
   // (size_classes.h), -1 if in none.
   int16_t size_class = -1;

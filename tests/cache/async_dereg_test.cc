@@ -155,6 +155,25 @@ class AsyncDeregTest : public ::testing::Test {
     return handle;
   }
 
+  // The cache watches memory with the default monitor, so that Unmap below
+  // invalidates the regions over the pages, as an application's munmap does.
+  // Before the first cache().
+  void WatchMemory() { config_.monitor = Config().monitor; }
+
+  // Unmaps pages [page, page + pages) of buf_ (TearDown unmaps the rest):
+  // the monitor reports it, and the next get that misses takes the regions
+  // over them out of the index, their memory gone.
+  void Unmap(size_t page, size_t pages = 1) {
+    ASSERT_EQ(munmap(buf_ + page * kPage, pages * kPage), 0);
+  }
+
+  // Maps fresh pages where Unmap took them away.
+  void Remap(size_t page, size_t pages = 1) {
+    void* p = mmap(buf_ + page * kPage, pages * kPage, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+    ASSERT_EQ(p, static_cast<void*>(buf_ + page * kPage));
+  }
+
   // With the gate closed: page 0's region in flight at the gate (as a
   // background thread starved of CPU would hold it), pages 2's and 4's
   // waiting behind it; page 6's region is cached.
@@ -225,27 +244,69 @@ TEST_F(AsyncDeregTest, AnEvictedRegionWaitingForDeregistrationIsNeverHandedOutAg
   EXPECT_TRUE(state_->Live(first)) << "while the old registration still waits";
 }
 
-TEST_F(AsyncDeregTest, AnInvalidatedRegionWaitingForDeregistrationIsNeverHandedOutAgain) {
+TEST_F(AsyncDeregTest, AnUnmappedRegionWaitingForDeregistrationIsNeverHandedOutAgain) {
+  WatchMemory();
   const uint64_t first = Use(0);
   state_->Close();
-  ASSERT_TRUE(cache().Invalidate(buf_, kPage).ok());
+  Unmap(0);
+  Use(2);  // takes page 0's region out; its deregistration waits at the gate
   ASSERT_TRUE(state_->WaitForWaiting(1));
+  Remap(0);
   const uint64_t again = Use(0);
-  EXPECT_NE(again, first);
-  EXPECT_TRUE(state_->Live(first));
+  EXPECT_NE(again, first) << "the new pages are registered anew";
+  EXPECT_TRUE(state_->Live(first)) << "while the old registration still waits";
 }
 
-TEST_F(AsyncDeregTest, AHeldInvalidatedRegionIsQueuedAtItsLastPutNotBefore) {
+TEST_F(AsyncDeregTest, AHeldUnmappedRegionIsQueuedAtItsLastPutNotBefore) {
+  WatchMemory();
   auto r = cache().Acquire(buf_, kPage, kRW);
   ASSERT_TRUE(r.ok()) << r.status();
   const uint64_t handle = GetRegionInfo(*r).handle;
-  ASSERT_TRUE(cache().Invalidate(buf_, kPage).ok());
+  Unmap(0);
+  Use(2);  // takes page 0's region out of the index
   ASSERT_TRUE(testing::WaitForQueuedDeregistrations(cache()));
   EXPECT_TRUE(state_->Live(handle)) << "a held region keeps its registration";
   ASSERT_TRUE(cache().Put(*r).ok());
   ASSERT_TRUE(testing::WaitForQueuedDeregistrations(cache()));
   EXPECT_FALSE(state_->Live(handle));
   EXPECT_EQ(state_->deregistrations_on_caller.load(), 0);
+}
+
+TEST_F(AsyncDeregTest, MrcInvalidateDeregistersAnUnusedRegionBeforeItReturns) {
+  // async_dereg_bytes 0: any other batch would be handed over.
+  const uint64_t handle = Use(0);
+  state_->Close();  // a deregistration off this thread would wait here
+  ASSERT_TRUE(cache().Invalidate(buf_, kPage).ok());
+  EXPECT_FALSE(state_->Live(handle)) << "a peer's key to that memory is dead on return";
+  EXPECT_EQ(state_->deregistrations_on_caller.load(), 1);
+  EXPECT_EQ(cache().stats().dereg_queue_depth, 0u);
+  const uint64_t again = Use(0);
+  EXPECT_NE(again, handle);
+}
+
+TEST_F(AsyncDeregTest, AHeldRegionMrcInvalidateTookOutIsDeregisteredByItsLastPut) {
+  auto r = cache().Acquire(buf_, kPage, kRW);
+  ASSERT_TRUE(r.ok()) << r.status();
+  const uint64_t handle = GetRegionInfo(*r).handle;
+  state_->Close();
+  ASSERT_TRUE(cache().Invalidate(buf_, kPage).ok());
+  EXPECT_TRUE(state_->Live(handle)) << "a held region keeps its registration";
+  ASSERT_TRUE(cache().Put(*r).ok());
+  EXPECT_FALSE(state_->Live(handle)) << "deregistered before the last put returned";
+  EXPECT_EQ(state_->deregistrations_on_caller.load(), 1);
+}
+
+TEST_F(AsyncDeregTest, MrcInvalidateDeregistersItsRegionsBeforeItReturnsAboveEveryThreshold) {
+  config_.async_dereg_bytes = kPage;
+  config_.async_dereg_invalidated_bytes = kPage;
+  auto r = cache().Acquire(buf_, 4 * kPage, kRW);
+  ASSERT_TRUE(r.ok()) << r.status();
+  const uint64_t handle = GetRegionInfo(*r).handle;
+  ASSERT_TRUE(cache().Put(*r).ok());
+  state_->Close();
+  ASSERT_TRUE(cache().Invalidate(buf_, 4 * kPage).ok());
+  EXPECT_FALSE(state_->Live(handle));
+  EXPECT_EQ(state_->deregistrations_on_caller.load(), 1);
 }
 
 TEST_F(AsyncDeregTest, FlushReturnsWithEveryUnusedRegistrationDeregistered) {
@@ -342,24 +403,28 @@ TEST_F(AsyncDeregTest, ABatchSmallerThanAsyncDeregBytesIsDeregisteredByItsCaller
   EXPECT_EQ(state_->deregistrations_on_caller.load(), 1);
 }
 
-TEST_F(AsyncDeregTest, AnInvalidatedBatchOfAsyncDeregInvalidatedBytesIsHandedOver) {
+TEST_F(AsyncDeregTest, AnUnmappedBatchOfAsyncDeregInvalidatedBytesIsHandedOver) {
+  WatchMemory();
   config_.async_dereg_bytes = size_t{64} << 20;
   config_.async_dereg_invalidated_bytes = 2 * kPage;
   auto r = cache().Acquire(buf_, 2 * kPage, kRW);
   ASSERT_TRUE(r.ok()) << r.status();
   ASSERT_TRUE(cache().Put(*r).ok());
-  ASSERT_TRUE(cache().Invalidate(buf_, 2 * kPage).ok());
+  Unmap(0, 2);
+  Use(4);  // takes the two-page region out of the index
   ASSERT_TRUE(testing::WaitForQueuedDeregistrations(cache()));
   EXPECT_EQ(state_->deregistrations.load(), 1);
   EXPECT_EQ(state_->deregistrations_on_caller.load(), 0);
 }
 
-TEST_F(AsyncDeregTest, AnInvalidatedBatchUnderBothThresholdsIsDeregisteredByItsCaller) {
+TEST_F(AsyncDeregTest, AnUnmappedBatchUnderBothThresholdsIsDeregisteredByItsCaller) {
+  WatchMemory();
   config_.async_dereg_bytes = size_t{64} << 20;
   config_.async_dereg_invalidated_bytes = 2 * kPage;
   Use(0);
-  ASSERT_TRUE(cache().Invalidate(buf_, kPage).ok());
-  EXPECT_EQ(state_->deregistrations.load(), 1) << "deregistered before Invalidate returned";
+  Unmap(0);
+  Use(2);
+  EXPECT_EQ(state_->deregistrations.load(), 1) << "deregistered before the get returned";
   EXPECT_EQ(state_->deregistrations_on_caller.load(), 1);
 }
 
@@ -375,13 +440,15 @@ TEST_F(AsyncDeregTest, AnEvictedBatchIsNotHandedOverByTheInvalidatedThreshold) {
   EXPECT_EQ(state_->deregistrations_on_caller.load(), 1);
 }
 
-TEST_F(AsyncDeregTest, AHeldInvalidatedRegionOfAsyncDeregInvalidatedBytesIsHandedOverAtItsLastPut) {
+TEST_F(AsyncDeregTest, AHeldUnmappedRegionOfAsyncDeregInvalidatedBytesIsHandedOverAtItsLastPut) {
+  WatchMemory();
   config_.async_dereg_bytes = size_t{64} << 20;
   config_.async_dereg_invalidated_bytes = kPage;
   auto r = cache().Acquire(buf_, kPage, kRW);
   ASSERT_TRUE(r.ok()) << r.status();
   const uint64_t handle = GetRegionInfo(*r).handle;
-  ASSERT_TRUE(cache().Invalidate(buf_, kPage).ok());
+  Unmap(0);
+  Use(2);  // takes page 0's region out of the index; page 2's is under the key: inline
   EXPECT_TRUE(state_->Live(handle)) << "a held region keeps its registration";
   ASSERT_TRUE(cache().Put(*r).ok());
   ASSERT_TRUE(testing::WaitForQueuedDeregistrations(cache()));
@@ -544,13 +611,14 @@ struct BudgetOutcome {
   int registrations = 0, deregistrations = 0;  // at the end
 };
 
-// Four buffers of a fifth of the budget each are cached, then invalidated:
-// their deregistrations wait in the queue (100 ms each) while still counted
-// as pinned. A fifth buffer, held, fills the budget; a sixth must wait for
-// the queue, as nothing of its own cache can be evicted for it.
+// Four buffers of a fifth of the budget each are cached, then unmapped (the
+// next get takes them out of the index): their deregistrations wait in the
+// queue (100 ms each) while still counted as pinned. A fifth buffer, held, fills the budget; a
+// sixth must wait for the queue, as nothing of its own cache can be evicted for it.
 BudgetOutcome FillTheBudgetWithQueuedDeregistrations() {
   BudgetOutcome out;
   Config config = PinningCacheConfig();
+  config.monitor = Config().monitor;
   config.async_dereg_bytes = 0;
   absl::StatusOr<std::unique_ptr<Cache>> cache = MakePinningCache(config);
   if (!cache.ok()) {
@@ -581,16 +649,14 @@ BudgetOutcome FillTheBudgetWithQueuedDeregistrations() {
       continue;
     }
     (void)(*cache)->Put(*r);
-    if (i == 3) {
-      for (size_t k = 0; k <= 3; ++k) (void)(*cache)->Invalidate(mem + k * stride, each);
-    }
+    if (i == 3) munmap(mem, 4 * stride);
   }
   if (held != nullptr) (void)(*cache)->Put(held);
   out.wait_ns = (*cache)->stats().dereg_wait_ns;
   cache->reset();
   out.registrations = g_slow_registrations.load();
   out.deregistrations = g_slow_deregistrations.load();
-  munmap(mem, kCount * stride);
+  munmap(mem + 4 * stride, (kCount - 4) * stride);
   return out;
 }
 
@@ -617,16 +683,19 @@ struct InvalidatedOutcome {
   int registrations = 0, deregistrations = 0;  // at the end
 };
 
-// A buffer of a tenth of the pin budget is cached and invalidated, while
-// another buffer of `held_fraction` of the budget is held (none if 0). With
-// async_dereg_bytes far above both, only the invalidated rule can hand the
-// invalidated buffer's registration to the background thread.
+// A buffer of a tenth of the pin budget is cached and unmapped (a get of
+// the page after it takes it out of the index), while another buffer of
+// `held_fraction` of the budget is held (none if 0). With async_dereg_bytes
+// far above both, only the rule for unmapped memory
+// (async_dereg_invalidated_bytes) can hand its registration to the
+// background thread.
 InvalidatedOutcome InvalidateBesideAHeldBuffer(double held_fraction) {
   InvalidatedOutcome out;
   Config config = PinningCacheConfig();
   config.async_dereg = AsyncDereg::kOn;
   config.async_dereg_bytes = size_t{1} << 30;
-  config.async_dereg_invalidated_bytes = kPage;
+  config.async_dereg_invalidated_bytes = 2 * kPage;  // above the page the drain gets
+  config.monitor = Config().monitor;
   absl::StatusOr<std::unique_ptr<Cache>> cache = MakePinningCache(config);
   if (!cache.ok()) {
     out.create_errno = StatusToErrno(cache.status());
@@ -654,7 +723,10 @@ InvalidatedOutcome InvalidateBesideAHeldBuffer(double held_fraction) {
     out.get_errno = StatusToErrno(r.status());
   } else {
     (void)(*cache)->Put(*r);
-    (void)(*cache)->Invalidate(mem, small);
+    munmap(mem, small);
+    auto drain = (*cache)->Acquire(mem + small, kPage, kRW);  // a miss: takes it out
+    if (!drain.ok()) out.get_errno = StatusToErrno(drain.status());
+    if (drain.ok()) (void)(*cache)->Put(*drain);
     (void)testing::WaitForQueuedDeregistrations(**cache);
   }
   out.background_ns = (*cache)->stats().background_dereg_ns;
@@ -662,11 +734,11 @@ InvalidatedOutcome InvalidateBesideAHeldBuffer(double held_fraction) {
   cache->reset();
   out.registrations = g_slow_registrations.load();
   out.deregistrations = g_slow_deregistrations.load();
-  munmap(mem, total);
+  munmap(mem + small, total - small);
   return out;
 }
 
-TEST(AsyncDeregBudgetTest, AnInvalidatedBatchIsHandedOverWhileAtMostHalfThePinBudgetIsUsed) {
+TEST(AsyncDeregBudgetTest, AnUnmappedBatchIsHandedOverWhileAtMostHalfThePinBudgetIsUsed) {
   auto child = mrcache_test::RunWithLowMemlock<InvalidatedOutcome>(
       size_t{8} << 20, [] { return InvalidateBesideAHeldBuffer(0.3); });
   ASSERT_TRUE(child.child_ok);
@@ -680,7 +752,7 @@ TEST(AsyncDeregBudgetTest, AnInvalidatedBatchIsHandedOverWhileAtMostHalfThePinBu
   EXPECT_EQ(out.registrations, out.deregistrations);
 }
 
-TEST(AsyncDeregBudgetTest, AnInvalidatedBatchIsDeregisteredByItsCallerOverHalfThePinBudget) {
+TEST(AsyncDeregBudgetTest, AnUnmappedBatchIsDeregisteredByItsCallerOverHalfThePinBudget) {
   auto child = mrcache_test::RunWithLowMemlock<InvalidatedOutcome>(
       size_t{8} << 20, [] { return InvalidateBesideAHeldBuffer(0.6); });
   ASSERT_TRUE(child.child_ok);
