@@ -54,6 +54,7 @@ struct GateState {
   std::atomic<int> deregistrations_on_caller{0};  // on the thread that made the cache
   std::thread::id caller = std::this_thread::get_id();
   std::atomic<int> dereg_delay_us{0};
+  std::atomic<int> background_delay_us{0};  // the same, off the caller's thread only
 
   void Close() {
     std::lock_guard<std::mutex> lock(mu);
@@ -101,6 +102,9 @@ class GatedRegistrar : public ForwardingRegistrar {
       --state_->waiting;
     }
     if (int us = state_->dereg_delay_us.load()) usleep(static_cast<useconds_t>(us));
+    if (std::this_thread::get_id() != state_->caller) {
+      if (int us = state_->background_delay_us.load()) usleep(static_cast<useconds_t>(us));
+    }
     {
       std::lock_guard<std::mutex> lock(state_->mu);
       state_->live.erase(reg.handle);
@@ -367,6 +371,57 @@ TEST_F(AsyncDeregTest, AFullQueueMakesTheCallerDeregisterItsOwnVictims) {
   state_->Open();
   ASSERT_TRUE(cache().Flush().ok());
   munmap(many, 2 * pages * kPage);
+}
+
+TEST_F(AsyncDeregTest, TensOfThousandsOfUnmappedRegionsKeepTheQueueBoundedAndLeakNothing) {
+  // 40,000 one-page regions, unmapped 1,000 at a time, each thousand taken
+  // out of the index by the next get and handed over as one batch, faster
+  // than the slowed background thread deregisters them: the queue fills to
+  // its bound, the batches beyond it are deregistered by their callers, and
+  // the queue never holds more than its bound.
+  WatchMemory();
+  config_.max_regions = 0;
+  config_.bridge_bytes = 0;
+  config_.sim_base_ns = config_.sim_page_ns = 0;
+  state_->background_delay_us = 50;
+  constexpr size_t kRegions = 40000, kPerUnmap = 1000;
+  const size_t bound = DeregistrationQueue::kMaxRegions;
+  const size_t span = 2 * kRegions * kPage;  // a region every other page: none merge
+  char* area = static_cast<char*>(mmap(nullptr, span, PROT_READ | PROT_WRITE,
+                                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0));
+  ASSERT_NE(area, MAP_FAILED);
+  for (size_t i = 0; i < kRegions; ++i) {
+    auto r = cache().Acquire(area + 2 * i * kPage, kPage, kRW);
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_TRUE(cache().Put(*r).ok());
+  }
+  ASSERT_EQ(cache().stats().regions, kRegions);
+  std::atomic<bool> done{false};
+  std::atomic<uint64_t> deepest{0};
+  std::thread sampler([&] {
+    while (!done.load()) {
+      const uint64_t depth = cache().stats().dereg_queue_depth;
+      if (depth > deepest.load()) deepest.store(depth);
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+  });
+  const int on_caller_before = state_->deregistrations_on_caller.load();
+  for (size_t first = 0, page = 0; first < kRegions; first += kPerUnmap, ++page) {
+    ASSERT_EQ(munmap(area + 2 * first * kPage, 2 * kPerUnmap * kPage), 0);
+    Use(page);  // a miss: takes the thousand out of the index
+    EXPECT_LE(cache().stats().dereg_queue_depth, bound);
+  }
+  EXPECT_GT(state_->deregistrations_on_caller.load() - on_caller_before, 0)
+      << "batches beyond the bound were deregistered by their callers";
+  ASSERT_TRUE(testing::WaitForQueuedDeregistrations(cache()));
+  // (stats().regions counts a queued region until its deregistration.)
+  EXPECT_EQ(cache().stats().regions, kRegions / kPerUnmap) << "only the gets' own regions";
+  done.store(true);
+  sampler.join();
+  EXPECT_LE(deepest.load(), bound);
+  EXPECT_GT(cache().stats().background_dereg_ns, 0u) << "the background thread took its share";
+  ASSERT_TRUE(cache().Flush().ok());
+  EXPECT_EQ(state_->registrations.load(), state_->deregistrations.load());
 }
 
 TEST_F(AsyncDeregTest, OffDeregistersOnTheCallingThread) {
