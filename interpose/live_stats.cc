@@ -198,7 +198,7 @@ std::string FormatProcessText(const ProcessSnapshot& p, uint64_t now_unix_ns) {
         Duration(background_ns),
         background_ns == 0 && Counter(c, mrcache::kStatDeregQueueDepth) == 0
             ? "   (nothing handed to it yet: async_dereg off, or every batch under "
-              "async_dereg_bytes and async_dereg_invalidated_bytes)"
+              "async_dereg_bytes and async_dereg_invalidated_bytes or from mrc_invalidate)"
             : "");
     out += RailLines(c);
     for (int h = 0; h < kStatHistograms; ++h) {

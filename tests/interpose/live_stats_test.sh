@@ -67,7 +67,7 @@ grep -q "published, refreshed for this reading" "$out/second" ||
   fail "the process did not refresh its page when asked: $(head -1 "$out/second")"
 # The legacy app's deregistration batches are all under both thresholds:
 # the queue's figures are zero, and the output says why.
-grep -Eq "^  dereg queue: +depth 0, callers waited [^,]+, background thread deregistered for 0ns +\(nothing handed to it yet: async_dereg off, or every batch under async_dereg_bytes and async_dereg_invalidated_bytes\)$" \
+grep -Eq "^  dereg queue: +depth 0, callers waited [^,]+, background thread deregistered for 0ns +\(nothing handed to it yet: async_dereg off, or every batch under async_dereg_bytes and async_dereg_invalidated_bytes or from mrc_invalidate\)$" \
   "$out/second" || fail "dereg queue line: $(grep 'dereg queue' "$out/second")"
 for h in region_bytes miss_ns register_ns deregister_ns get_bytes; do
   grep -Eq "^  $h: +<=" "$out/second" || fail "histogram $h empty or missing"
