@@ -146,10 +146,11 @@ int mrc_put(mrc_cache_t *cache, mrc_region_t *region);
 void mrc_region_info(const mrc_region_t *region, mrc_region_info_t *info);
 /* Tells the cache that [addr, addr+length) no longer holds the pages it had
  * (for memory no monitor sees, e.g. with monitor=none). Unused regions that
- * overlap it are deregistered before the call returns; held ones leave the
- * cache and are deregistered by their last put before it returns (on the
- * calling thread, with async_dereg too); a miss registering that memory
- * meanwhile is retried. Returns 0; EINVAL for a NULL cache, length 0
+ * overlap it are deregistered before the call returns, and so are the
+ * cache's registrations still waiting for the background thread (async_dereg);
+ * held ones leave the cache and are deregistered by their last put before it
+ * returns (on the calling thread, with async_dereg too); a miss registering
+ * that memory meanwhile is retried. Returns 0; EINVAL for a NULL cache, length 0
  * or a range that wraps; ECHILD in a fork child. Thread-safe. */
 int mrc_invalidate(mrc_cache_t *cache, void *addr, size_t length);
 /* Deregisters every unused region now; held ones are untouched. Returns 0;

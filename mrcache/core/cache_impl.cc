@@ -486,7 +486,10 @@ absl::Status CacheImpl::Invalidate(void* addr, size_t length) {
     SpoilPendingLocked(start, start + length);
     if (candidates != nullptr) SettleLocked(candidates, &dead);
   }
-  Deregister(&dead);
+  Deregister(&dead);  // inline: the regions it killed are kByCaller
+  // mrcache.h: no registration over the range outlives the call, not even
+  // one an earlier eviction left waiting for the background thread.
+  dereg_.WaitForDeregistrations();
   return absl::OkStatus();
 }
 

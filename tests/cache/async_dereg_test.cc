@@ -537,6 +537,22 @@ TEST_F(AsyncDeregTest, AWaiterDeregistersTheQueuedRegionsItselfAndSleepsOnlyForT
   EXPECT_EQ(cache().stats().dereg_queue_depth, 0u);
 }
 
+TEST_F(AsyncDeregTest, MrcInvalidateReturnsOnlyOnceTheCachesQueuedDeregistrationsAreDone) {
+  // Evictions left page 0's region in flight at the gate and pages 2's and
+  // 4's waiting: an invalidate of page 2 returns only once none is left, so
+  // that no registration over the range outlives it. It deregisters the
+  // waiting ones itself, then waits for the one in flight.
+  QueueTwoBehindOneHeldAtTheGate();
+  std::atomic<bool> helped{false};
+  std::thread opener = OpenTheGateOnceTheCallerDeregistered(2, &helped);
+  ASSERT_TRUE(cache().Invalidate(buf_ + 2 * kPage, kPage).ok());
+  EXPECT_EQ(cache().stats().dereg_queue_depth, 0u);
+  opener.join();
+  EXPECT_TRUE(helped) << "the invalidate slept while regions it waited for were still queued";
+  EXPECT_EQ(state_->registrations.load(), state_->deregistrations.load() + 1)
+      << "only page 6's region, outside the range, stays registered";
+}
+
 TEST_F(AsyncDeregTest, TheBackgroundThreadRunsAsABatchThreadAtTheLowestPriority) {
   config_.max_regions = 1;
   Use(0);

@@ -5,8 +5,9 @@
  * gets r more buffers of its own, so rail r holds r + 1 registrations; then
  * the last buffer of rail 3 is unmapped, its deregistration handed to the
  * background deregistration thread (async_dereg=on, async_dereg_bytes=0), and
- * waited for. It prints "ready" and keeps getting buffer 0 (hits) until its
- * stdin closes (or 60 s pass), then flushes and destroys the cache. Exit
+ * waited for; the page after it, got on rail 3 to make that happen, is
+ * invalidated (rail 3: 5 registrations, 2 deregistrations). It prints "ready" and keeps getting
+ * buffer 0 (hits) until its stdin closes (or 60 s pass), then flushes and destroys the cache. Exit
  * status 0 only if every rail's registrations were all deregistered. */
 #include <errno.h>
 #include <fcntl.h>
@@ -94,14 +95,16 @@ int main(void) {
     }
   }
   if (err != 0) return Fail("getting on the rails", err);
-  /* Unmapped: the monitor reports it; an mrc_invalidate of a gap page that
-   * nothing holds makes the cache take the region over the unmapped page out
-   * now, as the next get that misses would. Its memory gone, the region goes
-   * to the background thread (what mrc_invalidate takes out itself never
-   * does). */
-  err = munmap(arena + 2 * (next - 1) * page, page) == 0 ? 0 : errno;
-  if (err == 0) err = mrc_invalidate(cache, arena + page, page);
+  /* Unmapped: the monitor reports it, and the next get that misses (of the
+   * gap page after it, on rail 3) takes the region over the unmapped page out
+   * of the index; its memory gone, the region goes to the background thread.
+   * Then the gap page is invalidated, which deregisters its region itself
+   * (mrc_invalidate hands nothing over). */
+  char *last = arena + 2 * (next - 1) * page;
+  err = munmap(last, page) == 0 ? 0 : errno;
+  if (err == 0) err = Use(cache, last + page, page, 1u << 3);
   if (err == 0) err = WaitForQueue(cache);
+  if (err == 0) err = mrc_invalidate(cache, last + page, page);
   if (err != 0) return Fail("the background deregistration", err);
 
   printf("ready\n");
