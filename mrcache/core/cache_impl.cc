@@ -486,9 +486,10 @@ absl::Status CacheImpl::Invalidate(void* addr, size_t length) {
     SpoilPendingLocked(start, start + length);
     if (candidates != nullptr) SettleLocked(candidates, &dead);
   }
-  Deregister(&dead);  // inline: the regions it killed are kByCaller
   // mrcache.h: no registration over the range outlives the call, not even
-  // one an earlier eviction left waiting for the background thread.
+  // one an earlier eviction left waiting for the background thread. So the
+  // batch is deregistered here (handing it over would only be waited for).
+  DeregisterNow(&dead);
   dereg_.WaitForDeregistrations();
   return absl::OkStatus();
 }
