@@ -10,11 +10,12 @@ uint64_t NowNs() {
   return static_cast<uint64_t>(ts.tv_sec) * 1000000000u + static_cast<uint64_t>(ts.tv_nsec);
 }
 
-void CountingRegistrar::CountTime(uint64_t start) {
-  std::atomic<uint64_t>& counter = std::this_thread::get_id() == workload_thread_
-                                       ? counters_->registrar_ns
-                                       : counters_->background_registrar_ns;
+bool CountingRegistrar::CountTime(uint64_t start) {
+  const bool background = std::this_thread::get_id() != workload_thread_;
+  std::atomic<uint64_t>& counter =
+      background ? counters_->background_registrar_ns : counters_->registrar_ns;
   counter.fetch_add(NowNs() - start, std::memory_order_relaxed);
+  return background;
 }
 
 absl::StatusOr<mrcache::Registration> CountingRegistrar::Register(void* addr, size_t length,
@@ -36,8 +37,7 @@ absl::StatusOr<mrcache::Registration> CountingRegistrar::Register(void* addr, si
 absl::Status CountingRegistrar::Deregister(const mrcache::Registration& reg) {
   const uint64_t start = NowNs();
   absl::Status status = inner().Deregister(reg);
-  CountTime(start);
-  if (std::this_thread::get_id() != workload_thread_) {
+  if (CountTime(start)) {
     counters_->background_deregistrations.fetch_add(1, std::memory_order_relaxed);
   }
   // The contract: resources are released even when Deregister reports an error.

@@ -52,8 +52,9 @@ class CountingRegistrar : public mrcache::ForwardingRegistrar {
   const RegistrarCounters& counters() const { return *counters_; }
 
  private:
-  // Adds the time since `start` to the counter of the calling thread's kind.
-  void CountTime(uint64_t start);
+  // Adds the time since `start` to the counter of the calling thread's kind;
+  // true if that is a thread other than the workload's.
+  bool CountTime(uint64_t start);
 
   std::shared_ptr<RegistrarCounters> counters_;
   const std::thread::id workload_thread_ = std::this_thread::get_id();
