@@ -19,7 +19,7 @@ void FreeRegions(Region* list) {
 bool Deregistration::WorthHandingOver(const DeadList& dead) const {
   if (dead.invalidated_by_caller) return false;
   if (dead.bytes >= setup_.async_bytes) return true;
-  if (dead.invalidated_bytes == 0 || dead.invalidated_bytes < setup_.async_invalidated_bytes) {
+  if (dead.memory_gone_bytes == 0 || dead.memory_gone_bytes < setup_.async_invalidated_bytes) {
     return false;
   }
   const size_t budget = setup_.budget != nullptr ? setup_.budget->budget() : 0;

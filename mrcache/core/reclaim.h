@@ -30,7 +30,7 @@ struct DeadList {
   size_t bytes = 0;  // their registered bytes
   // The registered bytes of the Regions whose memory is gone
   // (Invalidation::kMemoryGone), part of `bytes`.
-  size_t invalidated_bytes = 0;
+  size_t memory_gone_bytes = 0;
   // A Region that mrc_invalidate took out is on the list
   // (Invalidation::kByCaller): the list is deregistered by its caller.
   bool invalidated_by_caller = false;
@@ -39,7 +39,7 @@ struct DeadList {
     head = r;
     ++count;
     bytes += r->reg.length;
-    if (r->invalidated == Invalidation::kMemoryGone) invalidated_bytes += r->reg.length;
+    if (r->invalidated == Invalidation::kMemoryGone) memory_gone_bytes += r->reg.length;
     if (r->invalidated == Invalidation::kByCaller) invalidated_by_caller = true;
   }
 };
