@@ -203,18 +203,21 @@ TEST(Mrbench, TraceFileIsReplayed) {
   EXPECT_NE(o.output.find(trace), std::string::npos) << o.output;
 }
 
-// A 1 MiB buffer transferred once, then freed: freeing it invalidates its
-// registration, which async_dereg hands to its background thread (the batch
-// holds at least async_dereg_invalidated_bytes of invalidated registrations).
+// Two 1 MiB buffers transferred once each with room for one region: the
+// second transfer evicts the first buffer's region, which async_dereg (every
+// batch, async_dereg_bytes 0) hands to its background thread. (Frees release
+// through mrc_invalidate, which deregisters on the caller.)
 std::string BackgroundDeregistrations(const std::string& async_dereg) {
-  const std::string trace = ::testing::TempDir() + "/freed_buffer.txt";
-  const std::string json = ::testing::TempDir() + "/freed_buffer_" + async_dereg + ".json";
-  std::ofstream(trace) << "alloc 1 1048576\nxfer 1 0 1048576\nfree 1\n";
-  Outcome o = RunMrbench("--registrar uring --configs mrcache --trace " + trace + " --json " + json,
-                         "MRCACHE_ASYNC_DEREG=" + async_dereg);
+  const std::string trace = ::testing::TempDir() + "/evicted_buffer.txt";
+  const std::string json = ::testing::TempDir() + "/evicted_buffer_" + async_dereg + ".json";
+  std::ofstream(trace) << "alloc 1 1048576\nalloc 2 1048576\nxfer 1 0 1048576\n"
+                          "xfer 2 0 1048576\nfree 1\nfree 2\n";
+  Outcome o = RunMrbench("--registrar uring --configs mrcache-nomerge --max-regions 1 --trace " +
+                             trace + " --json " + json,
+                         "MRCACHE_ASYNC_DEREG_BYTES=0 MRCACHE_ASYNC_DEREG=" + async_dereg);
   EXPECT_EQ(o.exit_code, 0) << o.output;
   const std::string line = ReadFile(json);
-  EXPECT_EQ(Field(line, "registrations"), "1") << line;
+  EXPECT_EQ(Field(line, "registrations"), "2") << line;
   EXPECT_NE(Field(line, "background_registrar_seconds"), "null") << line;
   return Field(line, "background_deregistrations");
 }
