@@ -47,12 +47,17 @@ for monitor in memhooks userfaultfd; do
   fi
   # Under TSan, libfabric's memhooks crashes (SIGSEGV) in the verbs probe
   # with no mrcache in the process at all, though often only after more than
-  # mode_check's 10 rounds: so there, libfabric runs alone first (no shim
-  # preloaded) for as many rounds as the cells, and a failure is libfabric's.
+  # mode_check's 10 rounds, and not in every run: so there, libfabric runs
+  # alone first (no shim preloaded) for as many rounds as the cells, three
+  # times (one run passed in about one test in six, and the cells then
+  # crashed), and a failure is libfabric's.
   if [ "$view" = shim ] && [ -n "${TSAN_OPTIONS:-}" ]; then
-    alone=$(env "${env[@]}" timeout -k 5 120 tests/coexist/fabric_coexist_verbs \
-      mrcache_idle munmap "$rounds" 2>&1)
-    rc=$?
+    for _ in 1 2 3; do
+      alone=$(env "${env[@]}" timeout -k 5 120 tests/coexist/fabric_coexist_verbs \
+        mrcache_idle munmap "$rounds" 2>&1)
+      rc=$?
+      [ $rc -ne 0 ] || [ "$(field "$alone" fabric_stale)" != 0 ] && break
+    done
     if [ $rc -ne 0 ] || [ "$(field "$alone" fabric_stale)" != 0 ]; then
       echo "SKIP $monitor: under TSan libfabric 1.17's cache fails with it with no mrcache in the" \
         "process ($rounds rounds, exit $rc): $(why_failed "$alone")"
